@@ -1,0 +1,11 @@
+"""lmc: lossless compression codec for LLM checkpoint tensors.
+
+>>> import numpy as np, lmc
+>>> x = np.arange(10, dtype=np.float32)
+>>> np.array_equal(lmc.decompress(lmc.compress(x)), x)
+True
+"""
+from ._core import FormatError, compress, decompress, info
+
+__version__ = "0.1.0"
+__all__ = ["compress", "decompress", "info", "FormatError", "__version__"]

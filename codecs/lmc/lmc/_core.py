@@ -1,0 +1,347 @@
+"""Python front end of the lmc codec: argument handling, header, drivers."""
+import struct
+import zlib
+
+import ml_dtypes
+import numba
+import numpy as np
+
+from . import _kernels as K
+
+MAGIC = b"LMC1"
+VERSION = 1
+DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
+MAX_CHUNK = 1 << 27
+MAX_NDIM = 32
+FLAG_REF = 1
+ENTRY = struct.Struct("<IQ")  # per chunk: compressed size, checksum
+
+
+class FormatError(ValueError):
+    """Raised for malformed, corrupt or undecodable lmc blobs."""
+
+
+# dtype code -> (numpy dtype, unit size, layout)
+_DTYPES = {
+    1: (np.dtype(np.float32), 4, K.LAYOUT_F32),
+    2: (np.dtype(np.float16), 2, K.LAYOUT_F16),
+    3: (np.dtype(ml_dtypes.bfloat16), 2, K.LAYOUT_BF16),
+    4: (np.dtype(np.float64), 8, K.LAYOUT_PLANES),
+    5: (np.dtype(np.int8), 1, K.LAYOUT_PLANES),
+    6: (np.dtype(np.uint8), 1, K.LAYOUT_PLANES),
+    7: (np.dtype(np.int16), 2, K.LAYOUT_PLANES),
+    8: (np.dtype(np.uint16), 2, K.LAYOUT_PLANES),
+    9: (np.dtype(np.int32), 4, K.LAYOUT_PLANES),
+    10: (np.dtype(np.uint32), 4, K.LAYOUT_PLANES),
+    11: (np.dtype(np.int64), 8, K.LAYOUT_PLANES),
+    12: (np.dtype(np.uint64), 8, K.LAYOUT_PLANES),
+    13: (np.dtype(np.bool_), 1, K.LAYOUT_PLANES),
+    14: (np.dtype(np.complex64), 8, K.LAYOUT_PLANES),
+    15: (np.dtype(ml_dtypes.float8_e4m3fn), 1, K.LAYOUT_PLANES),
+    16: (np.dtype(ml_dtypes.float8_e5m2), 1, K.LAYOUT_PLANES),
+}
+_CODE_OF = {dt: code for code, (dt, _, _) in _DTYPES.items()}
+_NSTREAMS = {K.LAYOUT_BF16: 2, K.LAYOUT_F16: 3, K.LAYOUT_F32: 4}
+
+
+def _nstreams(unit, layout):
+    return _NSTREAMS.get(layout, unit)
+
+
+def _dtype_code(dt):
+    dt = np.dtype(dt)
+    if dt.byteorder == ">":
+        dt = dt.newbyteorder("=")
+    code = _CODE_OF.get(dt)
+    if code is None:
+        raise TypeError(f"lmc: unsupported dtype {dt!r}")
+    return code
+
+
+def _as_dtype(dtype):
+    if isinstance(dtype, str) and dtype.lower() in ("bfloat16", "bf16"):
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def _to_array(obj, dtype=None, what="data"):
+    """Return a C-contiguous, native-endian ndarray (never a writable alias
+    that we would write to; we only read from it)."""
+    mod = type(obj).__module__
+    if mod.startswith("torch"):
+        import torch  # lazy
+        if not isinstance(obj, torch.Tensor):
+            raise TypeError(f"lmc: unsupported {what} type {type(obj)!r}")
+        t = obj.detach()
+        if t.device.type != "cpu":
+            raise TypeError(f"lmc: {what} tensor must be on the CPU")
+        t = t.contiguous()
+        if t.dtype == torch.bfloat16:
+            arr = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        else:
+            arr = t.numpy()
+    elif isinstance(obj, np.ndarray):
+        arr = obj
+    elif isinstance(obj, (bytes, bytearray, memoryview)) or hasattr(obj, "__buffer__"):
+        if dtype is None:
+            raise TypeError(f"lmc: dtype= is required for bytes-like {what}")
+        dt = _as_dtype(dtype)
+        mv = memoryview(obj).cast("B")
+        if mv.nbytes % dt.itemsize:
+            raise ValueError(f"lmc: {what} length {mv.nbytes} is not a multiple of "
+                             f"the item size {dt.itemsize}")
+        return np.frombuffer(mv, dtype=dt)
+    else:
+        raise TypeError(f"lmc: unsupported {what} type {type(obj)!r}")
+    if dtype is not None and _as_dtype(dtype) != arr.dtype:
+        raise ValueError(f"lmc: dtype={dtype!r} does not match the array dtype {arr.dtype}")
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return np.ascontiguousarray(arr)
+
+
+def _ro_bytes(arr):
+    """Flat read-only uint8 view (one Numba signature for all inputs)."""
+    v = arr.reshape(-1).view(np.uint8)
+    if v.flags.writeable:
+        v = v.view()
+        v.flags.writeable = False
+    return v
+
+
+_EMPTY = np.zeros(0, np.uint8)
+_EMPTY.flags.writeable = False
+
+
+class _Threads:
+    def __init__(self, threads):
+        mx = numba.config.NUMBA_NUM_THREADS
+        if threads is None:
+            self.n = mx
+        else:
+            threads = int(threads)
+            if threads < 1:
+                raise ValueError("lmc: threads must be >= 1")
+            self.n = min(threads, mx)
+
+    def __enter__(self):
+        self.old = numba.get_num_threads()
+        numba.set_num_threads(self.n)
+        return self
+
+    def __exit__(self, *exc):
+        numba.set_num_threads(self.old)
+        return False
+
+
+def _ref_hash(ref_u8, total, chunk, unit):
+    nch = -(-total // chunk) if total else 0
+    chks = np.zeros(nch, np.uint64)
+    if nch:
+        K.checksum_all(ref_u8, total, chunk, unit, chks)
+    b = chks.tobytes() + struct.pack("<QQ", total, unit)
+    return zlib.crc32(b) | (zlib.adler32(b) << 32)
+
+
+def _check_reference(reference, dtype, shape, what):
+    r = _to_array(reference, what="reference")
+    if r.dtype != dtype:
+        raise ValueError(f"lmc: {what} dtype {r.dtype} does not match {dtype}")
+    if r.shape != tuple(shape):
+        raise ValueError(f"lmc: {what} shape {r.shape} does not match {tuple(shape)}")
+    return r
+
+
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, **options):
+    """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
+    to an lmc blob (bytes).  ``reference``: same dtype/shape array to delta
+    against (XOR, chosen per chunk when smaller).  ``chunk_size``: elements
+    per chunk (default 131072)."""
+    if options:
+        raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
+    arr = _to_array(data, dtype)
+    code = _dtype_code(arr.dtype)
+    dt, unit, layout = _DTYPES[code]
+    ns = _nstreams(unit, layout)
+    shape = arr.shape
+    if len(shape) > MAX_NDIM:
+        raise ValueError("lmc: too many dimensions")
+    total = int(arr.size)
+    chunk = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
+    if not 1 <= chunk <= MAX_CHUNK:
+        raise ValueError(f"lmc: chunk_size must be in [1, {MAX_CHUNK}]")
+    nch = -(-total // chunk) if total else 0
+    data_u8 = _ro_bytes(arr)
+    flags = 0
+    ref_u8 = _EMPTY
+    has_ref = False
+    refhash = b""
+    if reference is not None:
+        r = _check_reference(reference, arr.dtype, shape, "reference")
+        ref_u8 = _ro_bytes(r)
+        has_ref = True
+        flags |= FLAG_REF
+    with _Threads(threads):
+        if has_ref:
+            refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit))
+        sizes = np.zeros(nch, np.int64)
+        chks = np.zeros(nch, np.uint64)
+        cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
+        scratch = np.empty(nch * cap, np.uint8) if nch else _EMPTY
+        if nch:
+            K.encode_all(data_u8, ref_u8, has_ref, total, chunk, unit, layout, ns,
+                         scratch, cap, sizes, chks)
+        head = bytearray()
+        head += MAGIC
+        head += struct.pack("<BBBB", VERSION, code, flags, len(shape))
+        head += struct.pack(f"<{len(shape)}Q", *shape)
+        head += struct.pack("<II", chunk, nch)
+        head += refhash
+        table = np.empty(nch, dtype=[("size", "<u4"), ("chk", "<u8")])
+        table["size"] = sizes
+        table["chk"] = chks
+        head += table.tobytes()
+        head += struct.pack("<I", zlib.crc32(head))
+        hl = len(head)
+        offsets = np.empty(nch, np.int64)
+        if nch:
+            offsets[0] = hl
+            np.cumsum(sizes[:-1], out=offsets[1:])
+            offsets[1:] += hl
+        total_len = hl + int(sizes.sum())
+        out = np.empty(total_len, np.uint8)
+        out[:hl] = np.frombuffer(head, np.uint8)
+        if nch:
+            K.gather_all(scratch, cap, sizes, offsets, out)
+    return out.tobytes()
+
+
+def _parse_header(buf):
+    """Parse and validate the header.  Returns a dict."""
+    nb = len(buf)
+    if nb < 8:
+        raise FormatError("lmc: blob too short for a header")
+    if bytes(buf[:4]) != MAGIC:
+        raise FormatError("lmc: bad magic (not an lmc blob)")
+    version, code, flags, ndim = struct.unpack_from("<BBBB", buf, 4)
+    if version != VERSION:
+        raise FormatError(f"lmc: unsupported format version {version}")
+    if code not in _DTYPES:
+        raise FormatError(f"lmc: unknown dtype code {code}")
+    if flags & ~FLAG_REF:
+        raise FormatError(f"lmc: unknown header flags 0x{flags:02x}")
+    if ndim > MAX_NDIM:
+        raise FormatError(f"lmc: invalid ndim {ndim}")
+    pos = 8
+    need = pos + 8 * ndim + 8
+    if nb < need:
+        raise FormatError("lmc: blob truncated inside the header")
+    shape = struct.unpack_from(f"<{ndim}Q", buf, pos)
+    pos += 8 * ndim
+    chunk, nch = struct.unpack_from("<II", buf, pos)
+    pos += 8
+    refhash = None
+    if flags & FLAG_REF:
+        if nb < pos + 8:
+            raise FormatError("lmc: blob truncated inside the header")
+        (refhash,) = struct.unpack_from("<Q", buf, pos)
+        pos += 8
+    tab_end = pos + ENTRY.size * nch
+    if nb < tab_end + 4:
+        raise FormatError("lmc: blob truncated inside the chunk table")
+    (crc,) = struct.unpack_from("<I", buf, tab_end)
+    if zlib.crc32(buf[:tab_end]) != crc:
+        raise FormatError("lmc: header checksum mismatch (corrupt header)")
+    total = 1
+    for s in shape:
+        total *= s
+    if not 1 <= chunk <= MAX_CHUNK:
+        raise FormatError(f"lmc: invalid chunk size {chunk}")
+    if nch != (-(-total // chunk) if total else 0):
+        raise FormatError("lmc: chunk count inconsistent with shape")
+    table = np.frombuffer(buf, dtype=[("size", "<u4"), ("chk", "<u8")], count=nch, offset=pos)
+    sizes = table["size"].astype(np.int64)
+    chks = table["chk"].astype(np.uint64)
+    hl = tab_end + 4
+    if hl + int(sizes.sum()) != nb:
+        raise FormatError(f"lmc: blob length {nb} does not match the chunk table "
+                          f"({hl + int(sizes.sum())} expected)")
+    offsets = np.empty(nch, np.int64)
+    if nch:
+        offsets[0] = hl
+        np.cumsum(sizes[:-1], out=offsets[1:])
+        offsets[1:] += hl
+    dt, unit, layout = _DTYPES[code]
+    return dict(code=code, dtype=dt, unit=unit, layout=layout, shape=tuple(shape),
+                total=total, chunk=chunk, nch=nch, refhash=refhash, sizes=sizes,
+                chks=chks, offsets=offsets)
+
+
+def _blob_view(blob):
+    if isinstance(blob, np.ndarray):
+        b = np.ascontiguousarray(blob).reshape(-1).view(np.uint8)
+    else:
+        try:
+            b = np.frombuffer(memoryview(blob).cast("B"), np.uint8)
+        except TypeError as e:
+            raise TypeError(f"lmc: blob must be bytes-like, got {type(blob)!r}") from e
+    if b.flags.writeable:
+        b = b.view()
+        b.flags.writeable = False
+    return b
+
+
+def info(blob):
+    """Header information of a blob (dtype, shape, chunk size, ...)."""
+    h = _parse_header(_blob_view(blob))
+    return dict(dtype=h["dtype"], shape=h["shape"], chunk_size=h["chunk"],
+                nchunks=h["nch"], has_reference=h["refhash"] is not None)
+
+
+def decompress(blob, *, threads=None, reference=None, out=None):
+    """Decompress an lmc blob to a numpy array of the original dtype/shape."""
+    buf = _blob_view(blob)
+    h = _parse_header(buf)
+    dt, unit, layout = h["dtype"], h["unit"], h["layout"]
+    shape, total = h["shape"], h["total"]
+    ns = _nstreams(unit, layout)
+    ref_u8 = _EMPTY
+    has_ref = False
+    if h["refhash"] is not None:
+        if reference is None:
+            raise FormatError("lmc: blob was delta-coded against a reference; "
+                              "pass the same reference= to decompress")
+        try:
+            r = _check_reference(reference, dt, shape, "reference")
+        except ValueError as e:
+            raise FormatError(f"lmc: wrong reference: {e}") from None
+        ref_u8 = _ro_bytes(r)
+        has_ref = True
+    if out is not None:
+        if not isinstance(out, np.ndarray):
+            raise ValueError("lmc: out must be a numpy array")
+        if out.dtype != dt:
+            raise ValueError(f"lmc: out dtype {out.dtype} != {dt}")
+        if out.size != total:
+            raise ValueError(f"lmc: out has {out.size} elements, {total} needed")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("lmc: out must be C-contiguous and writeable")
+        result = out if out.shape == shape else out.reshape(shape)
+    else:
+        result = np.empty(shape, dt)
+    out_u8 = result.reshape(-1).view(np.uint8)
+    with _Threads(threads):
+        if has_ref:
+            if _ref_hash(ref_u8, total, h["chunk"], unit) != h["refhash"]:
+                raise FormatError("lmc: wrong reference (reference hash mismatch)")
+        nch = h["nch"]
+        if nch:
+            status = np.zeros(nch, np.int64)
+            K.decode_all(buf, h["offsets"], h["sizes"], h["chks"], total, h["chunk"],
+                         unit, layout, ns, ref_u8, has_ref, out_u8, status)
+            bad = np.flatnonzero(status)
+            if bad.size:
+                c = int(bad[0])
+                msg = K.ERROR_MESSAGES.get(int(status[c]), "unknown error")
+                raise FormatError(f"lmc: chunk {c}: {msg}")
+    return result

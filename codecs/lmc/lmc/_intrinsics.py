@@ -1,0 +1,77 @@
+"""Unaligned little-endian loads/stores on uint8 arrays for Numba kernels.
+
+Under ``NUMBA_DISABLE_JIT=1`` pure-Python equivalents are used instead.
+These helpers do NO bounds checking: callers must guarantee that
+``idx .. idx + width`` lies inside the array.
+"""
+import numba
+import numpy as np
+
+if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess test
+
+    def _mk_load(nbytes, typ):
+        def _load(arr, idx):
+            idx = int(idx)
+            return typ(int.from_bytes(bytes(arr[idx:idx + nbytes]), "little"))
+        return _load
+
+    def _mk_store(nbytes):
+        def _store(arr, idx, val):
+            idx = int(idx)
+            arr[idx:idx + nbytes] = np.frombuffer(
+                int(val).to_bytes(nbytes, "little"), dtype=np.uint8)
+        return _store
+
+    load_u16 = _mk_load(2, np.uint16)
+    load_u32 = _mk_load(4, np.uint32)
+    load_u64 = _mk_load(8, np.uint64)
+    store_u16 = _mk_store(2)
+    store_u32 = _mk_store(4)
+    store_u64 = _mk_store(8)
+
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.extending import intrinsic
+
+    _RT = {16: types.uint16, 32: types.uint32, 64: types.uint64}
+
+    def _mk_load(bits):
+        @intrinsic
+        def _load(typingctx, arr, idx):
+            if not (isinstance(arr, types.Array) and arr.dtype == types.uint8
+                    and isinstance(idx, types.Integer)):
+                return None
+            sig = _RT[bits](arr, types.intp)
+
+            def codegen(context, builder, signature, args):
+                ary = context.make_array(signature.args[0])(context, builder, args[0])
+                ptr = builder.gep(ary.data, [args[1]])
+                p = builder.bitcast(ptr, ir.IntType(bits).as_pointer())
+                return builder.load(p, align=1)
+            return sig, codegen
+        return _load
+
+    def _mk_store(bits):
+        @intrinsic
+        def _store(typingctx, arr, idx, val):
+            if not (isinstance(arr, types.Array) and arr.dtype == types.uint8
+                    and isinstance(idx, types.Integer)):
+                return None
+            sig = types.void(arr, types.intp, _RT[bits])
+
+            def codegen(context, builder, signature, args):
+                ary = context.make_array(signature.args[0])(context, builder, args[0])
+                ptr = builder.gep(ary.data, [args[1]])
+                p = builder.bitcast(ptr, ir.IntType(bits).as_pointer())
+                builder.store(args[2], p, align=1)
+                return context.get_dummy_value()
+            return sig, codegen
+        return _store
+
+    load_u16 = _mk_load(16)
+    load_u32 = _mk_load(32)
+    load_u64 = _mk_load(64)
+    store_u16 = _mk_store(16)
+    store_u32 = _mk_store(32)
+    store_u64 = _mk_store(64)

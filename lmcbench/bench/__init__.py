@@ -1,0 +1,1 @@
+"""Measurement: timing, entropy, the grid runner and the records it writes."""

@@ -1,0 +1,64 @@
+"""Timing and entropy primitives."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Timing:
+    median: float
+    min: float
+    max: float
+    cpu: float  # median process CPU seconds (all threads)
+    repeats: int
+
+    def __add__(self, other: "Timing") -> "Timing":
+        return Timing(self.median + other.median, self.min + other.min, self.max + other.max, self.cpu + other.cpu,
+                      min(self.repeats, other.repeats) if self.repeats else other.repeats)
+
+
+ZERO = Timing(0.0, 0.0, 0.0, 0.0, 0)
+
+
+def timed(fn, warmup: int = 1, repeats: int = 3, budget_s: float = 0.5):
+    """Call ``fn`` ``warmup`` times untimed, then up to ``repeats`` times timed, stopping early once the timed
+    calls have used ``budget_s`` seconds (at least one timed call). Returns the last result and the median,
+    min and max wall seconds and the median CPU seconds."""
+    out = None
+    for _ in range(max(0, warmup)):
+        out = fn()
+    walls, cpus = [], []
+    for _ in range(max(1, repeats)):
+        c0, t0 = time.process_time(), time.perf_counter()
+        out = fn()
+        t1, c1 = time.perf_counter(), time.process_time()
+        walls.append(t1 - t0)
+        cpus.append(c1 - c0)
+        if sum(walls) >= budget_s:
+            break
+    return out, Timing(statistics.median(walls), min(walls), max(walls), statistics.median(cpus), len(walls))
+
+
+def byte_histogram(a: np.ndarray) -> np.ndarray:
+    """Counts of the 256 byte values in the bytes of ``a``."""
+    return np.bincount(np.ascontiguousarray(a).reshape(-1).view(np.uint8), minlength=256).astype(np.int64)
+
+
+def entropy_bits(hist: np.ndarray) -> float:
+    """Order-0 entropy in bits per symbol of a histogram (0 for an empty one)."""
+    n = int(hist.sum())
+    if n == 0:
+        return 0.0
+    p = hist[hist > 0] / n
+    return float(-(p * np.log2(p)).sum())
+
+
+def block_entropies(a: np.ndarray, block: int = 65536) -> np.ndarray:
+    """Order-0 entropy (bits per byte) of every ``block``-byte block of ``a`` (the last one may be shorter)."""
+    b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return np.array([entropy_bits(np.bincount(b[i:i + block], minlength=256)) for i in range(0, len(b), block)])

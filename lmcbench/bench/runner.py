@@ -1,0 +1,258 @@
+"""The grid runner: pipelines x codecs over every selected tensor of every step, each tensor loaded once.
+
+Memory: the source yields tensors tensor-major, so a temporal pipeline keeps only the previous step of the
+tensor it works on. A tensor larger than ``chunk_mib`` is measured in independent slices of that size
+(every transform here is elementwise, and parallel codecs chunk their input the same way), so the working
+set is the tensor, its reference and a few slices: about twice the largest tensor plus a fixed overhead.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..dtypes import dtype_name
+from ..errors import NotApplicable
+from ..sources import Source
+from ..transforms import Pipeline, Stream
+from .measure import ZERO, Timing, byte_histogram, entropy_bits, timed
+
+RECORD_COLUMNS = [
+    "step", "tensor", "kind", "dtype", "cast", "shape", "numel", "transform", "codec", "codec_label", "codec_version",
+    "threads", "orig_bytes", "comp_bytes", "ratio", "compress_s", "decompress_s", "compress_cpu_s",
+    "decompress_cpu_s", "compress_s_min", "compress_s_max", "decompress_s_min", "decompress_s_max",
+    "transform_s", "untransform_s", "repeats", "n_streams", "entropy_bits", "entropy_bound_bytes", "ref_step",
+    "verified", "error", "codec_config", "transform_config",
+]
+STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref_step", "bytes", "entropy_bits"]
+
+
+@dataclass
+class BenchOptions:
+    warmup: int = 1
+    repeats: int = 3
+    budget_s: float = 0.3
+    chunk_mib: float = 64.0
+    verify: bool = True
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, cfg) -> "BenchOptions":
+        from ..errors import ConfigError
+
+        cfg = dict(cfg or {})
+        known = {k: cfg.pop(k) for k in list(cfg) if k in cls.__dataclass_fields__}
+        if cfg:
+            raise ConfigError(f"bench: unknown option(s) {', '.join(sorted(cfg))}")
+        opts = cls(**known)
+        if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0:
+            raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0")
+        return opts
+
+
+class CsvAppender:
+    """Rows appended and flushed as they are made, so an interrupted run keeps what it measured."""
+
+    def __init__(self, path: str, columns: list[str]):
+        self.path = path
+        self._f = open(path, "w", newline="")
+        self._w = csv.DictWriter(self._f, fieldnames=columns, extrasaction="ignore")
+        self._w.writeheader()
+
+    def write(self, rows):
+        for r in rows:
+            self._w.writerow(r)
+        self._f.flush()
+
+    def close(self):
+        self._f.close()
+
+
+def _slices(n: int, chunk_elems: int):
+    if n == 0:
+        yield 0, 0
+        return
+    for b in range(0, n, chunk_elems):
+        yield b, min(n, b + chunk_elems)
+
+
+class _Acc:
+    """Accumulates one (pipeline, codec) measurement over the slices of a tensor."""
+
+    def __init__(self):
+        self.comp = 0
+        self.ctime = ZERO
+        self.dtime = ZERO
+        self.verified = True
+        self.error = ""
+        self.skipped = ""
+
+
+def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: BenchOptions, out_dir: str,
+        log=print) -> dict:
+    """Measure the grid, writing ``records.csv`` and ``streams.csv`` into ``out_dir``. Returns a summary."""
+    os.makedirs(out_dir, exist_ok=True)
+    records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS)
+    streams_out = CsvAppender(os.path.join(out_dir, "streams.csv"), STREAM_COLUMNS)
+    entries = source.entries()
+    total_bytes = sum(e.nbytes for e in entries)
+    skipped: dict[tuple, str] = {}
+    n_rows = n_fail = 0
+    refs: dict[str, tuple[int, np.ndarray]] = {}  # pipeline -> (step, decoded previous step) of the current tensor
+    current_key = None
+    bar = None
+    if opts.progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="measuring",
+                   dynamic_ncols=True)
+    try:
+        for e in entries:
+            if e.key != current_key:
+                refs.clear()  # only the previous step of *this* tensor is ever kept
+                current_key = e.key
+            rec = source.load(e)
+            if bar is not None:
+                bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
+            rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped)
+            refs = new_refs
+            records.write(rows)
+            streams_out.write(srows)
+            n_rows += len(rows)
+            n_fail += sum(1 for r in rows if not r["verified"])
+            if bar is not None:
+                bar.update(e.nbytes)
+            del rec
+    finally:
+        if bar is not None:
+            bar.close()
+        records.close()
+        streams_out.close()
+    for (codec, transform, dt), why in sorted(skipped.items()):
+        log(f"note: {codec} skipped for {transform} on {dt}: {why}")
+    return {"rows": n_rows, "failed": n_fail, "tensors": len(entries), "bytes": total_bytes,
+            "skipped": [list(k) + [v] for k, v in sorted(skipped.items())]}
+
+
+def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: BenchOptions, refs: dict,
+                   skipped: dict):
+    """All (pipeline, codec) measurements of one tensor. Returns rows, stream rows and the next references."""
+    x = np.ascontiguousarray(rec.array).reshape(-1)
+    n = x.size
+    chunk_elems = max(1, int(opts.chunk_mib * 2**20) // max(1, x.itemsize))
+    dt = dtype_name(rec.dtype)
+    rows, srows, new_refs = [], [], {}
+    for pname, pipe in pipelines.items():
+        ref_step, ref = refs.get(pname, (None, None)) if pipe.temporal else (None, None)
+        ref_flat = None if ref is None else ref.reshape(-1)
+        accs = {cname: _Acc() for cname in codecs}
+        hists: dict[str, np.ndarray] = {}
+        sbytes: dict[str, int] = {}
+        ttime = utime = ZERO
+        broken = None  # a decoded copy, made only if some slice fails to round-trip
+        for b, end in _slices(n, chunk_elems):
+            xs = x[b:end]
+            rs = None if ref_flat is None else ref_flat[b:end]
+            (streams, stages), tt = timed(lambda: pipe.encode(xs, rs), opts.warmup, opts.repeats, opts.budget_s)
+            ttime = ttime + tt
+            for s in streams:
+                h = byte_histogram(s.data)
+                hists[s.name] = hists.get(s.name, 0) + h
+                sbytes[s.name] = sbytes.get(s.name, 0) + s.nbytes
+            _, ut = timed(lambda: pipe.decode(streams, stages, rs, rec.dtype, xs.shape), opts.warmup,
+                          opts.repeats, opts.budget_s)
+            utime = utime + ut
+            for cname, codec in codecs.items():
+                acc = accs[cname]
+                if acc.skipped or (acc.error and not acc.verified):
+                    continue
+                try:
+                    for s in streams:
+                        codec.check_applicable(s.as_typed())
+                except NotApplicable as why:
+                    acc.skipped = str(why)
+                    continue
+                dec = _measure_codec(codec, streams, opts, acc)
+                if dec is None:
+                    continue
+                if opts.verify:
+                    try:
+                        y = pipe.decode(dec, stages, rs, rec.dtype, xs.shape)
+                        same = y.dtype == xs.dtype and np.array_equal(y.view(np.uint8), xs.view(np.uint8))
+                    except Exception as ex:  # noqa: BLE001 - a failed round trip is a recorded error
+                        y, same = None, False
+                        acc.error = f"decode of the transform failed: {ex}"
+                    if not same:
+                        acc.verified = False
+                        acc.error = acc.error or "round trip is not bit-exact"
+                        if pipe.temporal and broken is None and y is not None and cname == next(iter(codecs)):
+                            broken = x.copy()
+                        if broken is not None and y is not None and cname == next(iter(codecs)):
+                            broken[b:end] = y.reshape(-1).view(x.dtype)
+            del streams
+        # the reference for the next step is the *decoded* tensor (bit-identical to x unless a round trip failed)
+        if pipe.temporal:
+            new_refs[pname] = (rec.step, (broken if broken is not None else x).reshape(rec.shape))
+        ent_bound = sum(entropy_bits(h) * int(h.sum()) / 8 for h in hists.values())
+        tot_stream = sum(sbytes.values())
+        ent_avg = (sum(entropy_bits(h) * int(h.sum()) for h in hists.values()) / tot_stream) if tot_stream else 0.0
+        for sname, h in hists.items():
+            srows.append({"step": rec.step, "tensor": rec.name, "kind": rec.kind, "dtype": dt, "transform": pname,
+                          "stream": sname, "ref_step": "" if ref_step is None else ref_step, "bytes": sbytes[sname],
+                          "entropy_bits": round(entropy_bits(h), 6)})
+        for cname, codec in codecs.items():
+            acc = accs[cname]
+            if acc.skipped:
+                skipped[(codec.label, pname, dt)] = acc.skipped
+                continue
+            orig = int(x.nbytes)
+            comp_s = acc.ctime.median + ttime.median
+            dec_s = acc.dtime.median + utime.median
+            rows.append({
+                "step": rec.step, "tensor": rec.name, "kind": rec.kind, "dtype": dt, "cast": rec.cast,
+                "shape": "x".join(map(str, rec.shape)), "numel": n, "transform": pname, "codec": cname,
+                "codec_label": codec.label, "codec_version": codec.version, "threads": codec.threads,
+                "orig_bytes": orig, "comp_bytes": acc.comp if acc.verified or acc.comp else "",
+                "ratio": (orig / acc.comp) if acc.comp else "",
+                "compress_s": comp_s, "decompress_s": dec_s,
+                "compress_cpu_s": acc.ctime.cpu + ttime.cpu, "decompress_cpu_s": acc.dtime.cpu + utime.cpu,
+                "compress_s_min": acc.ctime.min + ttime.min, "compress_s_max": acc.ctime.max + ttime.max,
+                "decompress_s_min": acc.dtime.min + utime.min, "decompress_s_max": acc.dtime.max + utime.max,
+                "transform_s": ttime.median, "untransform_s": utime.median, "repeats": acc.ctime.repeats,
+                "n_streams": len(hists), "entropy_bits": round(ent_avg, 6), "entropy_bound_bytes": round(ent_bound, 1),
+                "ref_step": "" if ref_step is None else ref_step, "verified": bool(acc.verified and not acc.error),
+                "error": acc.error, "codec_config": json.dumps(codec.get_config(), sort_keys=True),
+                "transform_config": json.dumps(pipe.get_config()),
+            })
+    return rows, srows, new_refs
+
+
+def _measure_codec(codec, streams: list[Stream], opts: BenchOptions, acc: _Acc):
+    """Compress every stream, then decompress; time both. Returns the decoded streams or None on error."""
+    inputs = [s.as_typed() for s in streams]
+    try:
+        blobs, ct = timed(lambda: [codec.encode(a) for a in inputs], opts.warmup, opts.repeats, opts.budget_s)
+    except Exception as ex:  # noqa: BLE001 - a codec failure is a recorded error, never a crash of the run
+        acc.verified, acc.error = False, f"encode failed: {type(ex).__name__}: {ex}"
+        return None
+    try:
+        outs, dt = timed(lambda: [codec.decode(bl) for bl in blobs], opts.warmup, opts.repeats, opts.budget_s)
+    except Exception as ex:  # noqa: BLE001
+        acc.verified, acc.error = False, f"decode failed: {type(ex).__name__}: {ex}"
+        return None
+    acc.comp += sum(memoryview(bl).nbytes for bl in blobs)
+    acc.ctime = acc.ctime + ct
+    acc.dtime = acc.dtime + dt
+    dec = []
+    for s, o in zip(streams, outs):
+        raw = np.asarray(o).reshape(-1).view(np.uint8)
+        if raw.nbytes != s.nbytes:
+            acc.verified, acc.error = False, f"decoded {raw.nbytes} bytes, expected {s.nbytes}"
+            return None
+        dec.append(Stream(s.name, raw.view(s.data.dtype).reshape(s.data.shape), s.typed))
+    return dec

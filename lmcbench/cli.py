@@ -1,0 +1,202 @@
+"""The command line: ``lmcbench [OVERRIDES...]`` (a thin ``@hydra.main`` over :func:`run_task`).
+
+Errors in the input or the configuration are reported in one line (exit status 2); set
+``LMCBENCH_DEBUG=1`` (or ``HYDRA_FULL_ERROR=1``) for the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+from .errors import ConfigError, LmcbenchError
+
+CONF_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, "conf"))
+
+
+def _debug() -> bool:
+    return bool(os.environ.get("LMCBENCH_DEBUG") or os.environ.get("HYDRA_FULL_ERROR"))
+
+
+def fail(msg: str, code: int = 2):
+    print(f"lmcbench: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def build(cfg):
+    """Source, pipelines, codecs and bench options from a composed config (instantiates everything)."""
+    from omegaconf import OmegaConf
+
+    from .bench.runner import BenchOptions
+    from .codecs import get_codec
+    from .sources import get_source
+    from .transforms import Pipeline
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    if not c.get("codec"):
+        raise ConfigError("no codec selected (codec=[...])")
+    if not c.get("pipeline"):
+        raise ConfigError("no pipeline selected (pipeline=[...])")
+    source = get_source(c["source"])
+    pipelines = {}
+    for name, steps in c["pipeline"].items():
+        if steps is not None and not isinstance(steps, list):
+            raise ConfigError(f"pipeline.{name}: expected a list of transforms, got {steps!r}")
+        pipelines[name] = Pipeline.from_config(name, steps)
+    codecs, notes = {}, []
+    for name, ccfg in c["codec"].items():
+        if not isinstance(ccfg, dict) or "id" not in ccfg:
+            raise ConfigError(f"codec.{name}: expected a codec config with an 'id', got {ccfg!r}")
+        try:
+            cls_ok = get_codec(ccfg)
+            type(cls_ok).check_installed()
+            codecs[name] = cls_ok
+        except ImportError as e:
+            if not c.get("skip_unavailable_codecs", True):
+                raise ConfigError(f"codec {name}: its library is not installed ({e})") from None
+            notes.append(f"note: codec {name} skipped: its library is not installed ({e.name or e})")
+    if not codecs:
+        raise ConfigError("none of the selected codecs is installed")
+    return source, pipelines, codecs, BenchOptions.from_config(c.get("bench")), notes
+
+
+def environment(cfg, source, codecs) -> dict:
+    import numpy as np
+
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count()
+    git = ""
+    try:
+        root = os.path.dirname(CONF_DIR)
+        git = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        git += "+dirty" if dirty and git else ""
+    except (OSError, subprocess.SubprocessError):
+        pass
+    versions = {"numpy": np.__version__}
+    for mod in ("torch", "numba", "pandas", "ml_dtypes", "hydra", "safetensors"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except Exception:  # noqa: BLE001
+            pass
+    versions.update({name: c.version for name, c in codecs.items()})
+    from . import __version__
+
+    return {"command": " ".join(["lmcbench"] + sys.argv[1:]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "lmcbench": __version__, "python": platform.python_version(), "platform": platform.platform(),
+            "cpu": cpu, "cores": cores, "git_commit": git, "versions": versions, "source": source.describe()}
+
+
+def run_task(cfg, out_dir: str) -> dict:
+    from omegaconf import OmegaConf
+
+    from .bench import runner
+    from .report import load_records, render, summary_text
+
+    source, pipelines, codecs, opts, notes = build(cfg)
+    for n in notes:
+        print(n, file=sys.stderr)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        f.write(OmegaConf.to_yaml(cfg))
+    env = environment(cfg, source, codecs)
+    t0 = time.time()
+    summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr))
+    env.update(summary)
+    env["seconds"] = round(time.time() - t0, 1)
+    env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    env["largest_tensor_mib"] = max((e.nbytes for e in source.entries()), default=0) / 2**20
+    with open(os.path.join(out_dir, "environment.json"), "w") as f:
+        json.dump(env, f, indent=1, default=str)
+    rep = cfg.get("report", {}) or {}
+    if rep.get("enabled", True):
+        path = render(out_dir, out_dir, figures=rep.get("figures", True))
+        print(f"report: {path}")
+    if rep.get("print_summary", True):
+        print(summary_text(load_records(out_dir)))
+    print(f"records: {os.path.join(out_dir, 'records.csv')} ({summary['rows']} rows, "
+          f"{summary['failed']} failed round trips)")
+    if summary["failed"]:
+        print(f"lmcbench: warning: {summary['failed']} measurement(s) did not round-trip; see the 'error' column",
+              file=sys.stderr)
+    return summary
+
+
+def _hydra_main():
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+    def _main(cfg):
+        try:
+            run_task(cfg, HydraConfig.get().runtime.output_dir)
+        except LmcbenchError as e:
+            if _debug():
+                raise
+            fail(str(e))
+        except KeyboardInterrupt:
+            fail("interrupted; the records written so far are kept", 130)
+
+    return _main
+
+
+def _precheck(args: list[str]) -> None:
+    """Compose the config once before Hydra runs, so an unknown option or value gets one clear line."""
+    if any(a in ("-m", "--multirun", "--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion",
+                 "--version") or a.startswith(("--cfg", "--info", "--config", "-cp", "-cn", "--package", "-p"))
+           for a in args):
+        return
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = [a for a in args if not a.lstrip("+~").startswith("hydra")]
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as e:
+        if _debug():
+            raise
+        fail(_one_line(str(e)))
+
+
+def _one_line(msg: str) -> str:
+    lines = [ln.strip() for ln in msg.strip().splitlines() if ln.strip()]
+    if not lines:
+        return "invalid configuration"
+    head = lines[0]
+    if "Available options" in msg:
+        opts = [ln for ln in lines[lines.index(next(x for x in lines if x.startswith("Available options"))) + 1:]
+                if not ln.startswith(("Config search path", "provider=", "Set the environment"))]
+        head += " (available: " + ", ".join(opts) + ")"
+    elif len(lines) > 1 and lines[1].startswith(("Key", "full_key")):
+        head += " " + lines[1]
+    return head
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    _precheck(args)
+    _hydra_main()()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""LMC, our byte-grouping + Huffman codec (the ``lmc`` distribution under ``codecs/lmc``).
+
+Dtype-aware: it sees the stream's element dtype (bf16, fp16, fp32 get an exponent/sign+mantissa split,
+other types byte planes), so on the ``raw`` pipeline it does its own grouping."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from . import Codec, register_codec
+
+
+@register_codec
+class LMC(Codec):
+    codec_id = "lmc"
+
+    def __init__(self, threads: int | None = 1, chunk_size: int | None = None):
+        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
+        params = {"threads": threads}
+        if chunk_size is not None:
+            params["chunk_size"] = chunk_size
+        super().__init__(**params)
+
+    @classmethod
+    def check_installed(cls):
+        import lmc  # noqa: F401
+
+    @property
+    def label(self):
+        t = self._params["threads"]
+        return "lmc" if t == 1 else f"lmc-{t or 'all'}t"
+
+    @property
+    def threads(self):
+        if self._params["threads"] is None:
+            import numba
+
+            return numba.config.NUMBA_NUM_THREADS
+        return self._params["threads"]
+
+    @property
+    def version(self):
+        import lmc
+
+        return f"lmc {lmc.__version__}"
+
+    def _encode(self, arr):
+        import lmc
+
+        kw = {k: v for k, v in self._params.items() if k != "threads" and v is not None}
+        return lmc.compress(arr, threads=self._params["threads"], **kw)
+
+    def _decode(self, buf):
+        import lmc
+
+        out = lmc.decompress(buf, threads=self._params["threads"])
+        return np.ascontiguousarray(out).reshape(-1).view(np.uint8)

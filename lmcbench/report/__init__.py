@@ -1,0 +1,177 @@
+"""Reports: pandas tables and matplotlib figures rendered next to the records."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import pandas as pd
+
+from ..errors import LmcbenchError
+
+MiB = 2**20
+
+
+def load_records(paths) -> pd.DataFrame:
+    """Records from run folders or ``records.csv`` files (a sweep folder is searched recursively)."""
+    files = []
+    for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
+        p = str(p)
+        if os.path.isdir(p):
+            files.extend(sorted(glob.glob(os.path.join(p, "**", "records.csv"), recursive=True)))
+        elif os.path.isfile(p):
+            files.append(p)
+        else:
+            raise LmcbenchError(f"{p}: no such file or folder")
+    if not files:
+        raise LmcbenchError(f"{paths}: no records.csv found")
+    frames = []
+    for f in files:
+        try:
+            df = pd.read_csv(f, keep_default_na=False, na_values=[""])
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+            raise LmcbenchError(f"{f}: not a records file ({e})") from None
+        if df.empty:
+            continue
+        df["run"] = os.path.relpath(os.path.dirname(f), os.path.commonpath([os.path.dirname(x) for x in files]) or ".")
+        frames.append(df)
+    if not frames:
+        raise LmcbenchError(f"{paths}: the records are empty")
+    df = pd.concat(frames, ignore_index=True)
+    df["verified"] = df["verified"].astype(str).str.lower().eq("true")
+    return df
+
+
+def load_streams(paths) -> pd.DataFrame | None:
+    files = []
+    for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
+        p = str(p)
+        if os.path.isdir(p):
+            files.extend(sorted(glob.glob(os.path.join(p, "**", "streams.csv"), recursive=True)))
+        elif os.path.isfile(p) and os.path.exists(os.path.join(os.path.dirname(p), "streams.csv")):
+            files.append(os.path.join(os.path.dirname(p), "streams.csv"))
+    frames = [pd.read_csv(f, keep_default_na=False, na_values=[""]) for f in files]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True).drop_duplicates() if frames else None
+
+
+def comparable(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows to aggregate: verified ones, and when the grid has temporal pipelines, only the steps where every
+    pipeline had a reference (the first step of a series has nothing to delta against)."""
+    ok = df[df["verified"] & df["comp_bytes"].notna()].copy()
+    temporal = ok["transform_config"].astype(str).str.contains('"delta"')
+    if temporal.any():
+        first = ok.groupby(["tensor", "kind"])["step"].transform("min")
+        ok = ok[ok["step"] > first]
+    return ok
+
+
+def aggregate(df: pd.DataFrame, by) -> pd.DataFrame:
+    """Ratio and throughput of groups: sums of bytes and seconds, so big tensors weigh as they should."""
+    g = df.groupby(by, dropna=False).agg(orig_bytes=("orig_bytes", "sum"), comp_bytes=("comp_bytes", "sum"),
+                                         compress_s=("compress_s", "sum"), decompress_s=("decompress_s", "sum"),
+                                         bound_bytes=("entropy_bound_bytes", "sum"), rows=("orig_bytes", "size"))
+    g["ratio"] = g["orig_bytes"] / g["comp_bytes"]
+    g["bound_ratio"] = g["orig_bytes"] / g["bound_bytes"].where(g["bound_bytes"] > 0)
+    g["compress_MiBps"] = g["orig_bytes"] / MiB / g["compress_s"].where(g["compress_s"] > 0)
+    g["decompress_MiBps"] = g["orig_bytes"] / MiB / g["decompress_s"].where(g["decompress_s"] > 0)
+    return g.reset_index()
+
+
+def _order(values, preferred):
+    vals = list(dict.fromkeys(values))
+    return [v for v in preferred if v in vals] + [v for v in vals if v not in preferred]
+
+
+def pivot(agg: pd.DataFrame, value: str, fmt="{:.3f}") -> pd.DataFrame:
+    transforms = list(dict.fromkeys(agg["transform"]))
+    p = agg.pivot_table(index="codec_label", columns="transform", values=value, aggfunc="first")
+    p = p.reindex(columns=transforms)
+    return p.map(lambda v: "" if pd.isna(v) else fmt.format(v))
+
+
+def summary_text(df: pd.DataFrame) -> str:
+    """The table printed at the end of a run: ratio over all selected tensors, and compress speed."""
+    ok = comparable(df)
+    if ok.empty:
+        return "no verified measurements"
+    agg = aggregate(ok, ["transform", "codec_label"])
+    lines = ["ratio (orig/comp) over all selected tensors:", pivot(agg, "ratio").to_string(), "",
+             "compress MiB/s:", pivot(agg, "compress_MiBps", "{:.0f}").to_string(), "",
+             "decompress MiB/s:", pivot(agg, "decompress_MiBps", "{:.0f}").to_string()]
+    return "\n".join(lines)
+
+
+def _md(p: pd.DataFrame, corner="codec") -> str:
+    cols = [corner] + [str(c) for c in p.columns]
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * len(p.columns)) + "|"]
+    for idx, row in p.iterrows():
+        out.append("| " + " | ".join([str(idx)] + [str(v) for v in row.values]) + " |")
+    return "\n".join(out)
+
+
+def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool = True) -> str:
+    """Write ``report.md`` (and figures) for the records in ``run_dirs`` into ``out_dir``; returns its path."""
+    df = load_records(run_dirs)
+    streams = load_streams(run_dirs)
+    os.makedirs(out_dir, exist_ok=True)
+    env = _environment(run_dirs)
+    ok = comparable(df)
+    lines = [f"# {title}", ""]
+    if env:
+        lines += [f"- command: `{env.get('command', '')}`",
+                  f"- machine: {env.get('cpu', '')}, {env.get('cores', '')} cores; python {env.get('python', '')}; "
+                  f"git {env.get('git_commit', '')}",
+                  f"- source: {env.get('source', '')}"]
+        if env.get("peak_rss_mib"):
+            lines.append(f"- peak memory (RSS): {env['peak_rss_mib']:.0f} MiB; largest tensor "
+                         f"{env.get('largest_tensor_mib', 0):.1f} MiB")
+    n_fail = int((~df["verified"]).sum())
+    steps = sorted(df["step"].unique())
+    lines += [f"- {len(df)} measurements, {df[['tensor', 'kind']].drop_duplicates().shape[0]} tensors, steps "
+              f"{', '.join(map(str, steps))}; round trips verified bit-exact: {len(df) - n_fail} of {len(df)}", ""]
+    if n_fail:
+        bad = df[~df["verified"]].groupby(["codec_label", "transform"])["error"].first().reset_index()
+        lines += ["## Failed round trips", "", _md(bad.set_index("codec_label"), "codec"), ""]
+    if len(ok) < len(df[df["verified"]]):
+        lines += [f"Aggregates leave out step {steps[0]} (the first step has no previous checkpoint to delta "
+                  "against), so every transform is compared on the same data. Ratio = sum of original bytes / sum "
+                  "of compressed bytes; MiB/s = original MiB / seconds, transform included. `bound` = the "
+                  "order-0 entropy bound of the transform's streams.", ""]
+    for (kind, dtype), part in ok.groupby(["kind", "dtype"], sort=False):
+        agg = aggregate(part, ["transform", "codec_label"])
+        p = pivot(agg, "ratio")
+        bound = agg.groupby("transform")["bound_ratio"].first().reindex(p.columns)
+        p.loc["(order-0 bound)"] = [f"{v:.3f}" if pd.notna(v) else "" for v in bound.values]
+        lines += [f"## {kind} ({dtype}): compression ratio", "", _md(p), ""]
+    for dtype, part in ok.groupby("dtype", sort=False):
+        agg = aggregate(part, ["transform", "codec_label"])
+        lines += [f"## Compress MiB/s ({dtype}, all kinds)", "", _md(pivot(agg, "compress_MiBps", "{:.0f}")), "",
+                  f"## Decompress MiB/s ({dtype}, all kinds)", "", _md(pivot(agg, "decompress_MiBps", "{:.0f}")), ""]
+    if figures:
+        from . import plots
+
+        made = plots.all_figures(df, streams, out_dir)
+        if made:
+            lines += ["## Figures", ""] + [f"![{os.path.splitext(m)[0]}]({m})" for m in made] + [""]
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def _environment(run_dirs) -> dict:
+    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
+    for d in dirs:
+        for f in sorted(glob.glob(os.path.join(str(d), "**", "environment.json"), recursive=True)):
+            try:
+                with open(f) as fh:
+                    return json.load(fh)
+            except (OSError, ValueError):
+                continue
+    return {}
+
+
+__all__ = ["load_records", "load_streams", "aggregate", "comparable", "pivot", "render", "summary_text", "np"]

@@ -1,0 +1,141 @@
+"""Figures: ratio against step, the ratio/throughput trade-off front, per-stream entropy against step."""
+
+from __future__ import annotations
+
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from . import aggregate, comparable  # noqa: E402
+
+KIND_ORDER = ["weight", "exp_avg", "exp_avg_sq", "other"]
+
+
+def _kinds(df):
+    ks = list(dict.fromkeys(df["kind"]))
+    return [k for k in KIND_ORDER if k in ks] + [k for k in ks if k not in KIND_ORDER]
+
+
+def ratio_vs_step(df: pd.DataFrame, path: str) -> bool:
+    ok = df[df["verified"] & df["comp_bytes"].notna() & (df["codec"] != "memcpy")]
+    if ok.empty or ok["step"].nunique() < 2:
+        return False
+    kinds, transforms = _kinds(ok), list(dict.fromkeys(ok["transform"]))
+    fig, axes = plt.subplots(len(kinds), len(transforms), figsize=(3.2 * len(transforms), 2.6 * len(kinds)),
+                             sharex=True, squeeze=False)
+    codecs = list(dict.fromkeys(ok["codec_label"]))
+    colors = {c: plt.cm.tab10(i % 10) for i, c in enumerate(codecs)}
+    for i, kind in enumerate(kinds):
+        for j, tr in enumerate(transforms):
+            ax = axes[i][j]
+            part = ok[(ok["kind"] == kind) & (ok["transform"] == tr)]
+            if not part.empty:
+                agg = aggregate(part, ["codec_label", "step"])
+                for c, g in agg.groupby("codec_label", sort=False):
+                    ax.plot(g["step"], g["ratio"], marker=".", color=colors[c], label=c)
+            ax.grid(alpha=0.3)
+            if i == 0:
+                ax.set_title(tr, fontsize=10)
+            if j == 0:
+                ax.set_ylabel(f"{kind}\nratio")
+            if i == len(kinds) - 1:
+                ax.set_xlabel("training step")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    for row in axes:
+        for ax in row:
+            h, lab = ax.get_legend_handles_labels()
+            if len(lab) > len(labels):
+                handles, labels = h, lab
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 9), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def tradeoff(df: pd.DataFrame, path: str) -> bool:
+    ok = comparable(df)
+    ok = ok[ok["codec"] != "memcpy"]
+    if ok.empty:
+        return False
+    agg = aggregate(ok, ["codec_label", "transform"])
+    codecs = list(dict.fromkeys(agg["codec_label"]))
+    transforms = list(dict.fromkeys(agg["transform"]))
+    markers = "osD^v<>pPX*h"
+    colors = {c: plt.cm.tab10(i % 10) for i, c in enumerate(codecs)}
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), sharey=True)
+    for ax, col, name in ((axes[0], "compress_MiBps", "compress"), (axes[1], "decompress_MiBps", "decompress")):
+        for _, r in agg.iterrows():
+            ax.scatter(r[col], r["ratio"], color=colors[r["codec_label"]],
+                       marker=markers[transforms.index(r["transform"]) % len(markers)], s=40)
+        # the Pareto front: no other point is both faster and smaller
+        pts = agg[[col, "ratio"]].dropna().sort_values(col, ascending=False).values
+        front, best = [], -1.0
+        for x, y in pts:
+            if y > best:
+                front.append((x, y))
+                best = y
+        if front:
+            ax.plot(*zip(*front), color="grey", lw=1, ls="--", zorder=0, label="front")
+        ax.set_xscale("log")
+        ax.set_xlabel(f"{name} throughput (MiB/s, log)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("compression ratio")
+    from matplotlib.lines import Line2D
+
+    h = [Line2D([], [], color=colors[c], marker="o", ls="", label=c) for c in codecs]
+    h += [Line2D([], [], color="k", marker=markers[i % len(markers)], ls="", label=t) for i, t in enumerate(transforms)]
+    fig.legend(handles=h, loc="center right", frameon=False, fontsize=8)
+    fig.suptitle("ratio against throughput (all selected tensors)")
+    fig.tight_layout(rect=(0, 0, 0.85, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def entropy_vs_step(streams: pd.DataFrame | None, path: str) -> bool:
+    if streams is None or streams.empty or streams["step"].nunique() < 2:
+        return False
+    s = streams.copy()
+    s["bits_total"] = s["entropy_bits"] * s["bytes"]
+    transforms = [t for t in dict.fromkeys(s["transform"]) if s[s["transform"] == t]["stream"].nunique() > 1]
+    if not transforms:
+        return False
+    kinds = _kinds(s)
+    fig, axes = plt.subplots(len(kinds), len(transforms), figsize=(3.4 * len(transforms), 2.6 * len(kinds)),
+                             sharex=True, sharey=True, squeeze=False)
+    for i, kind in enumerate(kinds):
+        for j, tr in enumerate(transforms):
+            ax = axes[i][j]
+            part = s[(s["kind"] == kind) & (s["transform"] == tr)]
+            g = part.groupby(["stream", "step"], sort=False)[["bits_total", "bytes"]].sum().reset_index()
+            for st, gg in g.groupby("stream", sort=False):
+                ax.plot(gg["step"], gg["bits_total"] / gg["bytes"], marker=".", label=st)
+            ax.set_ylim(0, 8.2)
+            ax.grid(alpha=0.3)
+            if i == 0:
+                ax.set_title(tr, fontsize=10)
+            if j == 0:
+                ax.set_ylabel(f"{kind}\nbits per byte")
+            if i == len(kinds) - 1:
+                ax.set_xlabel("training step")
+            if i == 0:
+                ax.legend(fontsize=7, ncol=2)
+    fig.suptitle("order-0 entropy of each stream against step (8 = incompressible)")
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def all_figures(df, streams, out_dir) -> list[str]:
+    made = []
+    for name, fn, arg in (("ratio_vs_step.png", ratio_vs_step, df), ("tradeoff.png", tradeoff, df),
+                          ("entropy_vs_step.png", entropy_vs_step, streams)):
+        if fn(arg, os.path.join(out_dir, name)):
+            made.append(name)
+    return made

@@ -1,0 +1,154 @@
+"""Checkpoint series sources: each yields one tensor at a time, never a whole checkpoint.
+
+A source first builds a cheap *index* of :class:`TensorEntry` (step, name, kind, dtype, shape and how to
+load it) without reading tensor data, then loads tensors lazily, one at a time. Iteration is
+*tensor-major*: every step of one tensor before the next tensor, so that a temporal transform only ever
+keeps the previous step of the tensor it is working on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..dtypes import BFLOAT16, dtype_name, resolve
+from ..errors import ConfigError, SourceError
+
+KINDS = ("weight", "exp_avg", "exp_avg_sq", "other")
+
+
+@dataclass
+class TensorEntry:
+    step: int
+    name: str
+    kind: str
+    dtype: np.dtype
+    shape: tuple
+    loader: Callable[[], np.ndarray] = field(repr=False, compare=False)
+    file: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return (self.name, self.kind)
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class TensorRecord:
+    """One tensor of one checkpoint, loaded: what the pipeline measures."""
+
+    step: int
+    name: str
+    kind: str
+    dtype: np.dtype
+    shape: tuple
+    array: np.ndarray = field(repr=False)
+    cast: str = ""  # "" or e.g. "float32->bfloat16" when the source cast it
+
+
+class Source:
+    """Base class: subclasses implement :meth:`_index` (all entries, unfiltered)."""
+
+    source_type = ""
+
+    def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, **unknown):
+        if unknown:
+            raise ConfigError(f"source {self.source_type}: unknown option(s) {', '.join(sorted(unknown))}")
+        self.steps = None if steps is None else [int(s) for s in steps]
+        try:
+            self.include = re.compile(include) if include else None
+            self.exclude = re.compile(exclude) if exclude else None
+        except re.error as e:
+            raise ConfigError(f"source.include/exclude: bad regular expression: {e}") from None
+        self.kinds = None if kinds is None else list(kinds)
+        for k in self.kinds or []:
+            if k not in KINDS:
+                raise ConfigError(f"source.kinds: unknown kind {k!r}; known: {', '.join(KINDS)}")
+        self.cast = None
+        if cast:
+            src, _, dst = str(cast).partition("->")
+            if not dst:
+                src, dst = "float32", src
+            self.cast = (resolve(src), resolve(dst))
+
+    # -- to implement -------------------------------------------------------------------------------------
+    def _index(self) -> list[TensorEntry]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.source_type
+
+    # -- selection and iteration --------------------------------------------------------------------------
+    def entries(self) -> list[TensorEntry]:
+        """The selected entries, grouped tensor-major (all steps of a tensor in step order)."""
+        all_entries = self._index()
+        if not all_entries:
+            raise SourceError(f"{self.describe()}: no tensors found")
+        have_steps = sorted({e.step for e in all_entries})
+        if self.steps is not None:
+            missing = sorted(set(self.steps) - set(have_steps))
+            if missing:
+                raise SourceError(f"{self.describe()}: step(s) {missing} not found; available: {have_steps}")
+        sel = [e for e in all_entries
+               if (self.steps is None or e.step in self.steps)
+               and (self.kinds is None or e.kind in self.kinds)
+               and (self.include is None or self.include.search(e.name))
+               and (self.exclude is None or not self.exclude.search(e.name))]
+        if not sel:
+            raise SourceError(f"{self.describe()}: the selection (steps, include, kinds) matches no tensor")
+        groups: OrderedDict[tuple, list[TensorEntry]] = OrderedDict()
+        for e in sel:
+            groups.setdefault(e.key, []).append(e)
+        out = []
+        for g in groups.values():
+            out.extend(sorted(g, key=lambda e: e.step))
+        return out
+
+    def load(self, e: TensorEntry) -> TensorRecord:
+        try:
+            arr = e.loader()
+        except SourceError:
+            raise
+        except Exception as ex:  # noqa: BLE001 - any reader failure becomes one line naming the file
+            raise SourceError(f"{e.file or self.describe()}: cannot read tensor {e.name!r}: {ex}") from ex
+        if arr.dtype != e.dtype or tuple(arr.shape) != tuple(e.shape):
+            raise SourceError(f"{e.file}: tensor {e.name!r} is {dtype_name(arr.dtype)}{arr.shape}, "
+                              f"index said {dtype_name(e.dtype)}{e.shape}")
+        cast = ""
+        if self.cast and arr.dtype == self.cast[0]:
+            arr = arr.astype(self.cast[1])
+            cast = f"{dtype_name(self.cast[0])}->{dtype_name(self.cast[1])}"
+        return TensorRecord(e.step, e.name, e.kind, arr.dtype, tuple(arr.shape), arr, cast)
+
+    def __iter__(self) -> Iterator[TensorRecord]:
+        for e in self.entries():
+            yield self.load(e)
+
+
+_SOURCES: dict[str, str] = {
+    "hf_trainer": "lmcbench.sources.hf_trainer:HFTrainerSource",
+    "files": "lmcbench.sources.files:FilesSource",
+    "tinygpt": "lmcbench.sources.tinygpt:TinyGPTSource",
+}
+
+
+def get_source(config) -> Source:
+    """Instantiate a source from its config (``type`` selects the class, the rest are its options)."""
+    import importlib
+
+    cfg = dict(config)
+    st = cfg.pop("type", None)
+    if st not in _SOURCES:
+        raise ConfigError(f"unknown source type {st!r}; known: {', '.join(sorted(_SOURCES))}")
+    mod, _, cls = _SOURCES[st].partition(":")
+    return getattr(importlib.import_module(mod), cls)(**cfg)
+
+
+__all__ = ["TensorEntry", "TensorRecord", "Source", "get_source", "KINDS", "BFLOAT16"]

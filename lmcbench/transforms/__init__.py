@@ -1,0 +1,287 @@
+"""Invertible transforms that turn a tensor into byte streams for a codec.
+
+A pipeline state is a list of :class:`Stream` objects. It starts as one stream holding the tensor's bit
+patterns (an unsigned integer array of the tensor's width). *Temporal* transforms (delta) work on that whole
+tensor against a reference, the previous step's decoded tensor; *splitting* transforms (byte-grouping,
+exponent split) cut streams into narrower ones. Every transform is lossless and its ``decode`` reverses
+``encode`` bit-exactly, for every dtype (NaN, Inf and subnormal patterns included).
+
+Streams are 2-D ``uint8`` arrays of shape ``(n, width)`` or 1-D arrays of any unsigned type: a codec sees
+their bytes, and dtype-aware codecs (LMC, ZipNN, OpenZL) see ``Stream.typed``, the tensor's own dtype,
+when a stream still holds whole elements of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..dtypes import FLOAT_LAYOUT, bits, dtype_name, uint_dtype
+from ..errors import ConfigError
+
+
+@dataclass
+class Stream:
+    name: str
+    data: np.ndarray  # contiguous; (n,) unsigned or (n, w) uint8
+    typed: np.dtype | None = None  # the element dtype a dtype-aware codec should see, if meaningful
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def as_bytes(self) -> np.ndarray:
+        return self.data.reshape(-1).view(np.uint8)
+
+    def as_typed(self) -> np.ndarray:
+        """The stream as an array of its typed dtype (for dtype-aware codecs)."""
+        if self.typed is None:
+            return self.as_bytes()
+        return self.data.reshape(-1).view(self.typed)
+
+
+@dataclass
+class Layout:
+    """What a decoder needs to rebuild streams from bytes: shape and dtype of every stream."""
+
+    streams: list = field(default_factory=list)  # [(name, dtype, shape, typed)]
+
+
+class Transform:
+    """Base class. ``transform_id`` names it in configs and records."""
+
+    transform_id: str = ""
+    temporal = False  # needs the previous step of the same tensor
+
+    def get_config(self) -> dict:
+        return {"id": self.transform_id}
+
+    @property
+    def label(self) -> str:
+        return self.transform_id
+
+    def encode(self, streams: list[Stream], ref: np.ndarray | None, dtype: np.dtype) -> list[Stream]:
+        raise NotImplementedError
+
+    def decode(self, streams: list[Stream], ref: np.ndarray | None, dtype: np.dtype) -> list[Stream]:
+        raise NotImplementedError
+
+
+def _single(streams: list[Stream], what: str) -> Stream:
+    if len(streams) != 1 or streams[0].data.ndim != 1:
+        raise ConfigError(f"{what} must come before any splitting transform in a pipeline")
+    return streams[0]
+
+
+class Delta(Transform):
+    """Temporal delta of the bit patterns against the same tensor at the previous step.
+
+    ``mode='xor'`` XORs the patterns; ``mode='sub'`` subtracts them as unsigned integers modulo 2^bits.
+    At the first step of a series (no reference) it passes the tensor through unchanged.
+    """
+
+    transform_id = "delta"
+    temporal = True
+
+    def __init__(self, mode: str = "xor"):
+        if mode not in ("xor", "sub"):
+            raise ConfigError(f"delta: unknown mode {mode!r}; use 'xor' or 'sub'")
+        self.mode = mode
+
+    def get_config(self) -> dict:
+        return {"id": self.transform_id, "mode": self.mode}
+
+    @property
+    def label(self) -> str:
+        return "delta" if self.mode == "xor" else "delta_sub"
+
+    def _ref_bits(self, ref, s: Stream):
+        r = bits(ref)
+        if r.dtype != s.data.dtype or r.shape != s.data.shape:
+            raise ValueError(f"delta: reference of {r.dtype}{r.shape} does not match tensor {s.data.dtype}{s.data.shape}")
+        return r
+
+    def encode(self, streams, ref, dtype):
+        s = _single(streams, "delta")
+        if ref is None:
+            return streams
+        r = self._ref_bits(ref, s)
+        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else np.subtract(s.data, r)
+        return [Stream(s.name, out, s.typed)]
+
+    def decode(self, streams, ref, dtype):
+        s = _single(streams, "delta")
+        if ref is None:
+            return streams
+        r = self._ref_bits(ref, s)
+        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else np.add(s.data, r)
+        return [Stream(s.name, out, s.typed)]
+
+
+class ByteGroup(Transform):
+    """Byte-grouping: byte ``j`` of every element into plane ``b<j>`` (little-endian: ``b0`` is the least
+    significant byte). One plane per byte of the element: 2 for 16-bit types, 4 for 32-bit types."""
+
+    transform_id = "bytegroup"
+
+    def encode(self, streams, ref, dtype):
+        out = []
+        for s in streams:
+            planes = s.data if s.data.ndim == 2 else \
+                s.data.view(np.uint8).reshape(s.data.shape[0], s.data.itemsize)
+            w = planes.shape[1]
+            if w == 1:
+                out.append(Stream(s.name, planes.reshape(-1), None))
+                continue
+            prefix = "" if s.name in ("raw",) else s.name + "."
+            out.extend(Stream(f"{prefix}b{j}", np.ascontiguousarray(planes[:, j]), None) for j in range(w))
+        return out
+
+    @staticmethod
+    def plan(layout_streams):
+        """How many planes each input stream became (``encode`` is deterministic in this)."""
+        return [1 if s.data.ndim == 1 and s.data.itemsize == 1 else
+                (s.data.shape[1] if s.data.ndim == 2 else s.data.itemsize) for s in layout_streams]
+
+
+class ExpSplit(Transform):
+    """Exponent split for floats: the exponent bits of every element in one stream (``exp``, one byte each),
+    sign and mantissa in another (``sm``): bf16 -> 1 + 1 bytes, fp32 -> 1 + 3 bytes, fp16 -> 1 + 2 bytes
+    (the 5-bit exponent and 11-bit sign+mantissa cannot share bytes compactly), fp64 -> 2 + 7 bytes.
+
+    Non-float dtypes have no exponent: there the transform is byte-grouping, so a pipeline stays valid over
+    a mixed checkpoint."""
+
+    transform_id = "expsplit"
+
+    def encode(self, streams, ref, dtype):
+        s = _single(streams, "expsplit")
+        layout = FLOAT_LAYOUT.get(np.dtype(dtype))
+        if layout is None:
+            return ByteGroup().encode(streams, ref, dtype)
+        ebits, mbits = layout
+        u = s.data
+        width = u.dtype.itemsize * 8
+        exp = (u >> np.array(mbits, u.dtype)) & np.array((1 << ebits) - 1, u.dtype)
+        sm = ((u >> np.array(width - 1, u.dtype)) << np.array(mbits, u.dtype)) | (u & np.array((1 << mbits) - 1, u.dtype))
+        ew = (ebits + 7) // 8
+        sw = (mbits + 1 + 7) // 8
+        return [Stream("exp", _narrow(exp, ew)), Stream("sm", _narrow(sm, sw))]
+
+    def decode(self, streams, ref, dtype):
+        layout = FLOAT_LAYOUT.get(np.dtype(dtype))
+        if layout is None:
+            raise AssertionError("non-float expsplit is decoded as bytegroup")
+        ebits, mbits = layout
+        ut = uint_dtype(dtype)
+        exp = _widen(streams[0].data, ut)
+        sm = _widen(streams[1].data, ut)
+        width = ut.itemsize * 8
+        sign = (sm >> np.array(mbits, ut)) << np.array(width - 1, ut)
+        u = sign | (exp << np.array(mbits, ut)) | (sm & np.array((1 << mbits) - 1, ut))
+        return [Stream("raw", u, np.dtype(dtype))]
+
+
+def _narrow(u: np.ndarray, nbytes: int) -> np.ndarray:
+    """The low ``nbytes`` bytes of each element: (n,) uint8/uint16 when that fits, else (n, nbytes) uint8."""
+    if nbytes in (1, 2, 4, 8) and nbytes <= u.dtype.itemsize:
+        return u.astype(np.dtype(f"<u{nbytes}"))
+    b = np.ascontiguousarray(u).view(np.uint8).reshape(u.shape[0], u.dtype.itemsize)  # little-endian
+    return np.ascontiguousarray(b[:, :nbytes])
+
+
+def _widen(v: np.ndarray, ut: np.dtype) -> np.ndarray:
+    if v.ndim == 1:
+        return v.astype(ut)
+    n, w = v.shape
+    full = np.zeros((n, ut.itemsize), np.uint8)
+    full[:, :w] = v
+    return full.view(ut).reshape(n)
+
+
+TRANSFORMS = {cls.transform_id: cls for cls in (Delta, ByteGroup, ExpSplit)}
+
+
+def get_transform(config) -> Transform:
+    cfg = dict(config)
+    tid = cfg.pop("id", None)
+    if tid not in TRANSFORMS:
+        raise ConfigError(f"unknown transform {tid!r}; known: {', '.join(sorted(TRANSFORMS))}")
+    try:
+        return TRANSFORMS[tid](**cfg)
+    except TypeError as e:
+        raise ConfigError(f"transform {tid}: {e}") from None
+
+
+class Pipeline:
+    """An ordered list of transforms, applied to a tensor with an optional reference."""
+
+    def __init__(self, name: str, transforms: list[Transform]):
+        self.name = name
+        self.transforms = transforms
+        seen_split = False
+        for t in transforms:
+            if t.temporal and seen_split:
+                raise ConfigError(f"pipeline {name}: {t.label} must come before any splitting transform")
+            if isinstance(t, ExpSplit) and seen_split:
+                raise ConfigError(f"pipeline {name}: expsplit must come before bytegroup")
+            seen_split |= not t.temporal
+        self.temporal = any(t.temporal for t in transforms)
+
+    @classmethod
+    def from_config(cls, name: str, steps) -> "Pipeline":
+        return cls(name, [get_transform(s) for s in (steps or [])])
+
+    def get_config(self) -> list:
+        return [t.get_config() for t in self.transforms]
+
+    def encode(self, x: np.ndarray, ref: np.ndarray | None = None):
+        """Streams for ``x``, and the per-stage input streams the decoder needs to know the shapes of."""
+        dtype = x.dtype
+        streams = [Stream("raw", bits(x).copy() if not self.transforms else bits(x), dtype)]
+        stages = []
+        for t in self.transforms:
+            stages.append(_shapes(streams))
+            streams = t.encode(streams, ref, dtype)
+        return streams, stages
+
+    def decode(self, streams: list[Stream], stages, ref, dtype: np.dtype, shape) -> np.ndarray:
+        for t, before in zip(reversed(self.transforms), reversed(stages)):
+            if isinstance(t, ExpSplit) and np.dtype(dtype) in FLOAT_LAYOUT:
+                streams = t.decode(streams, ref, dtype)
+            elif isinstance(t, (ByteGroup, ExpSplit)):
+                streams = _ungroup(streams, before)
+            else:
+                streams = t.decode(streams, ref, dtype)
+        (s,) = streams
+        return s.data.view(np.dtype(dtype)).reshape(shape)
+
+
+def _shapes(streams):
+    return [(s.name, s.data.dtype, s.data.shape, s.typed) for s in streams]
+
+
+def _ungroup(streams: list[Stream], before) -> list[Stream]:
+    """Inverse of byte-grouping, given the streams' shapes before it."""
+    out, i = [], 0
+    for name, dt, shape, typed in before:
+        n = shape[0]
+        w = (shape[1] if len(shape) == 2 else 1) * np.dtype(dt).itemsize
+        if w == 1:
+            data = streams[i].data.reshape(shape).view(dt) if len(shape) == 1 else streams[i].data.reshape(shape)
+            i += 1
+        else:
+            planes = np.empty((n, w), np.uint8)
+            for j in range(w):
+                planes[:, j] = streams[i + j].data
+            i += w
+            data = planes.reshape(shape) if len(shape) == 2 else planes.view(dt).reshape(n)
+        out.append(Stream(name, data, typed))
+    if i != len(streams):
+        raise ValueError(f"ungroup: {len(streams)} streams for a layout of {i}")
+    return out
+
+
+__all__ = ["Stream", "Transform", "Delta", "ByteGroup", "ExpSplit", "Pipeline", "TRANSFORMS", "get_transform",
+           "dtype_name"]
