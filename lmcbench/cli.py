@@ -37,7 +37,14 @@ def build(cfg):
     from .sources import get_source
     from .transforms import Pipeline
 
-    c = OmegaConf.to_container(cfg, resolve=True)
+    from omegaconf.errors import MissingMandatoryValue
+
+    try:
+        c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as e:
+        key = getattr(e, "full_key", "") or "a value"
+        hint = " (e.g. source.path=DIR)" if str(key).startswith("source") else ""
+        raise ConfigError(f"{key} must be given{hint}") from None
     if not c.get("codec"):
         raise ConfigError("no codec selected (codec=[...])")
     if not c.get("pipeline"):
@@ -123,7 +130,6 @@ def run_task(cfg, out_dir: str) -> dict:
     env.update(summary)
     env["seconds"] = round(time.time() - t0, 1)
     env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    env["largest_tensor_mib"] = max((e.nbytes for e in source.entries()), default=0) / 2**20
     with open(os.path.join(out_dir, "environment.json"), "w") as f:
         json.dump(env, f, indent=1, default=str)
     rep = cfg.get("report", {}) or {}

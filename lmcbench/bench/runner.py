@@ -33,10 +33,10 @@ STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref
 
 @dataclass
 class BenchOptions:
-    warmup: int = 1
+    warmup: int = 1  # untimed calls the first time a codec or transform meets a dtype in a run
     repeats: int = 3
     budget_s: float = 0.3
-    chunk_mib: float = 64.0
+    chunk_mib: float = 16.0
     verify: bool = True
     progress: bool = True
     extra: dict = field(default_factory=dict)
@@ -105,12 +105,13 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     n_rows = n_fail = 0
     refs: dict[str, tuple[int, np.ndarray]] = {}  # pipeline -> (step, decoded previous step) of the current tensor
     current_key = None
+    warmed: set = set()  # (codec or pipeline, dtype) pairs that had their warm-up calls
     bar = None
     if opts.progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="measuring",
-                   dynamic_ncols=True)
+                   dynamic_ncols=True, disable=None)
     try:
         for e in entries:
             if e.key != current_key:
@@ -119,7 +120,7 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             rec = source.load(e)
             if bar is not None:
                 bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
-            rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped)
+            rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped, warmed)
             refs = new_refs
             records.write(rows)
             streams_out.write(srows)
@@ -133,15 +134,31 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             bar.close()
         records.close()
         streams_out.close()
+    by_codec: dict[str, list] = {}
     for (codec, transform, dt), why in sorted(skipped.items()):
-        log(f"note: {codec} skipped for {transform} on {dt}: {why}")
+        by_codec.setdefault(codec, []).append(f"{transform}/{dt}")
+    for codec, where in by_codec.items():
+        why = next(v for k, v in skipped.items() if k[0] == codec)
+        log(f"note: {codec} does not apply to {', '.join(where)} ({why})")
     return {"rows": n_rows, "failed": n_fail, "tensors": len(entries), "bytes": total_bytes,
+            "largest_tensor_mib": max((e.nbytes for e in entries), default=0) / 2**20,
             "skipped": [list(k) + [v] for k, v in sorted(skipped.items())]}
 
 
 def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: BenchOptions, refs: dict,
-                   skipped: dict):
-    """All (pipeline, codec) measurements of one tensor. Returns rows, stream rows and the next references."""
+                   skipped: dict, warmed: set | None = None):
+    """All (pipeline, codec) measurements of one tensor. Returns rows, stream rows and the next references.
+
+    Warm-up calls (Numba compiles, contexts are allocated on first use) are made the first time a codec or a
+    pipeline meets a stream dtype in the run, tracked in ``warmed``; every later measurement is timed at once."""
+    warmed = set() if warmed is None else warmed
+
+    def warmup(key):
+        if key in warmed:
+            return 0
+        warmed.add(key)
+        return opts.warmup
+
     x = np.ascontiguousarray(rec.array).reshape(-1)
     n = x.size
     chunk_elems = max(1, int(opts.chunk_mib * 2**20) // max(1, x.itemsize))
@@ -158,18 +175,20 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         for b, end in _slices(n, chunk_elems):
             xs = x[b:end]
             rs = None if ref_flat is None else ref_flat[b:end]
-            (streams, stages), tt = timed(lambda: pipe.encode(xs, rs), opts.warmup, opts.repeats, opts.budget_s)
+            wu = warmup(("pipeline", pname, dt))
+            (streams, stages), tt = timed(lambda: pipe.encode(xs, rs), wu, opts.repeats, opts.budget_s)
             ttime = ttime + tt
             for s in streams:
                 h = byte_histogram(s.data)
                 hists[s.name] = hists.get(s.name, 0) + h
                 sbytes[s.name] = sbytes.get(s.name, 0) + s.nbytes
-            _, ut = timed(lambda: pipe.decode(streams, stages, rs, rec.dtype, xs.shape), opts.warmup,
-                          opts.repeats, opts.budget_s)
+            ut = timed(lambda: pipe.decode(streams, stages, rs, rec.dtype, xs.shape), wu, opts.repeats,
+                       opts.budget_s)[1]
             utime = utime + ut
+            first = True
             for cname, codec in codecs.items():
                 acc = accs[cname]
-                if acc.skipped or (acc.error and not acc.verified):
+                if acc.skipped or not acc.verified:
                     continue
                 try:
                     for s in streams:
@@ -177,23 +196,18 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 except NotApplicable as why:
                     acc.skipped = str(why)
                     continue
-                dec = _measure_codec(codec, streams, opts, acc)
-                if dec is None:
-                    continue
-                if opts.verify:
-                    try:
-                        y = pipe.decode(dec, stages, rs, rec.dtype, xs.shape)
-                        same = y.dtype == xs.dtype and np.array_equal(y.view(np.uint8), xs.view(np.uint8))
-                    except Exception as ex:  # noqa: BLE001 - a failed round trip is a recorded error
-                        y, same = None, False
-                        acc.error = f"decode of the transform failed: {ex}"
-                    if not same:
-                        acc.verified = False
-                        acc.error = acc.error or "round trip is not bit-exact"
-                        if pipe.temporal and broken is None and y is not None and cname == next(iter(codecs)):
+                sig = (cname, pname) + tuple(str(st.as_typed().dtype) for st in streams)
+                dec = _measure_codec(codec, streams, opts, acc, warmup(sig))
+                if dec is not None and opts.verify:
+                    y = _verify(pipe, dec, stages, rs, rec.dtype, xs, acc)
+                    # the first codec's decoded output is the next step's reference; copy x only if it differs
+                    if first and pipe.temporal and not acc.verified and y is not None:
+                        if broken is None:
                             broken = x.copy()
-                        if broken is not None and y is not None and cname == next(iter(codecs)):
-                            broken[b:end] = y.reshape(-1).view(x.dtype)
+                        broken[b:end] = y
+                    del y
+                del dec
+                first = False
             del streams
         # the reference for the next step is the *decoded* tensor (bit-identical to x unless a round trip failed)
         if pipe.temporal:
@@ -232,16 +246,29 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     return rows, srows, new_refs
 
 
-def _measure_codec(codec, streams: list[Stream], opts: BenchOptions, acc: _Acc):
+def _verify(pipe, dec, stages, ref, dtype, xs, acc: _Acc):
+    """Undo the transform on the codec's output and compare with the original, byte for byte. Returns the
+    decoded slice (flat, as the tensor's dtype) or None."""
+    try:
+        y = pipe.decode(dec, stages, ref, dtype, xs.shape).reshape(-1)
+    except Exception as ex:  # noqa: BLE001 - a failed round trip is a recorded error
+        acc.verified, acc.error = False, f"decode of the transform failed: {type(ex).__name__}: {ex}"
+        return None
+    if y.dtype != xs.dtype or not np.array_equal(y.view(np.uint8), xs.view(np.uint8)):
+        acc.verified, acc.error = False, "round trip is not bit-exact"
+    return y
+
+
+def _measure_codec(codec, streams: list[Stream], opts: BenchOptions, acc: _Acc, warmup: int):
     """Compress every stream, then decompress; time both. Returns the decoded streams or None on error."""
     inputs = [s.as_typed() for s in streams]
     try:
-        blobs, ct = timed(lambda: [codec.encode(a) for a in inputs], opts.warmup, opts.repeats, opts.budget_s)
+        blobs, ct = timed(lambda: [codec.encode(a) for a in inputs], warmup, opts.repeats, opts.budget_s)
     except Exception as ex:  # noqa: BLE001 - a codec failure is a recorded error, never a crash of the run
         acc.verified, acc.error = False, f"encode failed: {type(ex).__name__}: {ex}"
         return None
     try:
-        outs, dt = timed(lambda: [codec.decode(bl) for bl in blobs], opts.warmup, opts.repeats, opts.budget_s)
+        outs, dt = timed(lambda: [codec.decode(bl) for bl in blobs], warmup, opts.repeats, opts.budget_s)
     except Exception as ex:  # noqa: BLE001
         acc.verified, acc.error = False, f"decode failed: {type(ex).__name__}: {ex}"
         return None

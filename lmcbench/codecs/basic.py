@@ -24,6 +24,9 @@ class Memcpy(Codec):
 
     codec_id = "memcpy"
 
+    def __init__(self):
+        super().__init__()
+
     @classmethod
     def check_installed(cls):
         pass

@@ -30,7 +30,7 @@ def load_records(paths) -> pd.DataFrame:
     frames = []
     for f in files:
         try:
-            df = pd.read_csv(f, keep_default_na=False, na_values=[""])
+            df = pd.read_csv(f, keep_default_na=False, na_values=[""], dtype={"shape": str, "cast": str})
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
             raise LmcbenchError(f"{f}: not a records file ({e})") from None
         if df.empty:
@@ -70,7 +70,7 @@ def comparable(df: pd.DataFrame) -> pd.DataFrame:
 
 def aggregate(df: pd.DataFrame, by) -> pd.DataFrame:
     """Ratio and throughput of groups: sums of bytes and seconds, so big tensors weigh as they should."""
-    g = df.groupby(by, dropna=False).agg(orig_bytes=("orig_bytes", "sum"), comp_bytes=("comp_bytes", "sum"),
+    g = df.groupby(by, dropna=False, sort=False).agg(orig_bytes=("orig_bytes", "sum"), comp_bytes=("comp_bytes", "sum"),
                                          compress_s=("compress_s", "sum"), decompress_s=("decompress_s", "sum"),
                                          bound_bytes=("entropy_bound_bytes", "sum"), rows=("orig_bytes", "size"))
     g["ratio"] = g["orig_bytes"] / g["comp_bytes"]
@@ -87,8 +87,9 @@ def _order(values, preferred):
 
 def pivot(agg: pd.DataFrame, value: str, fmt="{:.3f}") -> pd.DataFrame:
     transforms = list(dict.fromkeys(agg["transform"]))
+    codecs = list(dict.fromkeys(agg["codec_label"]))
     p = agg.pivot_table(index="codec_label", columns="transform", values=value, aggfunc="first")
-    p = p.reindex(columns=transforms)
+    p = p.reindex(index=codecs, columns=transforms)
     return p.map(lambda v: "" if pd.isna(v) else fmt.format(v))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -82,6 +83,8 @@ def tradeoff(df: pd.DataFrame, path: str) -> bool:
         if front:
             ax.plot(*zip(*front), color="grey", lw=1, ls="--", zorder=0, label="front")
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel(f"{name} throughput (MiB/s, log)")
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel("compression ratio")

@@ -89,7 +89,7 @@ class Source:
     def entries(self) -> list[TensorEntry]:
         """The selected entries, grouped tensor-major (all steps of a tensor in step order)."""
         all_entries = self._index()
-        if not all_entries:
+        if not any(e.name for e in all_entries) and self.steps is None:
             raise SourceError(f"{self.describe()}: no tensors found")
         have_steps = sorted({e.step for e in all_entries})
         if self.steps is not None:
@@ -97,7 +97,7 @@ class Source:
             if missing:
                 raise SourceError(f"{self.describe()}: step(s) {missing} not found; available: {have_steps}")
         sel = [e for e in all_entries
-               if (self.steps is None or e.step in self.steps)
+               if e.name and (self.steps is None or e.step in self.steps)
                and (self.kinds is None or e.kind in self.kinds)
                and (self.include is None or self.include.search(e.name))
                and (self.exclude is None or not self.exclude.search(e.name))]

@@ -9,7 +9,7 @@ import re
 
 from ..errors import ConfigError, SourceError
 from . import Source, TensorEntry
-from .hf_trainer import _LRU, slot_names
+from .hf_trainer import slot_names
 from .readers import (flatten_tensors, npz_index, npz_load, safetensors_index, safetensors_load, torch_dtype_to_numpy, torch_load,
                       torch_to_numpy)
 
@@ -34,7 +34,6 @@ class FilesSource(Source):
             self.step_regex = re.compile(step_regex)
         except re.error as e:
             raise ConfigError(f"source.step_regex: bad regular expression: {e}") from None
-        self._cache = _LRU(2)
 
     def describe(self):
         return self.pattern
@@ -81,12 +80,12 @@ class FilesSource(Source):
             if e.name and (e.step, e.key) in seen:
                 raise SourceError(f"{e.file}: tensor {e.name!r} ({e.kind}) appears twice at step {e.step}")
             seen.add((e.step, e.key))
-        return [e for e in entries if e.name]
+        return entries  # with the unopened steps' placeholders (name ''), so missing steps can be named
 
     def _torch(self, step, p):
         import torch
 
-        obj = self._cache.get(p, lambda: torch_load(p))
+        obj = torch_load(p)
         out = []
         if isinstance(obj, dict) and isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list):
             names = slot_names(obj, [], None)
@@ -96,12 +95,12 @@ class FilesSource(Source):
                         kind = key if key in ("exp_avg", "exp_avg_sq") else "other"
                         name = names.get(slot, f"slot{slot}") + ("" if kind != "other" else f".{key}")
                         out.append(TensorEntry(step, name, kind, torch_dtype_to_numpy(t.dtype), tuple(t.shape),
-                                               lambda s=slot, k=key: torch_to_numpy(self._cache.get(p, lambda: torch_load(p))["state"][s][k]), p))
+                                               lambda s=slot, k=key: torch_to_numpy(torch_load(p)["state"][s][k]), p))
             return out
         if not isinstance(obj, dict):
             raise SourceError(f"{p}: expected a state dict, found {type(obj).__name__}")
         for name, t in flatten_tensors(obj).items():
             out.append(TensorEntry(step, name, kind_from_name(name), torch_dtype_to_numpy(t.dtype), tuple(t.shape),
-                                   lambda n=name: torch_to_numpy(flatten_tensors(self._cache.get(p, lambda: torch_load(p)))[n]),
+                                   lambda n=name: torch_to_numpy(flatten_tensors(torch_load(p))[n]),
                                    p))
         return out

@@ -23,23 +23,6 @@ _NO_DECAY = re.compile(r"(bias|norm|ln_\d*|ln_f|layernorm)", re.IGNORECASE)
 _MOMENT_KINDS = {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}
 
 
-class _LRU:
-    """A tiny cache of loaded (memory-mapped) PyTorch files, so a tensor-major walk does not re-parse."""
-
-    def __init__(self, size=2):
-        self.size, self.items = size, OrderedDict()
-
-    def get(self, key, make):
-        if key in self.items:
-            self.items.move_to_end(key)
-            return self.items[key]
-        val = make()
-        self.items[key] = val
-        while len(self.items) > self.size:
-            self.items.popitem(last=False)
-        return val
-
-
 class HFTrainerSource(Source):
     source_type = "hf_trainer"
 
@@ -48,7 +31,6 @@ class HFTrainerSource(Source):
         if not path:
             raise SourceError("source=hf_trainer needs source.path=DIR (a Trainer output folder)")
         self.path = os.path.abspath(os.path.expanduser(str(path)))
-        self._cache = _LRU(2)
 
     def describe(self):
         return self.path
@@ -80,7 +62,7 @@ class HFTrainerSource(Source):
             opt = os.path.join(d, "optimizer.pt")
             if os.path.exists(opt) and (self.kinds is None or set(self.kinds) - {"weight"}):
                 entries.extend(self._optimizer(step, opt, weights, order))
-        return [e for e in entries if e.name]
+        return entries  # with the unopened steps' placeholders (name ''), so missing steps can be named
 
     # -- weights ---------------------------------------------------------------------------------------
     def _weights(self, step, d):
@@ -122,11 +104,11 @@ class HFTrainerSource(Source):
     def _torch_weights(self, step, files):
         out, order = [], []
         for path in files:
-            sd = self._cache.get(path, lambda p=path: torch_state_dict(p))
+            sd = torch_state_dict(path)
             for name, t in sd.items():
                 order.append((name, tuple(t.shape)))
                 out.append(TensorEntry(step, name, "weight", torch_dtype_to_numpy(t.dtype), tuple(t.shape),
-                                       lambda p=path, n=name: torch_to_numpy(self._cache.get(p, lambda: torch_state_dict(p))[n]),
+                                       lambda p=path, n=name: torch_to_numpy(torch_state_dict(p)[n]),
                                        path))
         return out, order
 
@@ -141,7 +123,7 @@ class HFTrainerSource(Source):
     def _optimizer(self, step, path, weights, order):
         import torch
 
-        opt = self._cache.get(path, lambda: self._load_opt(path))
+        opt = self._load_opt(path)
         names = slot_names(opt, weights, order)
         out = []
         for slot, st in opt["state"].items():
@@ -155,7 +137,7 @@ class HFTrainerSource(Source):
                 if kind == "other":
                     name = f"{name}.{key}"
                 out.append(TensorEntry(step, name, kind, torch_dtype_to_numpy(t.dtype), tuple(t.shape),
-                                       lambda s=slot, k=key: torch_to_numpy(self._cache.get(path, lambda: self._load_opt(path))["state"][s][k]),
+                                       lambda s=slot, k=key: torch_to_numpy(self._load_opt(path)["state"][s][k]),
                                        path))
         return out
 

@@ -77,14 +77,12 @@ def safetensors_index(path: str) -> dict[str, tuple[np.dtype, tuple, int, int]]:
 
 
 def safetensors_load(path: str, dtype: np.dtype, shape: tuple, begin: int, end: int) -> np.ndarray:
-    """One tensor, memory-mapped and copied out (the mapping is dropped at once)."""
+    """One tensor as a read-only memory-mapped array: no copy; pages are read as they are touched, and the
+    mapping goes away with the array."""
     if end == begin:
         return np.zeros(shape, dtype)
     mm = np.memmap(path, dtype=np.uint8, mode="r", offset=begin, shape=(end - begin,))
-    try:
-        return np.array(mm.view(dtype).reshape(shape), copy=True)
-    finally:
-        del mm
+    return np.asarray(mm).view(dtype).reshape(shape)
 
 
 def torch_load(path: str):
@@ -116,17 +114,22 @@ def torch_load(path: str):
 
 
 def torch_to_numpy(t) -> np.ndarray:
-    """A CPU torch tensor as a numpy array that owns its memory (bf16 as ``ml_dtypes.bfloat16``)."""
+    """A CPU torch tensor as a read-only numpy view of its memory (bf16 as ``ml_dtypes.bfloat16``).
+
+    For a memory-mapped load the view keeps only this tensor's pages resident, not the whole file."""
     import torch
 
     t = t.detach().cpu().contiguous()
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(BFLOAT16).copy()
-    if t.dtype == torch.float8_e4m3fn:
-        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn).copy()
-    if t.dtype == torch.float8_e5m2:
-        return t.view(torch.uint8).numpy().view(ml_dtypes.float8_e5m2).copy()
-    return t.numpy().copy()
+        a = t.view(torch.int16).numpy().view(BFLOAT16)
+    elif t.dtype == torch.float8_e4m3fn:
+        a = t.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn)
+    elif t.dtype == torch.float8_e5m2:
+        a = t.view(torch.uint8).numpy().view(ml_dtypes.float8_e5m2)
+    else:
+        a = t.numpy()
+    a.flags.writeable = False
+    return a
 
 
 def torch_dtype_to_numpy(dt) -> np.dtype:
@@ -173,7 +176,9 @@ def npz_index(path: str) -> dict[str, tuple[np.dtype, tuple]]:
                 # read only the .npy header of each member
                 with z.zip.open(k + ".npy" if k + ".npy" in z.zip.namelist() else k) as f:
                     version = np.lib.format.read_magic(f)
-                    shape, fortran, dtype = np.lib.format._read_array_header(f, version)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)
+                    shape, fortran, dtype = read(f)
                 out[k] = (np.dtype(dtype), tuple(shape))
             return out
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:

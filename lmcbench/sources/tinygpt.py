@@ -199,7 +199,7 @@ def train(out_dir: str, opts: dict) -> dict:
     log, t0 = [], time.time()
     n_params = sum(p.numel() for p in model.parameters())
     bar = tqdm(range(1, opts["max_steps"] + 1), desc=f"training tinygpt ({n_params / 1e6:.2f}M params)",
-               unit="step", dynamic_ncols=True)
+               unit="step", dynamic_ncols=True, disable=None)
     for step in bar:
         model.train()
         x, y = batch(train_data)

@@ -239,7 +239,7 @@ class Pipeline:
     def encode(self, x: np.ndarray, ref: np.ndarray | None = None):
         """Streams for ``x``, and the per-stage input streams the decoder needs to know the shapes of."""
         dtype = x.dtype
-        streams = [Stream("raw", bits(x).copy() if not self.transforms else bits(x), dtype)]
+        streams = [Stream("raw", bits(x), dtype)]  # a view: transforms and codecs never write to it
         stages = []
         for t in self.transforms:
             stages.append(_shapes(streams))

@@ -1,6 +1,8 @@
 """Python front end of the lmc codec: argument handling, header, drivers."""
 import struct
+import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
 import numba
@@ -97,7 +99,9 @@ def _to_array(obj, dtype=None, what="data"):
         raise ValueError(f"lmc: dtype={dtype!r} does not match the array dtype {arr.dtype}")
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    return np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
+    return arr
 
 
 def _ro_bytes(arr):
@@ -113,32 +117,48 @@ _EMPTY = np.zeros(0, np.uint8)
 _EMPTY.flags.writeable = False
 
 
-class _Threads:
-    def __init__(self, threads):
-        mx = numba.config.NUMBA_NUM_THREADS
-        if threads is None:
-            self.n = mx
-        else:
-            threads = int(threads)
-            if threads < 1:
-                raise ValueError("lmc: threads must be >= 1")
-            self.n = min(threads, mx)
-
-    def __enter__(self):
-        self.old = numba.get_num_threads()
-        numba.set_num_threads(self.n)
-        return self
-
-    def __exit__(self, *exc):
-        numba.set_num_threads(self.old)
-        return False
+_POOL = None
+_POOL_LOCK = threading.Lock()
 
 
-def _ref_hash(ref_u8, total, chunk, unit):
+def _nthreads(threads):
+    """threads=None -> all cores (numba's NUMBA_NUM_THREADS default)."""
+    mx = max(1, int(numba.config.NUMBA_NUM_THREADS))
+    if threads is None:
+        return mx
+    threads = int(threads)
+    if threads < 1:
+        raise ValueError("lmc: threads must be >= 1")
+    return min(threads, mx)
+
+
+def _pool():
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=max(1, int(numba.config.NUMBA_NUM_THREADS)),
+                                       thread_name_prefix="lmc")
+        return _POOL
+
+
+def _run_chunks(fn, args, nch, nthreads):
+    """Run fn(*args, c0, c1) over chunk ranges covering [0, nch)."""
+    if nch == 0:
+        return
+    if nthreads <= 1 or nch == 1:
+        fn(*args, 0, nch)
+        return
+    nb = min(nch, nthreads * 4)
+    bounds = [nch * i // nb for i in range(nb + 1)]
+    futs = [_pool().submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(nb)]
+    for f in futs:
+        f.result()
+
+
+def _ref_hash(ref_u8, total, chunk, unit, nthreads):
     nch = -(-total // chunk) if total else 0
     chks = np.zeros(nch, np.uint64)
-    if nch:
-        K.checksum_all(ref_u8, total, chunk, unit, chks)
+    _run_chunks(K.checksum_range, (ref_u8, total, chunk, unit, chks), nch, nthreads)
     b = chks.tobytes() + struct.pack("<QQ", total, unit)
     return zlib.crc32(b) | (zlib.adler32(b) << 32)
 
@@ -181,38 +201,38 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
         ref_u8 = _ro_bytes(r)
         has_ref = True
         flags |= FLAG_REF
-    with _Threads(threads):
-        if has_ref:
-            refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit))
-        sizes = np.zeros(nch, np.int64)
-        chks = np.zeros(nch, np.uint64)
-        cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
-        scratch = np.empty(nch * cap, np.uint8) if nch else _EMPTY
-        if nch:
-            K.encode_all(data_u8, ref_u8, has_ref, total, chunk, unit, layout, ns,
-                         scratch, cap, sizes, chks)
-        head = bytearray()
-        head += MAGIC
-        head += struct.pack("<BBBB", VERSION, code, flags, len(shape))
-        head += struct.pack(f"<{len(shape)}Q", *shape)
-        head += struct.pack("<II", chunk, nch)
-        head += refhash
-        table = np.empty(nch, dtype=[("size", "<u4"), ("chk", "<u8")])
-        table["size"] = sizes
-        table["chk"] = chks
-        head += table.tobytes()
-        head += struct.pack("<I", zlib.crc32(head))
-        hl = len(head)
-        offsets = np.empty(nch, np.int64)
-        if nch:
-            offsets[0] = hl
-            np.cumsum(sizes[:-1], out=offsets[1:])
-            offsets[1:] += hl
-        total_len = hl + int(sizes.sum())
-        out = np.empty(total_len, np.uint8)
-        out[:hl] = np.frombuffer(head, np.uint8)
-        if nch:
-            K.gather_all(scratch, cap, sizes, offsets, out)
+    nth = _nthreads(threads)
+    if has_ref:
+        refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit, nth))
+    sizes = np.zeros(nch, np.int64)
+    chks = np.zeros(nch, np.uint64)
+    cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
+    scratch = np.empty(nch * cap, np.uint8) if nch else _EMPTY
+    _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, total, chunk, unit, layout,
+                                 ns, scratch, cap, sizes, chks), nch, nth)
+    if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
+        raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
+    head = bytearray()
+    head += MAGIC
+    head += struct.pack("<BBBB", VERSION, code, flags, len(shape))
+    head += struct.pack(f"<{len(shape)}Q", *shape)
+    head += struct.pack("<II", chunk, nch)
+    head += refhash
+    table = np.empty(nch, dtype=[("size", "<u4"), ("chk", "<u8")])
+    table["size"] = sizes
+    table["chk"] = chks
+    head += table.tobytes()
+    head += struct.pack("<I", zlib.crc32(head))
+    hl = len(head)
+    offsets = np.empty(nch, np.int64)
+    if nch:
+        offsets[0] = hl
+        np.cumsum(sizes[:-1], out=offsets[1:])
+        offsets[1:] += hl
+    total_len = hl + int(sizes.sum())
+    out = np.empty(total_len, np.uint8)
+    out[:hl] = np.frombuffer(head, np.uint8)
+    _run_chunks(K.gather_range, (scratch, cap, sizes, offsets, out), nch, nth)
     return out.tobytes()
 
 
@@ -279,7 +299,7 @@ def _parse_header(buf):
 
 def _blob_view(blob):
     if isinstance(blob, np.ndarray):
-        b = np.ascontiguousarray(blob).reshape(-1).view(np.uint8)
+        b = np.ascontiguousarray(blob.reshape(-1)).view(np.uint8)
     else:
         try:
             b = np.frombuffer(memoryview(blob).cast("B"), np.uint8)
@@ -330,18 +350,19 @@ def decompress(blob, *, threads=None, reference=None, out=None):
     else:
         result = np.empty(shape, dt)
     out_u8 = result.reshape(-1).view(np.uint8)
-    with _Threads(threads):
-        if has_ref:
-            if _ref_hash(ref_u8, total, h["chunk"], unit) != h["refhash"]:
-                raise FormatError("lmc: wrong reference (reference hash mismatch)")
-        nch = h["nch"]
-        if nch:
-            status = np.zeros(nch, np.int64)
-            K.decode_all(buf, h["offsets"], h["sizes"], h["chks"], total, h["chunk"],
-                         unit, layout, ns, ref_u8, has_ref, out_u8, status)
-            bad = np.flatnonzero(status)
-            if bad.size:
-                c = int(bad[0])
-                msg = K.ERROR_MESSAGES.get(int(status[c]), "unknown error")
-                raise FormatError(f"lmc: chunk {c}: {msg}")
+    nth = _nthreads(threads)
+    if has_ref:
+        if _ref_hash(ref_u8, total, h["chunk"], unit, nth) != h["refhash"]:
+            raise FormatError("lmc: wrong reference (reference hash mismatch)")
+    nch = h["nch"]
+    if nch:
+        status = np.zeros(nch, np.int64)
+        _run_chunks(K.decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,
+                                     h["chunk"], unit, layout, ns, ref_u8, has_ref,
+                                     out_u8, status), nch, nth)
+        bad = np.flatnonzero(status)
+        if bad.size:
+            c = int(bad[0])
+            msg = K.ERROR_MESSAGES.get(int(status[c]), "unknown error")
+            raise FormatError(f"lmc: chunk {c}: {msg}")
     return result

@@ -1,8 +1,11 @@
 """Numba kernels of the lmc codec.
 
-Serial per-chunk kernels are ``@njit(nogil=True, cache=True)``; the thin
-drivers at the bottom are ``parallel=True`` and loop over chunks with
-``prange`` (not cached, as Numba cannot cache parallel functions reliably).
+All kernels are serial ``@njit(nogil=True, cache=True)`` functions (compiled
+once, cached on disk).  Parallelism comes from running the chunk-range
+drivers at the bottom on several Python threads (they release the GIL); see
+README for why ``parallel=True``/``prange`` drivers were not used (they cannot
+be cached and re-optimise the whole inlined call tree on every process start:
+~10 s per process).
 
 All data buffers are flat ``uint8`` arrays; elements ("units") of 1, 2, 4 or
 8 bytes are read with unaligned little-endian loads (see ``_intrinsics``).
@@ -13,9 +16,9 @@ Huffman decoder only uses wide loads where the 8 bytes are known to lie
 inside the sub-stream (slow byte-wise refill otherwise).
 """
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
-from ._intrinsics import load_u16, load_u32, load_u64, store_u16, store_u32, store_u64
+from ._intrinsics import load_u32, load_u64, store_u32, store_u64
 
 MAXLEN = 11
 TABSIZE = 1 << MAXLEN
@@ -48,7 +51,7 @@ ERROR_MESSAGES = {
     ERR_FLAGS: "invalid chunk flags byte",
     ERR_NOREF: "chunk is delta-coded but no reference is available",
     ERR_MODE: "invalid stream mode",
-    ERR_LEN: "stream payload length inconsistent with its mode",
+    ERR_LEN: "stream or chunk payload length inconsistent with its mode",
     ERR_TABLE: "invalid Huffman table header",
     ERR_KRAFT: "invalid Huffman code lengths (length > 11 or Kraft sum != 1)",
     ERR_STREAM: "Huffman bit stream overrun or length mismatch",
@@ -61,6 +64,9 @@ _M11 = np.uint64(TABSIZE - 1)
 _U0 = np.uint64(0)
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
+_S29 = np.uint64(29)
+_C1 = np.uint64(0x9E3779B97F4A7C15)
+_C3 = np.uint64(0xD6E8FEB86659FD93)
 
 
 @njit(nogil=True, cache=True)
@@ -71,222 +77,186 @@ def _fold(s1, s2):
 
 
 # ---------------------------------------------------------------------------
-# checksums
+# checksums and stream grouping
+#
+# Chunk checksum over the n units v_i (unsigned, zero-extended to 64 bits),
+# all arithmetic mod 2^64, i = index of the unit inside the chunk:
+#   s1 = sum(v_i)
+#   s2 = sum(mix(v_i, i)),  mix(v, i) = x ^ (x >> 29),  x = (v ^ (i * C3)) * C1
+#   chk = fold(s1) | fold(s2) << 32,   fold(x) = (x ^ (x >> 32)) & 0xFFFFFFFF
+# C1 = 0x9E3779B97F4A7C15, C3 = 0xD6E8FEB86659FD93.  s1 catches every
+# single-unit error; the non-linear s2 catches structured multi-unit errors
+# (a purely linear Fletcher-style sum misses e.g. +d,-d,-d,+d patterns).
+# Both are plain reductions, so the loops vectorize.
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
+def copy_bytes(dst, d0, src, s0, n):
+    """dst[d0:d0+n] = src[s0:s0+n] (slices first: Numba's slice assignment
+    and offset-indexed loops do not vectorize)."""
+    d = dst[d0:d0 + n]
+    s = src[s0:s0 + n]
+    n8 = n >> 3
+    d8 = d[:n8 * 8].view(np.uint64)
+    s8 = s[:n8 * 8].view(np.uint64)
+    for i in range(n8):
+        d8[i] = s8[i]
+    for i in range(n8 * 8, n):
+        d[i] = s[i]
+
+
+@njit(nogil=True, cache=True)
+def _mix(v, i):
+    x = (v ^ (np.uint64(i) * _C3)) * _C1
+    return x ^ (x >> _S29)
+
+
+@njit(nogil=True, cache=True)
 def checksum_units(data, start, n, unit):
-    """Fletcher-like 2x64-bit running sum over n units starting at unit
-    ``start``, folded to 64 bits.  Same value as computed by split/merge."""
     s1 = _U0
     s2 = _U0
     base = start * unit
     if unit == 1:
+        d = data[base:base + n]
         for i in range(n):
-            s1 += np.uint64(data[base + i])
-            s2 += s1
+            v = np.uint64(d[i])
+            s1 += v
+            s2 += _mix(v, i)
     elif unit == 2:
+        d = data[base:base + 2 * n].view(np.uint16)
         for i in range(n):
-            s1 += np.uint64(load_u16(data, base + 2 * i))
-            s2 += s1
+            v = np.uint64(d[i])
+            s1 += v
+            s2 += _mix(v, i)
     elif unit == 4:
+        d = data[base:base + 4 * n].view(np.uint32)
         for i in range(n):
-            s1 += np.uint64(load_u32(data, base + 4 * i))
-            s2 += s1
+            v = np.uint64(d[i])
+            s1 += v
+            s2 += _mix(v, i)
     else:
+        d = data[base:base + 8 * n].view(np.uint64)
         for i in range(n):
-            s1 += load_u64(data, base + 8 * i)
-            s2 += s1
+            v = d[i]
+            s1 += v
+            s2 += _mix(v, i)
     return _fold(s1, s2)
 
 
-# ---------------------------------------------------------------------------
-# stream grouping
-# ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
-def split_chunk(data, ref, use_ref, start, n, unit, layout, planes):
-    """Split n units into byte planes (planes[s, :n]); XOR with ``ref`` first
-    when use_ref.  Returns the checksum of the ORIGINAL units."""
-    s1 = _U0
-    s2 = _U0
-    base = start * unit
+def xor_into(dst, a, b, off, nbytes):
+    """dst[:nbytes] = a[off:off+nbytes] ^ b[off:off+nbytes] (8 bytes at a time)."""
+    n8 = nbytes >> 3
+    d8 = dst[:n8 * 8].view(np.uint64)
+    a8 = a[off:off + n8 * 8].view(np.uint64)
+    b8 = b[off:off + n8 * 8].view(np.uint64)
+    for i in range(n8):
+        d8[i] = a8[i] ^ b8[i]
+    for i in range(n8 * 8, nbytes):
+        dst[i] = a[off + i] ^ b[off + i]
+
+
+@njit(nogil=True, cache=True)
+def split_units(src, n, unit, layout, planes):
+    """Split the n units of src (uint8, n*unit bytes) into byte planes."""
     if layout == LAYOUT_BF16:
+        d = src[:2 * n].view(np.uint16)
         p0 = planes[0]
         p1 = planes[1]
         for i in range(n):
-            off = base + 2 * i
-            v = load_u16(data, off)
-            s1 += np.uint64(v)
-            s2 += s1
-            if use_ref:
-                v ^= load_u16(ref, off)
+            v = d[i]
             p0[i] = np.uint8((v >> 7) & 0xFF)
             p1[i] = np.uint8(((v >> 8) & 0x80) | (v & 0x7F))
     elif layout == LAYOUT_F16:
+        d = src[:2 * n].view(np.uint16)
         p0 = planes[0]
         p1 = planes[1]
         p2 = planes[2]
         for i in range(n):
-            off = base + 2 * i
-            v = load_u16(data, off)
-            s1 += np.uint64(v)
-            s2 += s1
-            if use_ref:
-                v ^= load_u16(ref, off)
+            v = d[i]
             p0[i] = np.uint8((v >> 10) & 0x1F)
             p1[i] = np.uint8(((v >> 13) & 0x4) | ((v >> 8) & 0x3))
             p2[i] = np.uint8(v & 0xFF)
     elif layout == LAYOUT_F32:
+        d = src[:4 * n].view(np.uint32)
         p0 = planes[0]
         p1 = planes[1]
         p2 = planes[2]
         p3 = planes[3]
         for i in range(n):
-            off = base + 4 * i
-            v = load_u32(data, off)
-            s1 += np.uint64(v)
-            s2 += s1
-            if use_ref:
-                v ^= load_u32(ref, off)
+            v = d[i]
             p0[i] = np.uint8((v >> 23) & 0xFF)
             p1[i] = np.uint8(((v >> 24) & 0x80) | ((v >> 16) & 0x7F))
             p2[i] = np.uint8((v >> 8) & 0xFF)
             p3[i] = np.uint8(v & 0xFF)
     else:
-        if unit == 1:
-            p0 = planes[0]
+        for j in range(unit):
+            p = planes[j]
             for i in range(n):
-                v = data[base + i]
-                s1 += np.uint64(v)
-                s2 += s1
-                if use_ref:
-                    v ^= ref[base + i]
-                p0[i] = v
-        elif unit == 2:
-            p0 = planes[0]
-            p1 = planes[1]
-            for i in range(n):
-                off = base + 2 * i
-                v = load_u16(data, off)
-                s1 += np.uint64(v)
-                s2 += s1
-                if use_ref:
-                    v ^= load_u16(ref, off)
-                p0[i] = np.uint8(v & 0xFF)
-                p1[i] = np.uint8(v >> 8)
-        elif unit == 4:
-            for i in range(n):
-                off = base + 4 * i
-                v = load_u32(data, off)
-                s1 += np.uint64(v)
-                s2 += s1
-                if use_ref:
-                    v ^= load_u32(ref, off)
-                for j in range(4):
-                    planes[j, i] = np.uint8((v >> (8 * j)) & 0xFF)
-        else:
-            for i in range(n):
-                off = base + 8 * i
-                v = load_u64(data, off)
-                s1 += v
-                s2 += s1
-                if use_ref:
-                    v ^= load_u64(ref, off)
-                for j in range(8):
-                    planes[j, i] = np.uint8((v >> np.uint64(8 * j)) & np.uint64(0xFF))
-    return _fold(s1, s2)
+                p[i] = src[i * unit + j]
 
 
 @njit(nogil=True, cache=True)
-def merge_chunk(planes, n, out, ref, use_ref, start, unit, layout):
-    """Inverse of split_chunk: write n units to ``out`` (XOR with ref when
-    use_ref) and return the checksum of the written units."""
-    s1 = _U0
-    s2 = _U0
+def split_chunk(data, ref, use_ref, start, n, unit, layout, planes):
+    """Split n units (from unit index start) into planes[s, :n], XORed with
+    ref first when use_ref.  Returns the checksum of the ORIGINAL units."""
     base = start * unit
+    chk = checksum_units(data, start, n, unit)
+    if use_ref:
+        tmp = np.empty(n * unit, np.uint8)
+        xor_into(tmp, data, ref, base, n * unit)
+        split_units(tmp, n, unit, layout, planes)
+    else:
+        split_units(data[base:base + n * unit], n, unit, layout, planes)
+    return chk
+
+
+@njit(nogil=True, cache=True)
+def merge_units(planes, n, unit, layout, dst):
+    """Inverse of split_units: write n units to dst (uint8, n*unit bytes)."""
     if layout == LAYOUT_BF16:
+        d = dst[:2 * n].view(np.uint16)
         p0 = planes[0]
         p1 = planes[1]
         for i in range(n):
-            off = base + 2 * i
             sm = np.uint16(p1[i])
-            v = np.uint16(((sm & 0x80) << 8) | (np.uint16(p0[i]) << 7) | (sm & 0x7F))
-            if use_ref:
-                v ^= load_u16(ref, off)
-            store_u16(out, off, v)
-            s1 += np.uint64(v)
-            s2 += s1
+            d[i] = np.uint16(((sm & 0x80) << 8) | (np.uint16(p0[i]) << 7) | (sm & 0x7F))
     elif layout == LAYOUT_F16:
+        d = dst[:2 * n].view(np.uint16)
         p0 = planes[0]
         p1 = planes[1]
         p2 = planes[2]
         for i in range(n):
-            off = base + 2 * i
             a = np.uint16(p1[i])
-            v = np.uint16(((a & 0x4) << 13) | ((np.uint16(p0[i]) & 0x1F) << 10)
-                          | ((a & 0x3) << 8) | np.uint16(p2[i]))
-            if use_ref:
-                v ^= load_u16(ref, off)
-            store_u16(out, off, v)
-            s1 += np.uint64(v)
-            s2 += s1
+            d[i] = np.uint16(((a & 0x4) << 13) | ((np.uint16(p0[i]) & 0x1F) << 10)
+                             | ((a & 0x3) << 8) | np.uint16(p2[i]))
     elif layout == LAYOUT_F32:
+        d = dst[:4 * n].view(np.uint32)
         p0 = planes[0]
         p1 = planes[1]
         p2 = planes[2]
         p3 = planes[3]
         for i in range(n):
-            off = base + 4 * i
             a = np.uint32(p1[i])
-            v = np.uint32(((a & 0x80) << 24) | (np.uint32(p0[i]) << 23) | ((a & 0x7F) << 16)
-                          | (np.uint32(p2[i]) << 8) | np.uint32(p3[i]))
-            if use_ref:
-                v ^= load_u32(ref, off)
-            store_u32(out, off, v)
-            s1 += np.uint64(v)
-            s2 += s1
+            d[i] = np.uint32(((a & 0x80) << 24) | (np.uint32(p0[i]) << 23) | ((a & 0x7F) << 16)
+                             | (np.uint32(p2[i]) << 8) | np.uint32(p3[i]))
     else:
-        if unit == 1:
-            p0 = planes[0]
+        for j in range(unit):
+            p = planes[j]
             for i in range(n):
-                v = p0[i]
-                if use_ref:
-                    v ^= ref[base + i]
-                out[base + i] = v
-                s1 += np.uint64(v)
-                s2 += s1
-        elif unit == 2:
-            p0 = planes[0]
-            p1 = planes[1]
-            for i in range(n):
-                off = base + 2 * i
-                v = np.uint16(np.uint16(p0[i]) | (np.uint16(p1[i]) << 8))
-                if use_ref:
-                    v ^= load_u16(ref, off)
-                store_u16(out, off, v)
-                s1 += np.uint64(v)
-                s2 += s1
-        elif unit == 4:
-            for i in range(n):
-                off = base + 4 * i
-                v = np.uint32(np.uint32(planes[0, i]) | (np.uint32(planes[1, i]) << 8)
-                              | (np.uint32(planes[2, i]) << 16) | (np.uint32(planes[3, i]) << 24))
-                if use_ref:
-                    v ^= load_u32(ref, off)
-                store_u32(out, off, v)
-                s1 += np.uint64(v)
-                s2 += s1
-        else:
-            for i in range(n):
-                off = base + 8 * i
-                v = _U0
-                for j in range(8):
-                    v |= np.uint64(planes[j, i]) << np.uint64(8 * j)
-                if use_ref:
-                    v ^= load_u64(ref, off)
-                store_u64(out, off, v)
-                s1 += v
-                s2 += s1
-    return _fold(s1, s2)
+                dst[i * unit + j] = p[i]
+
+
+@njit(nogil=True, cache=True)
+def merge_chunk(planes, n, out, ref, use_ref, start, unit, layout):
+    """Write the chunk's n units to out (XOR with ref when use_ref) and
+    return the checksum of the written units."""
+    base = start * unit
+    nb = n * unit
+    dst = out[base:base + nb]
+    merge_units(planes, n, unit, layout, dst)
+    if use_ref:
+        xor_into(dst, dst, ref[base:base + nb], 0, nb)
+    return checksum_units(out, start, n, unit)
 
 
 # ---------------------------------------------------------------------------
@@ -480,48 +450,108 @@ def analyze_planes(planes, n, ns, h, lens, modes, sizes):
 
 
 @njit(nogil=True, cache=True)
-def _encode_sub(p, n, k, codes, lens, out, o):
-    """Encode symbols p[k], p[k+4], ... LSB-first at out[o:].  Writes up to 8
-    bytes past the end of the produced data (caller provides slack).
-    Returns the new output position."""
-    acc = _U0
-    nb = 0
-    cnt = (n - k + 3) >> 2
+def _encode4(p, n, codes, lens, out, o, sub):
+    """Encode the n symbols of p into 4 interleaved LSB-first sub-streams
+    (symbol i -> sub-stream i % 4) written back to back at out[o:], whose
+    exact byte sizes sub[0..3] are known in advance.  Never writes outside
+    [o, o + sum(sub)).  Returns the end position (or -1 on a size mismatch,
+    which would be an internal error)."""
+    q0 = o
+    en0 = q0 + sub[0]
+    q1 = en0
+    en1 = q1 + sub[1]
+    q2 = en1
+    en2 = q2 + sub[2]
+    q3 = en2
+    en3 = q3 + sub[3]
+    a0 = _U0
+    a1 = _U0
+    a2 = _U0
+    a3 = _U0
+    n0 = 0
+    n1 = 0
+    n2 = 0
+    n3 = 0
+    nblk = n >> 4
     j = 0
-    while j + 4 <= cnt:
-        i = k + 4 * j
-        s = p[i]
-        acc |= codes[s] << np.uint64(nb)
-        nb += lens[s]
-        s = p[i + 4]
-        acc |= codes[s] << np.uint64(nb)
-        nb += lens[s]
-        s = p[i + 8]
-        acc |= codes[s] << np.uint64(nb)
-        nb += lens[s]
-        s = p[i + 12]
-        acc |= codes[s] << np.uint64(nb)
-        nb += lens[s]
-        store_u64(out, o, acc)
-        nbytes = nb >> 3
-        o += nbytes
-        acc >>= np.uint64(nbytes * 8)
-        nb &= 7
-        j += 4
-    while j < cnt:
-        s = p[k + 4 * j]
-        acc |= codes[s] << np.uint64(nb)
-        nb += lens[s]
-        store_u64(out, o, acc)
-        nbytes = nb >> 3
-        o += nbytes
-        acc >>= np.uint64(nbytes * 8)
-        nb &= 7
+    while j < nblk:
+        # the 8-byte stores below must stay inside each sub-stream
+        if q0 + 8 > en0 or q1 + 8 > en1 or q2 + 8 > en2 or q3 + 8 > en3:
+            break
+        i = 16 * j
+        for t in range(4):
+            c0 = p[i + 4 * t]
+            c1 = p[i + 4 * t + 1]
+            c2 = p[i + 4 * t + 2]
+            c3 = p[i + 4 * t + 3]
+            a0 |= codes[c0] << np.uint64(n0)
+            a1 |= codes[c1] << np.uint64(n1)
+            a2 |= codes[c2] << np.uint64(n2)
+            a3 |= codes[c3] << np.uint64(n3)
+            n0 += lens[c0]
+            n1 += lens[c1]
+            n2 += lens[c2]
+            n3 += lens[c3]
+        store_u64(out, q0, a0)
+        store_u64(out, q1, a1)
+        store_u64(out, q2, a2)
+        store_u64(out, q3, a3)
+        m0 = n0 >> 3
+        m1 = n1 >> 3
+        m2 = n2 >> 3
+        m3 = n3 >> 3
+        q0 += m0
+        q1 += m1
+        q2 += m2
+        q3 += m3
+        a0 >>= np.uint64(8 * m0)
+        a1 >>= np.uint64(8 * m1)
+        a2 >>= np.uint64(8 * m2)
+        a3 >>= np.uint64(8 * m3)
+        n0 &= 7
+        n1 &= 7
+        n2 &= 7
+        n3 &= 7
         j += 1
-    if nb > 0:
-        out[o] = np.uint8(acc & np.uint64(0xFF))
-        o += 1
-    return o
+    qs = np.empty(4, np.int64)
+    qs[0] = q0
+    qs[1] = q1
+    qs[2] = q2
+    qs[3] = q3
+    accs = np.empty(4, np.uint64)
+    accs[0] = a0
+    accs[1] = a1
+    accs[2] = a2
+    accs[3] = a3
+    nbs = np.empty(4, np.int64)
+    nbs[0] = n0
+    nbs[1] = n1
+    nbs[2] = n2
+    nbs[3] = n3
+    ens = np.empty(4, np.int64)
+    ens[0] = en0
+    ens[1] = en1
+    ens[2] = en2
+    ens[3] = en3
+    for k in range(4):
+        q = qs[k]
+        acc = accs[k]
+        nb = nbs[k]
+        for i in range(16 * j + k, n, 4):
+            c = p[i]
+            acc |= codes[c] << np.uint64(nb)
+            nb += lens[c]
+            while nb >= 8:
+                out[q] = np.uint8(acc & np.uint64(0xFF))
+                q += 1
+                acc >>= np.uint64(8)
+                nb -= 8
+        if nb > 0:
+            out[q] = np.uint8(acc & np.uint64(0xFF))
+            q += 1
+        if q != ens[k]:
+            return -1
+    return en3
 
 
 @njit(nogil=True, cache=True)
@@ -530,7 +560,7 @@ def _write_stream(p, n, mode, size, h, lens, out, o):
     store_u32(out, o + 1, np.uint32(size))
     o += 5
     if mode == MODE_RAW:
-        out[o:o + n] = p[:n]
+        copy_bytes(out, o, p, 0, n)
         return o + n
     if mode == MODE_CONST:
         out[o] = p[0]
@@ -564,15 +594,13 @@ def _write_stream(p, n, mode, size, h, lens, out, o):
     ln = np.empty(256, np.int64)
     for s in range(256):
         ln[s] = lens[s]
-    for k in range(4):
-        o = _encode_sub(p, n, k, codes, ln, out, o)
-    return o
+    return _encode4(p, n, codes, ln, out, o, sub)
 
 
 @njit(nogil=True, cache=True)
-def encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, out, o):
-    """Encode one chunk at out[o:].  Returns (size, checksum)."""
-    planes = np.empty((ns, n), np.uint8)
+def encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, out, o, planes, planes2):
+    """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch).
+    Returns (size, checksum)."""
     h = np.zeros((ns, 4, 256), np.int64)
     lens = np.zeros((ns, 256), np.uint8)
     modes = np.empty(ns, np.int64)
@@ -581,7 +609,6 @@ def encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, out, o):
     cost = analyze_planes(planes, n, ns, h, lens, modes, sizes)
     flags = 0
     if has_ref:
-        planes2 = np.empty((ns, n), np.uint8)
         h2 = np.zeros((ns, 4, 256), np.int64)
         lens2 = np.zeros((ns, 256), np.uint8)
         modes2 = np.empty(ns, np.int64)
@@ -596,10 +623,18 @@ def encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, out, o):
             modes = modes2
             sizes = sizes2
     o0 = o
+    nbytes = n * unit
+    if cost >= nbytes:
+        # stored chunk: the original units verbatim (never larger than input)
+        out[o] = 2
+        copy_bytes(out, o + 1, data, start * unit, nbytes)
+        return 1 + nbytes, chk
     out[o] = flags
     o += 1
     for s in range(ns):
         o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s], out, o)
+        if o < 0:
+            return -1, chk
     return o - o0, chk
 
 
@@ -616,9 +651,41 @@ def _slow_load(buf, st, L, byte):
 
 
 @njit(nogil=True, cache=True)
-def huff_decode4(buf, st, ln, dec, out, n):
+def build_multi_table(dec, dec3):
+    """From the single-symbol table build dec3 (uint32[2048]): up to 3
+    symbols whose codes fit entirely in the 11 peeked bits.  Entry: sym1 |
+    sym2 << 8 | sym3 << 16 | total_bits << 24 | count << 28."""
+    for idx in range(TABSIZE):
+        e = np.int64(dec[idx])
+        l1 = e >> 8
+        syms = e & 255
+        tot = l1
+        cnt = 1
+        rest = idx >> l1
+        avail = MAXLEN - l1
+        e2 = np.int64(dec[rest])
+        l2 = e2 >> 8
+        if l2 <= avail:
+            syms |= (e2 & 255) << 8
+            tot += l2
+            cnt = 2
+            avail -= l2
+            rest >>= l2
+            e3 = np.int64(dec[rest])
+            l3 = e3 >> 8
+            if l3 <= avail:
+                syms |= (e3 & 255) << 16
+                tot += l3
+                cnt = 3
+        dec3[idx] = np.uint32(syms | (tot << 24) | (cnt << 28))
+
+
+@njit(nogil=True, cache=True)
+def huff_decode4(buf, st, ln, dec, dec3, out, n):
     """Decode n symbols from 4 interleaved LSB-first sub-streams (symbol i in
-    sub-stream i % 4); sub-stream k occupies buf[st[k] : st[k] + ln[k]]."""
+    sub-stream i % 4); sub-stream k occupies buf[st[k] : st[k] + ln[k]].
+    ``out`` must have >= n + 12 bytes (the fast loop writes up to 2 bytes of
+    scratch past a reader's current symbol)."""
     s0 = st[0]
     s1 = st[1]
     s2 = st[2]
@@ -631,9 +698,19 @@ def huff_decode4(buf, st, ln, dec, out, n):
     b1 = 0
     b2 = 0
     b3 = 0
-    full = n >> 2
-    r = 0
-    while r + 5 <= full:
+    # output positions of the next symbol of each reader, and their ends
+    o0 = 0
+    o1 = 1
+    o2 = 2
+    o3 = 3
+    # last allowed start position so that 5 lookups (<= 15 symbols) fit
+    e0 = 4 * ((n + 3) >> 2) - 60
+    e1 = 1 + 4 * ((n + 2) >> 2) - 60
+    e2 = 2 + 4 * ((n + 1) >> 2) - 60
+    e3 = 3 + 4 * (n >> 2) - 60
+    while True:
+        if o0 > e0 or o1 > e1 or o2 > e2 or o3 > e3:
+            break
         # 8-byte loads must lie inside each sub-stream
         if ((b0 >> 3) + 8 > L0 or (b1 >> 3) + 8 > L1
                 or (b2 >> 3) + 8 > L2 or (b3 >> 3) + 8 > L3):
@@ -642,20 +719,27 @@ def huff_decode4(buf, st, ln, dec, out, n):
         a1 = load_u64(buf, s1 + (b1 >> 3)) >> np.uint64(b1 & 7)
         a2 = load_u64(buf, s2 + (b2 >> 3)) >> np.uint64(b2 & 7)
         a3 = load_u64(buf, s3 + (b3 >> 3)) >> np.uint64(b3 & 7)
-        o = 4 * r
         for t in range(5):
-            e0 = dec[a0 & _M11]
-            e1 = dec[a1 & _M11]
-            e2 = dec[a2 & _M11]
-            e3 = dec[a3 & _M11]
-            out[o] = np.uint8(e0 & 0xFF)
-            out[o + 1] = np.uint8(e1 & 0xFF)
-            out[o + 2] = np.uint8(e2 & 0xFF)
-            out[o + 3] = np.uint8(e3 & 0xFF)
-            l0 = e0 >> 8
-            l1 = e1 >> 8
-            l2 = e2 >> 8
-            l3 = e3 >> 8
+            x0 = dec3[a0 & _M11]
+            x1 = dec3[a1 & _M11]
+            x2 = dec3[a2 & _M11]
+            x3 = dec3[a3 & _M11]
+            out[o0] = np.uint8(x0 & 0xFF)
+            out[o0 + 4] = np.uint8((x0 >> 8) & 0xFF)
+            out[o0 + 8] = np.uint8((x0 >> 16) & 0xFF)
+            out[o1] = np.uint8(x1 & 0xFF)
+            out[o1 + 4] = np.uint8((x1 >> 8) & 0xFF)
+            out[o1 + 8] = np.uint8((x1 >> 16) & 0xFF)
+            out[o2] = np.uint8(x2 & 0xFF)
+            out[o2 + 4] = np.uint8((x2 >> 8) & 0xFF)
+            out[o2 + 8] = np.uint8((x2 >> 16) & 0xFF)
+            out[o3] = np.uint8(x3 & 0xFF)
+            out[o3 + 4] = np.uint8((x3 >> 8) & 0xFF)
+            out[o3 + 8] = np.uint8((x3 >> 16) & 0xFF)
+            l0 = (x0 >> 24) & 15
+            l1 = (x1 >> 24) & 15
+            l2 = (x2 >> 24) & 15
+            l3 = (x3 >> 24) & 15
             a0 >>= l0
             a1 >>= l1
             a2 >>= l2
@@ -664,36 +748,41 @@ def huff_decode4(buf, st, ln, dec, out, n):
             b1 += np.int64(l1)
             b2 += np.int64(l2)
             b3 += np.int64(l3)
-            o += 4
-        r += 5
+            o0 += np.int64(x0 >> 28) * 4
+            o1 += np.int64(x1 >> 28) * 4
+            o2 += np.int64(x2 >> 28) * 4
+            o3 += np.int64(x3 >> 28) * 4
     bp = np.empty(4, np.int64)
     bp[0] = b0
     bp[1] = b1
     bp[2] = b2
     bp[3] = b3
-    for i in range(4 * r, n):
-        k = i & 3
-        b = bp[k]
-        L = ln[k]
-        if b > 8 * L:
-            return ERR_STREAM
-        acc = _slow_load(buf, st[k], L, b >> 3) >> np.uint64(b & 7)
-        e = dec[acc & _M11]
-        out[i] = np.uint8(e & 0xFF)
-        bp[k] = b + np.int64(e >> 8)
+    op = np.empty(4, np.int64)
+    op[0] = o0
+    op[1] = o1
+    op[2] = o2
+    op[3] = o3
     for k in range(4):
         b = bp[k]
         L = ln[k]
+        sk = st[k]
+        for i in range(op[k], n, 4):
+            if b > 8 * L:
+                return ERR_STREAM
+            acc = _slow_load(buf, sk, L, b >> 3) >> np.uint64(b & 7)
+            e = dec[acc & _M11]
+            out[i] = np.uint8(e & 0xFF)
+            b += np.int64(e >> 8)
         if (b + 7) >> 3 != L:
             return ERR_STREAM
         if b & 7:
-            if (buf[st[k] + L - 1] >> (b & 7)) != 0:
+            if (buf[sk + L - 1] >> (b & 7)) != 0:
                 return ERR_PAD
     return OK
 
 
 @njit(nogil=True, cache=True)
-def decode_huff_stream(blob, pos, plen, p, n, lens, dec):
+def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3):
     end = pos + plen
     if plen < 2:
         return ERR_TRUNC
@@ -718,6 +807,7 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec):
         return ERR_TABLE
     if not build_decode_table(lens, dec):
         return ERR_KRAFT
+    build_multi_table(dec, dec3)
     q += nbt
     st = np.empty(4, np.int64)
     ln = np.empty(4, np.int64)
@@ -734,24 +824,34 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec):
         acc += ln[k]
     st[3] = q + acc
     ln[3] = rem - acc
-    return huff_decode4(blob, st, ln, dec, p, n)
+    return huff_decode4(blob, st, ln, dec, dec3, p, n)
 
 
 @njit(nogil=True, cache=True)
-def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected):
+def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
+                 planes, dec, dec3, lens):
+    """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
+    dec (uint16[2048]), dec3 (uint32[2048]) and lens (uint8[256]) are
+    scratch.  Returns a status."""
     end = off + clen
     if clen < 1:
         return ERR_TRUNC
     flags = blob[off]
-    if flags > 1:
+    if flags > 2:
         return ERR_FLAGS
+    if flags == 2:
+        # stored chunk
+        nbytes = n * unit
+        if clen != 1 + nbytes:
+            return ERR_LEN
+        copy_bytes(out, start * unit, blob, off + 1, nbytes)
+        if checksum_units(out, start, n, unit) != expected:
+            return ERR_CHECKSUM
+        return OK
     delta = flags == 1
     if delta and not has_ref:
         return ERR_NOREF
     pos = off + 1
-    planes = np.empty((ns, n), np.uint8)
-    dec = np.empty(TABSIZE, np.uint16)
-    lens = np.empty(256, np.uint8)
     for s in range(ns):
         if pos + 5 > end:
             return ERR_TRUNC
@@ -764,13 +864,13 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
         if mode == MODE_RAW:
             if plen != n:
                 return ERR_LEN
-            p[:] = blob[pos:pos + n]
+            copy_bytes(p, 0, blob, pos, n)
         elif mode == MODE_CONST:
             if plen != 1:
                 return ERR_LEN
-            p[:] = blob[pos]
+            p[:n] = blob[pos]  # fill (fast)
         elif mode == MODE_HUFF:
-            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec)
+            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3)
             if st != OK:
                 return st
         else:
@@ -785,42 +885,51 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
 
 
 # ---------------------------------------------------------------------------
-# parallel drivers (thin, not cached)
+# drivers over a range of chunks.  They release the GIL (nogil) and are run
+# concurrently from a thread pool by lmc._core; each chunk is independent, so
+# the output does not depend on the number of threads.
 # ---------------------------------------------------------------------------
-@njit(parallel=True, nogil=True)
-def encode_all(data, ref, has_ref, total, chunk, unit, layout, ns, scratch, cap, sizes, chks):
-    nch = sizes.shape[0]
-    for c in prange(nch):
+@njit(nogil=True, cache=True)
+def encode_range(data, ref, has_ref, total, chunk, unit, layout, ns, scratch, cap,
+                 sizes, chks, c0, c1):
+    m = min(chunk, total) + 16
+    planes = np.empty((ns, m), np.uint8)
+    planes2 = np.empty((ns, m if has_ref else 1), np.uint8)
+    for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
-        sz, ck = encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, scratch, c * cap)
+        sz, ck = encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, scratch, c * cap,
+                              planes, planes2)
         sizes[c] = sz
         chks[c] = ck
 
 
-@njit(parallel=True, nogil=True)
-def gather_all(scratch, cap, sizes, offsets, out):
-    nch = sizes.shape[0]
-    for c in prange(nch):
+@njit(nogil=True, cache=True)
+def gather_range(scratch, cap, sizes, offsets, out, c0, c1):
+    for c in range(c0, c1):
         a = offsets[c]
         b = c * cap
-        out[a:a + sizes[c]] = scratch[b:b + sizes[c]]
+        copy_bytes(out, a, scratch, b, sizes[c])
 
 
-@njit(parallel=True, nogil=True)
-def decode_all(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref, out, status):
-    nch = sizes.shape[0]
-    for c in prange(nch):
+@njit(nogil=True, cache=True)
+def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref,
+                 out, status, c0, c1):
+    planes = np.empty((ns, min(chunk, total) + 16), np.uint8)
+    dec = np.empty(TABSIZE, np.uint16)
+    dec3 = np.empty(TABSIZE, np.uint32)
+    lens = np.empty(256, np.uint8)
+    for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
-                                 ref, has_ref, out, start, chks[c])
+                                 ref, has_ref, out, start, chks[c], planes, dec, dec3,
+                                 lens)
 
 
-@njit(parallel=True, nogil=True)
-def checksum_all(data, total, chunk, unit, chks):
-    nch = chks.shape[0]
-    for c in prange(nch):
+@njit(nogil=True, cache=True)
+def checksum_range(data, total, chunk, unit, chks, c0, c1):
+    for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         chks[c] = checksum_units(data, start, n, unit)

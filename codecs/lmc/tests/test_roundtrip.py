@@ -1,0 +1,196 @@
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lmc
+from helpers import DTYPES, make, same_bits
+
+LENGTHS = [0, 1, 7, 1001, 3 * 4096 + 17]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", LENGTHS)
+def test_roundtrip(dtype, n):
+    x = make(dtype, n, seed=n)
+    blob = lmc.compress(x, chunk_size=4096)
+    assert isinstance(blob, bytes)
+    assert same_bits(lmc.decompress(blob), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_roundtrip_reference(dtype):
+    x = make(dtype, 20000, seed=1)
+    ref = x.copy()
+    ref.view(np.uint8)[::13] ^= 0x5
+    blob = lmc.compress(x, reference=ref, chunk_size=4096)
+    plain = lmc.compress(x, chunk_size=4096)
+    assert len(blob) <= len(plain) + 8
+    assert len(blob) < len(plain) / 2  # close reference -> big gain
+    assert same_bits(lmc.decompress(blob, reference=ref), x)
+
+
+def test_reference_unrelated_never_bigger():
+    x = make(ml_dtypes.bfloat16, 50000, seed=2)
+    ref = make(ml_dtypes.bfloat16, 50000, seed=3, kind="random")
+    blob = lmc.compress(x, reference=ref)
+    plain = lmc.compress(x)
+    assert len(blob) <= len(plain) + 8
+    assert same_bits(lmc.decompress(blob, reference=ref), x)
+
+
+def test_reference_errors():
+    x = make(np.float32, 5000)
+    ref = make(np.float32, 5000, seed=9)
+    blob = lmc.compress(x, reference=ref)
+    with pytest.raises(lmc.FormatError, match="reference"):
+        lmc.decompress(blob)
+    wrong = ref.copy()
+    wrong[17] += 1
+    with pytest.raises(lmc.FormatError, match="reference"):
+        lmc.decompress(blob, reference=wrong)
+    with pytest.raises(lmc.FormatError, match="reference"):
+        lmc.decompress(blob, reference=ref[:10])
+    with pytest.raises(lmc.FormatError, match="reference"):
+        lmc.decompress(blob, reference=ref.astype(np.float64))
+    with pytest.raises(ValueError):
+        lmc.compress(x, reference=ref[:10])
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 5), (2, 0, 3), (4, 3, 2, 1)])
+def test_shapes(shape):
+    x = make(np.float16, int(np.prod(shape)), seed=4).reshape(shape)
+    y = lmc.decompress(lmc.compress(x))
+    assert same_bits(y, x)
+
+
+def test_special_values():
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45,
+                np.finfo(np.float32).tiny / 3, np.finfo(np.float32).max]
+    x32 = np.array(specials * 100, np.float32)
+    x32.view(np.uint32)[::7] |= 0x7FC00001  # NaN payloads
+    with np.errstate(over="ignore"):
+        low = [x32.astype(np.float16), x32.astype(ml_dtypes.bfloat16)]
+    for x in [x32, *low, x32.astype(np.float64)]:
+        assert same_bits(lmc.decompress(lmc.compress(x)), x)
+    # all 65536 16-bit patterns
+    allbits = np.arange(65536, dtype=np.uint16)
+    for dt in (np.float16, ml_dtypes.bfloat16):
+        x = allbits.view(dt)
+        assert same_bits(lmc.decompress(lmc.compress(x, chunk_size=1000)), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_constant(dtype):
+    x = np.full(100000, 3, dtype=dtype)
+    blob = lmc.compress(x)
+    assert len(blob) < 200
+    assert same_bits(lmc.decompress(blob), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("chunk", [1000, 131072])
+def test_incompressible_bound(dtype, chunk):
+    n = 50001
+    x = make(dtype, n, seed=5, kind="random")
+    blob = lmc.compress(x, chunk_size=chunk)
+    info = lmc.info(blob)
+    nch = info["nchunks"]
+    header = 4 + 4 + 8 * x.ndim + 8 + 12 * nch + 4
+    assert len(blob) <= x.nbytes + header + nch
+    assert same_bits(lmc.decompress(blob), x)
+
+
+def test_input_unchanged_and_noncontiguous():
+    x = make(ml_dtypes.bfloat16, 30000).reshape(300, 100)
+    ref = make(ml_dtypes.bfloat16, 30000, seed=7).reshape(300, 100)
+    xc, rc = x.copy(), ref.copy()
+    lmc.compress(x, reference=ref)
+    assert same_bits(x, xc) and same_bits(ref, rc)
+    xt = x.T  # non-contiguous
+    y = lmc.decompress(lmc.compress(xt))
+    assert same_bits(y, np.ascontiguousarray(xt))
+    assert same_bits(x, xc)
+    ro = x.copy()
+    ro.flags.writeable = False
+    assert same_bits(lmc.decompress(lmc.compress(ro)), ro)
+
+
+def test_big_endian():
+    x = make(np.float32, 1000).astype(">f4")
+    y = lmc.decompress(lmc.compress(x))
+    assert y.dtype == np.float32 and np.array_equal(y, x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16, np.int8])
+def test_threads_identical(dtype):
+    x = make(dtype, 200000, seed=11)
+    ref = make(dtype, 200000, seed=12)
+    for r in (None, ref):
+        blobs = [lmc.compress(x, threads=t, reference=r, chunk_size=8192) for t in (1, 2, None)]
+        assert blobs[0] == blobs[1] == blobs[2]
+        for t in (1, 2):
+            assert same_bits(lmc.decompress(blobs[0], threads=t, reference=r), x)
+
+
+def test_bytes_input():
+    x = make(ml_dtypes.bfloat16, 999)
+    for b in (x.tobytes(), bytearray(x.tobytes()), memoryview(x.tobytes())):
+        blob = lmc.compress(b, dtype="bfloat16")
+        assert blob == lmc.compress(x)
+        assert same_bits(lmc.decompress(blob), x)
+    with pytest.raises(TypeError):
+        lmc.compress(x.tobytes())
+    with pytest.raises(ValueError):
+        lmc.compress(b"abc", dtype=np.float32)
+
+
+def test_torch_input():
+    torch = pytest.importorskip("torch")
+    t = torch.randn(1000, 3) * 0.02
+    for tt in (t, t.to(torch.bfloat16), t.to(torch.float16), t[:, 1]):
+        before = tt.clone()
+        r = tt * 0
+        y = lmc.decompress(lmc.compress(tt, reference=r), reference=r)
+        assert y.shape == tuple(tt.shape)
+        if tt.dtype == torch.bfloat16:
+            assert y.dtype == ml_dtypes.bfloat16
+            assert np.array_equal(y.view(np.int16), tt.contiguous().view(torch.int16).numpy())
+        else:
+            assert np.array_equal(y, tt.numpy())
+        assert torch.equal(tt, before)
+
+
+def test_out_param():
+    x = make(np.float32, 5000).reshape(50, 100)
+    blob = lmc.compress(x)
+    out = np.empty((50, 100), np.float32)
+    y = lmc.decompress(blob, out=out)
+    assert y is out and same_bits(out, x)
+    flat = np.empty(5000, np.float32)
+    y = lmc.decompress(blob, out=flat)
+    assert y.shape == (50, 100) and same_bits(flat.reshape(50, 100), x)
+    for bad in (np.empty(5000, np.float64), np.empty(4999, np.float32),
+                np.empty((100, 100), np.float32)[:, ::2], [0.0] * 5000):
+        with pytest.raises(ValueError):
+            lmc.decompress(blob, out=bad)
+    ro = np.empty(5000, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError):
+        lmc.decompress(blob, out=ro)
+
+
+def test_bad_args():
+    with pytest.raises(TypeError):
+        lmc.compress(np.zeros(3, np.complex128))
+    with pytest.raises(TypeError):
+        lmc.compress(np.zeros(3, np.float32), level=3)
+    with pytest.raises(ValueError):
+        lmc.compress(np.zeros(3, np.float32), chunk_size=0)
+    with pytest.raises(ValueError):
+        lmc.compress(np.zeros(3, np.float32), threads=0)
+    with pytest.raises(lmc.FormatError):
+        lmc.decompress(b"")
+    with pytest.raises(lmc.FormatError, match="magic"):
+        lmc.decompress(b"XXXX" + bytes(100))
+    assert issubclass(lmc.FormatError, ValueError)
+    assert lmc.__version__ == "0.1.0"

@@ -1,0 +1,28 @@
+"""Frozen test vectors: decode forever, and compress reproduces them."""
+import json
+import os
+
+import pytest
+
+import lmc
+from make_vectors import OUT, load
+
+with open(os.path.join(OUT, "manifest.json")) as f:
+    MANIFEST = json.load(f)
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_vector(name):
+    e = MANIFEST[name]
+    x = load(name, e)
+    ref = load(name, e, ".ref.npy") if e["reference"] else None
+    with open(os.path.join(OUT, name + ".lmc"), "rb") as f:
+        blob = f.read()
+    assert len(blob) == e["size"]
+    y = lmc.decompress(blob, reference=ref)
+    assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
+    assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"]) == blob
+
+
+def test_manifest_not_empty():
+    assert len(MANIFEST) >= 10

@@ -1,0 +1,216 @@
+"""The Hydra configuration: every option of every group composes and instantiates; bad values fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from lmcbench import cli
+from lmcbench.bench.runner import BenchOptions
+from lmcbench.errors import ConfigError, LmcbenchError
+from lmcbench.sources import Source
+from lmcbench.transforms import Pipeline
+
+from conftest import codec_configs, group_options, make_trainer_folder, option_content, pipeline_configs
+
+
+def composed(overrides):
+    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="module")
+def trainer_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cfg") / "out"
+    make_trainer_folder(root, steps=(10,))
+    return root
+
+
+BASE = ["codec=[memcpy]", "pipeline=[raw]"]
+
+
+def test_groups_exist():
+    for g in ("source", "codec", "pipeline", "bench", "report"):
+        assert group_options(g), g
+    assert set(group_options("source")) == {"hf_trainer", "files", "tinygpt"}
+
+
+def test_default_config_composes_and_builds(tmp_path):
+    cfg = composed([f"source.cache_dir={tmp_path}"])
+    assert cfg.source.type == "tinygpt"
+    assert list(cfg.codec) and list(cfg.pipeline)
+    source, pipelines, codecs, opts, notes = cli.build(cfg)
+    assert source.source_type == "tinygpt"
+    assert set(pipelines) == set(cfg.pipeline)
+    # every selected codec is either built or dropped with a note naming it
+    for name in cfg.codec:
+        assert name in codecs or any(name in n for n in notes), name
+    assert isinstance(opts, BenchOptions)
+    assert not (tmp_path / "tinygpt").exists() and not list(tmp_path.iterdir()), "build must not train"
+
+
+@pytest.mark.parametrize("name", group_options("codec"))
+def test_every_codec_option(name):
+    cfg = composed([f"codec=[memcpy,{name}]", "pipeline=[raw]", "source.cache_dir=/nonexistent/never-made"])
+    assert OmegaConf.to_container(cfg.codec[name]) == codec_configs()[name]
+    _, _, codecs, _, notes = cli.build(cfg)
+    if name in codecs:
+        assert codecs[name].get_config() == codec_configs()[name]
+    else:
+        assert any(name in n and "not installed" in n for n in notes)
+
+
+@pytest.mark.parametrize("name", group_options("pipeline"))
+def test_every_pipeline_option(name):
+    cfg = composed(["codec=[memcpy]", f"pipeline=[{name}]"])
+    _, pipelines, _, _, _ = cli.build(cfg)
+    assert list(pipelines) == [name]
+    assert isinstance(pipelines[name], Pipeline)
+    assert pipelines[name].get_config() == (pipeline_configs()[name] or [])
+
+
+def test_several_codecs_and_pipelines():
+    cfg = composed(["codec=[zstd,bz2,lz4hc]", "pipeline=[raw,delta,expsplit_bytegroup]"])
+    _, pipelines, codecs, _, _ = cli.build(cfg)
+    assert list(codecs) == ["zstd", "bz2", "lz4hc"]
+    assert list(pipelines) == ["raw", "delta", "expsplit_bytegroup"]
+    assert codecs["lz4hc"].get_config() == {"id": "lz4", "level": 9}
+
+
+@pytest.mark.parametrize("name", group_options("bench"))
+def test_every_bench_option(name):
+    cfg = composed(BASE + [f"bench={name}"])
+    opts = cli.build(cfg)[3]
+    expected = option_content("bench", name)
+    for k, v in expected.items():
+        assert getattr(opts, k) == v
+
+
+@pytest.mark.parametrize("name", group_options("report"))
+def test_every_report_option(name):
+    cfg = composed(BASE + [f"report={name}"])
+    assert OmegaConf.to_container(cfg.report) == option_content("report", name)
+    cli.build(cfg)
+
+
+@pytest.mark.parametrize("name", group_options("source"))
+def test_every_source_option(name, trainer_dir, tmp_path):
+    import shutil
+
+    shutil.copy(trainer_dir / "checkpoint-10" / "model.safetensors", tmp_path / "run3_step10.safetensors")
+    extra = {"hf_trainer": [f"source.path={trainer_dir}"],
+             "files": [f"source.path={tmp_path}/*.safetensors", r"source.step_regex='step(\d+)'"],
+             "tinygpt": [f"source.cache_dir={tmp_path}"]}[name]
+    cfg = composed(BASE + [f"source={name}"] + extra)
+    source = cli.build(cfg)[0]
+    assert isinstance(source, Source) and source.source_type == name
+    if name == "tinygpt":
+        assert str(tmp_path) in source.path
+        assert source.train_opts["max_steps"] == cfg.source.train.max_steps
+        return  # entries() would train
+    if name == "files":
+        assert source.step_regex.pattern == r"step(\d+)"
+        es = source.entries()
+        assert {e.step for e in es} == {10} and {e.kind for e in es} == {"weight"}
+    else:
+        es = source.entries()
+        assert {"weight", "exp_avg", "exp_avg_sq"} <= {e.kind for e in es}
+
+
+@pytest.mark.parametrize("name", ["hf_trainer", "files"])
+def test_source_needs_path(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "abc").mkdir()  # a 3-character name in the cwd
+    cfg = composed(BASE + [f"source={name}"])
+    with pytest.raises(LmcbenchError) as ei:  # the mandatory '???' value must not be taken as a path
+        cli.build(cfg)[0].entries()
+    assert "source.path" in str(ei.value)
+
+
+def test_tinygpt_options_are_checked():
+    with pytest.raises(ConfigError, match="nope"):
+        cli.build(composed(BASE + ["+source.train.nope=1"]))
+    with pytest.raises(ConfigError, match="n_head"):
+        cli.build(composed(BASE + ["source.train.n_embd=30", "source.train.n_head=4"]))
+    with pytest.raises(ConfigError, match="save_steps"):
+        cli.build(composed(BASE + ["source.train.save_steps=0"]))
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["codec=[nope]"], "nope"),
+    (["source=nope"], "nope"),
+    (["pipeline=[nope]"], "nope"),
+    (["bench=nope"], "nope"),
+    (["bench.nope=1"], "nope"),
+])
+def test_unknown_options_fail_at_compose(overrides, match):
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    with pytest.raises((HydraException, OmegaConfBaseException)) as ei:
+        composed(overrides)
+    assert match in str(ei.value)
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["bench.repeats=0"], "repeats"),
+    (["bench.chunk_mib=0"], "chunk_mib"),
+    (["codec.zstd.level=99"], "level"),
+    (["source.kinds=[weights]"], "weights"),
+    (["source.include='('"], "include"),
+    (["source.cast=bf17"], "bf17"),
+    (["codec.zstd.threads=x"], "threads"),
+    (["codec=[]"], "codec"),
+    (["pipeline=[]"], "pipeline"),
+])
+def test_bad_values_fail_at_build(overrides, match, tmp_path):
+    defaults = {"codec": "codec=[zstd]", "pipeline": "pipeline=[raw]"}
+    ov = [v for k, v in defaults.items() if not any(o.startswith(k + "=") for o in overrides)] + overrides
+    cfg = composed(ov + [f"source.cache_dir={tmp_path}"])
+    with pytest.raises(ConfigError) as ei:
+        cli.build(cfg)
+    msg = str(ei.value)
+    assert match in msg and "\n" not in msg
+    assert isinstance(ei.value, LmcbenchError)
+
+
+def test_missing_library_is_an_error_when_not_skipping(monkeypatch):
+    from lmcbench.codecs.basic import Zstd
+
+    def boom():
+        raise ImportError("no zstandard here", name="zstandard")
+
+    monkeypatch.setattr(Zstd, "check_installed", classmethod(lambda cls: boom()))
+    _, _, codecs, _, notes = cli.build(composed(["codec=[zstd,lz4]", "pipeline=[raw]"]))
+    assert list(codecs) == ["lz4"] and any("zstd" in n for n in notes)
+    with pytest.raises(ConfigError, match="zstd"):
+        cli.build(composed(["codec=[zstd,lz4]", "pipeline=[raw]", "skip_unavailable_codecs=false"]))
+    with pytest.raises(ConfigError, match="none of the selected codecs"):
+        cli.build(composed(["codec=[zstd]", "pipeline=[raw]"]))
+
+
+@pytest.mark.parametrize("args", [["codec=[nope]"], ["source=nope"], ["bench.nope=1"], ["pipeline=[nope]"]])
+def test_precheck_reports_one_line(args, capsys, monkeypatch):
+    monkeypatch.delenv("LMCBENCH_DEBUG", raising=False)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit) as ei:
+        cli._precheck(args)
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lmcbench: error:") and "nope" in lines[0]
+
+
+def test_precheck_accepts_good_and_hydra_overrides(capsys):
+    cli._precheck(["codec=[zstd]", "pipeline=[raw,delta]", "hydra.run.dir=/tmp/x", "bench=quick"])
+    cli._precheck(["--help"])  # hydra's own flags are left to hydra
+    assert capsys.readouterr().err == ""
+
+
+def test_bench_options_from_config():
+    assert BenchOptions.from_config(None) == BenchOptions()
+    with pytest.raises(ConfigError, match="nope"):
+        BenchOptions.from_config({"nope": 1})
+    with pytest.raises(ConfigError):
+        BenchOptions.from_config({"warmup": -1})

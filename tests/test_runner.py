@@ -1,0 +1,246 @@
+"""The runner in-process: failed round trips are recorded (never raised), the delta reference is the decoded
+tensor, slicing is transparent, and run() writes the records."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from lmcbench.bench.runner import RECORD_COLUMNS, STREAM_COLUMNS, BenchOptions, measure_tensor, run
+from lmcbench.bench.measure import block_entropies, byte_histogram, entropy_bits, timed
+from lmcbench.codecs import Codec, get_codec, register_codec
+from lmcbench.sources import TensorRecord, get_source
+from lmcbench.transforms import Pipeline
+
+from conftest import BF16, make_trainer_folder, random_bits, same_bits
+
+QUICK = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False)
+
+
+@register_codec
+class FlipFirstByte(Codec):
+    """Stores the bytes, but its decode returns them with the first byte flipped: a broken round trip."""
+
+    codec_id = "test_flip"
+
+    @classmethod
+    def check_installed(cls):
+        pass
+
+    def _encode(self, arr):
+        return arr.reshape(-1).view(np.uint8).tobytes()
+
+    def _decode(self, buf):
+        b = bytearray(buf)
+        if b:
+            b[0] ^= 0xFF
+        return bytes(b)
+
+
+@register_codec
+class RaisesOnDecode(Codec):
+    codec_id = "test_raises"
+
+    @classmethod
+    def check_installed(cls):
+        pass
+
+    def _encode(self, arr):
+        return arr.tobytes()
+
+    def _decode(self, buf):
+        raise RuntimeError("boom")
+
+
+@register_codec
+class ShortDecode(Codec):
+    codec_id = "test_short"
+
+    @classmethod
+    def check_installed(cls):
+        pass
+
+    def _encode(self, arr):
+        return arr.tobytes()
+
+    def _decode(self, buf):
+        return bytes(buf)[:-1]
+
+
+def rec(x, step=10, name="t", kind="weight"):
+    return TensorRecord(step, name, kind, x.dtype, x.shape, x)
+
+
+def pipes(*names):
+    cfg = {"raw": [], "delta": [{"id": "delta", "mode": "xor"}], "bytegroup": [{"id": "bytegroup"}],
+           "delta_expsplit": [{"id": "delta"}, {"id": "expsplit"}]}
+    return {n: Pipeline.from_config(n, cfg[n]) for n in names}
+
+
+def test_registered_test_codecs_via_get_codec():
+    assert isinstance(get_codec({"id": "test_flip"}), FlipFirstByte)
+
+
+def test_failing_codec_is_recorded_not_raised():
+    x = random_bits(1001, np.float32, seed=1)
+    x0 = x.copy()
+    codecs = {"flip": get_codec({"id": "test_flip"}), "raises": get_codec({"id": "test_raises"}),
+              "short": get_codec({"id": "test_short"}), "zstd": get_codec({"id": "zstd"})}
+    rows, srows, refs = measure_tensor(rec(x), pipes("raw", "bytegroup"), codecs, QUICK, {}, {})
+    assert same_bits(x, x0)
+    by = {(r["transform"], r["codec"]): r for r in rows}
+    assert len(by) == 8
+    for p in ("raw", "bytegroup"):
+        assert by[(p, "flip")]["verified"] is False and "bit-exact" in by[(p, "flip")]["error"]
+        assert by[(p, "raises")]["verified"] is False and "boom" in by[(p, "raises")]["error"]
+        assert "RuntimeError" in by[(p, "raises")]["error"]
+        assert by[(p, "short")]["verified"] is False and "bytes" in by[(p, "short")]["error"]
+        assert by[(p, "zstd")]["verified"] is True and by[(p, "zstd")]["error"] == ""
+    assert refs == {}
+
+
+def test_delta_reference_is_the_decoded_tensor():
+    x1 = random_bits(300, np.float32, seed=1)
+    x2 = random_bits(300, np.float32, seed=2)
+    # a good codec: the reference is x1's bits
+    rows, _, refs = measure_tensor(rec(x1, 10), pipes("delta", "raw"), {"zstd": get_codec({"id": "zstd"})}, QUICK,
+                                   {}, {})
+    assert set(refs) == {"delta"} and refs["delta"][0] == 10 and same_bits(refs["delta"][1], x1)
+    assert all(r["ref_step"] == "" for r in rows)
+    rows, _, refs2 = measure_tensor(rec(x2, 20), pipes("delta", "raw"), {"zstd": get_codec({"id": "zstd"})}, QUICK,
+                                    refs, {})
+    d = next(r for r in rows if r["transform"] == "delta")
+    assert d["ref_step"] == 10 and d["verified"] is True
+    assert next(r for r in rows if r["transform"] == "raw")["ref_step"] == ""
+    assert refs2["delta"][0] == 20 and same_bits(refs2["delta"][1], x2)
+
+    # a broken first codec: the reference passed on is what it decoded, not the original
+    codecs = {"flip": get_codec({"id": "test_flip"}), "zstd": get_codec({"id": "zstd"})}
+    _, _, refs = measure_tensor(rec(x1, 10), pipes("delta"), codecs, QUICK, {}, {})
+    expected = x1.copy().view(np.uint8)
+    expected[0] ^= 0xFF
+    ref = refs["delta"][1]
+    assert ref.shape == x1.shape and ref.dtype == x1.dtype
+    assert ref.tobytes() == expected.tobytes()
+    assert not same_bits(ref, x1)
+
+
+def test_delta_reference_decoded_across_slices():
+    x = random_bits(1000, np.float32, seed=3)
+    opts = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False, chunk_mib=400 / 2**20)  # 100 elements
+    codecs = {"flip": get_codec({"id": "test_flip"})}
+    _, _, refs = measure_tensor(rec(x), pipes("delta"), codecs, opts, {}, {})
+    # the first slice fails; the failed codec is not run on later slices, which keep the original bits
+    expected = x.copy().view(np.uint8)
+    expected[0] ^= 0xFF
+    assert refs["delta"][1].tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.int8], ids=str)
+def test_slicing_is_transparent(dtype):
+    x = random_bits(3001, dtype, seed=4).reshape(3001)
+    r = random_bits(3001, dtype, seed=5)
+    small = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False, chunk_mib=1000 / 2**20)
+    codecs = {"zstd": get_codec({"id": "zstd"}), "memcpy": get_codec({"id": "memcpy"})}
+    rows_s, srows_s, refs_s = measure_tensor(rec(x, 20), pipes("delta_expsplit", "bytegroup"), codecs, small,
+                                             {"delta_expsplit": (10, r)}, {})
+    rows_b, srows_b, _ = measure_tensor(rec(x, 20), pipes("delta_expsplit", "bytegroup"), codecs, QUICK,
+                                        {"delta_expsplit": (10, r)}, {})
+    assert all(row["verified"] for row in rows_s + rows_b)
+    mem = {r["transform"]: r["comp_bytes"] for r in rows_s if r["codec"] == "memcpy"}
+    assert mem == {r["transform"]: r["comp_bytes"] for r in rows_b if r["codec"] == "memcpy"}
+    # the per-stream byte counts and entropies are the same whether sliced or not
+    key = lambda rows: sorted((r["transform"], r["stream"], r["bytes"], r["entropy_bits"]) for r in rows)  # noqa: E731
+    assert key(srows_s) == key(srows_b)
+    assert same_bits(refs_s["delta_expsplit"][1], x)
+
+
+def test_row_fields():
+    x = np.zeros((64, 32), np.float32)
+    rows, srows, _ = measure_tensor(rec(x, 7, "layer.w", "exp_avg"), pipes("raw"), {"zstd": get_codec({"id": "zstd"})},
+                                    QUICK, {}, {})
+    (r,) = rows
+    assert set(RECORD_COLUMNS) <= set(r)
+    assert r["shape"] == "64x32" and r["numel"] == 2048 and r["dtype"] == "float32" and r["kind"] == "exp_avg"
+    assert r["orig_bytes"] == x.nbytes and r["comp_bytes"] < x.nbytes / 50
+    assert r["ratio"] == x.nbytes / r["comp_bytes"]
+    assert r["entropy_bits"] == 0.0 and r["n_streams"] == 1 and r["codec_label"] == "zstd-3"
+    assert json.loads(r["transform_config"]) == []
+    assert r["compress_s"] >= 0 and r["decompress_s"] >= 0 and r["repeats"] == 1
+    (s,) = srows
+    assert set(STREAM_COLUMNS) <= set(s) and s["bytes"] == x.nbytes and s["stream"] == "raw"
+
+
+def test_measure_primitives():
+    calls = []
+    out, t = timed(lambda: calls.append(1) or len(calls), warmup=2, repeats=3, budget_s=10)
+    assert out == 5 and len(calls) == 5 and t.repeats == 3 and t.min <= t.median <= t.max
+    h = byte_histogram(np.array([0, 1, 1, 255], np.uint8))
+    assert h.sum() == 4 and h[1] == 2 and h[255] == 1
+    assert entropy_bits(np.zeros(256)) == 0.0
+    assert entropy_bits(np.ones(256)) == pytest.approx(8.0)
+    assert block_entropies(np.arange(256, dtype=np.uint8), block=128).tolist() == [7.0, 7.0]
+
+
+def test_run_writes_records(tmp_path):
+    make_trainer_folder(tmp_path / "out", steps=(10, 20, 30))
+    src = get_source({"type": "hf_trainer", "path": str(tmp_path / "out")})
+    codecs = {"zstd": get_codec({"id": "zstd"}), "flip": get_codec({"id": "test_flip"})}
+    logs = []
+    summary = run(src, pipes("raw", "delta"), codecs, QUICK, str(tmp_path / "res"), log=logs.append)
+    n_tensors = 3 * 3 * 6
+    assert summary["tensors"] == n_tensors and summary["rows"] == n_tensors * 2 * 2
+    assert summary["failed"] == n_tensors * 2  # every flip row
+    with open(tmp_path / "res" / "records.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == RECORD_COLUMNS and len(rows) == summary["rows"]
+    ok = [r for r in rows if r["codec"] == "zstd"]
+    assert all(r["verified"] == "True" for r in ok)
+    assert all(r["verified"] == "False" for r in rows if r["codec"] == "flip")
+    # the delta of zstd is measured against what flip (the first codec) decoded, and still verifies
+    refs = {(r["tensor"], r["kind"], r["step"]): r["ref_step"] for r in rows if r["transform"] == "delta"}
+    for (t, k, step), ref in refs.items():
+        assert ref == {"10": "", "20": "10", "30": "20"}[step]
+    assert (tmp_path / "res" / "streams.csv").exists()
+
+
+def test_run_records_skips(tmp_path):
+    from safetensors.numpy import save_file
+
+    d = tmp_path / "out" / "checkpoint-1"
+    d.mkdir(parents=True)
+    save_file({"a": np.arange(100, dtype=np.int8), "b": np.ones(10, np.float32)}, str(d / "model.safetensors"))
+    src = get_source({"type": "hf_trainer", "path": str(tmp_path / "out")})
+    try:
+        z = get_codec({"id": "zipnn"})
+        type(z).check_installed()
+    except ImportError:
+        pytest.skip("zipnn not installed")
+    logs = []
+    summary = run(src, pipes("raw"), {"zipnn": z, "zstd": get_codec({"id": "zstd"})}, QUICK, str(tmp_path / "r"),
+                  log=logs.append)
+    assert summary["rows"] == 3 and summary["failed"] == 0  # zipnn: b only; zstd: a and b
+    assert summary["skipped"] and "int8" in summary["skipped"][0]
+    assert any("zipnn" in m and "int8" in m for m in logs), logs
+
+
+def test_measure_tensor_leaves_readonly_inputs_alone():
+    from conftest import codec_configs, pipeline_configs
+
+    allp = {n: Pipeline.from_config(n, s) for n, s in pipeline_configs().items()}
+    codecs = {n: get_codec(c) for n, c in codec_configs().items() if c["id"] in ("memcpy", "zstd", "lz4")}
+    for dtype in (np.float32, BF16, np.float16, np.int8):
+        x = random_bits(777, dtype, seed=8).reshape(7, 111)
+        r = random_bits(777, dtype, seed=9).reshape(7, 111)
+        x0, r0 = x.copy(), r.copy()
+        x.flags.writeable = False
+        r.flags.writeable = False
+        refs = {n: (1, r) for n, p in allp.items() if p.temporal}
+        rows, _, new_refs = measure_tensor(rec(x, 2), allp, codecs, QUICK, refs, {})
+        assert len(rows) == len(allp) * len(codecs) and all(row["verified"] for row in rows)
+        assert same_bits(x, x0) and same_bits(r, r0)
+        for n, (step, ref) in new_refs.items():
+            assert step == 2 and same_bits(ref, x0)
