@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import TINY_TRAIN, run_cli
+from lmcbench_testlib import TINY_TRAIN, run_cli
 
 REQUIRED = ["step", "tensor", "kind", "dtype", "transform", "codec", "orig_bytes", "comp_bytes", "ratio", "compress_s",
             "decompress_s", "verified"]
@@ -36,7 +36,7 @@ def test_cli_debug_shows_traceback(tmp_path):
     import subprocess
     import sys
 
-    from conftest import cli_env
+    from lmcbench_testlib import cli_env
 
     env = cli_env(tmp_path / "cache")
     env["LMCBENCH_DEBUG"] = "1"
@@ -137,7 +137,7 @@ def test_e2e_merge_report(e2e, tmp_path):
     import subprocess
     import sys
 
-    from conftest import cli_env
+    from lmcbench_testlib import cli_env
 
     out = tmp_path / "merged"
     p = subprocess.run([sys.executable, "-m", "lmcbench.report.merge", str(e2e["sweep"]), "-o", str(out),

@@ -14,7 +14,7 @@ from lmcbench.errors import ConfigError, NotApplicable
 from lmcbench.sources import TensorRecord
 from lmcbench.transforms import Pipeline, Stream
 
-from conftest import BF16, DTYPES, LENGTHS, codec_configs, make_codec_or_skip, pipeline_configs, random_bits, same_bits
+from lmcbench_testlib import BF16, DTYPES, LENGTHS, codec_configs, make_codec_or_skip, pipeline_configs, random_bits, same_bits
 
 CODECS = codec_configs()
 PIPELINES = pipeline_configs()

@@ -12,7 +12,7 @@ from lmcbench.errors import ConfigError, LmcbenchError
 from lmcbench.sources import Source
 from lmcbench.transforms import Pipeline
 
-from conftest import codec_configs, group_options, make_trainer_folder, option_content, pipeline_configs
+from lmcbench_testlib import codec_configs, group_options, make_trainer_folder, option_content, pipeline_configs
 
 
 def composed(overrides):

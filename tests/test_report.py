@@ -14,7 +14,7 @@ from lmcbench.report import merge
 from lmcbench.sources import get_source
 from lmcbench.transforms import Pipeline
 
-from conftest import make_trainer_folder
+from lmcbench_testlib import make_trainer_folder
 
 QUICK = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False)
 

@@ -15,7 +15,7 @@ from lmcbench.codecs import Codec, get_codec, register_codec
 from lmcbench.sources import TensorRecord, get_source
 from lmcbench.transforms import Pipeline
 
-from conftest import BF16, make_trainer_folder, random_bits, same_bits
+from lmcbench_testlib import BF16, make_trainer_folder, random_bits, same_bits
 
 QUICK = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False)
 
@@ -228,7 +228,7 @@ def test_run_records_skips(tmp_path):
 
 
 def test_measure_tensor_leaves_readonly_inputs_alone():
-    from conftest import codec_configs, pipeline_configs
+    from lmcbench_testlib import codec_configs, pipeline_configs
 
     allp = {n: Pipeline.from_config(n, s) for n, s in pipeline_configs().items()}
     codecs = {n: get_codec(c) for n, c in codec_configs().items() if c["id"] in ("memcpy", "zstd", "lz4")}

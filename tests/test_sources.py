@@ -16,7 +16,7 @@ from lmcbench.errors import ConfigError, LmcbenchError, SourceError
 from lmcbench.sources import TensorRecord, get_source
 from lmcbench.sources import readers
 
-from conftest import BF16, PARAM_NAMES, PARAM_SHAPES, make_trainer_folder, to_np
+from lmcbench_testlib import BF16, PARAM_NAMES, PARAM_SHAPES, make_trainer_folder, to_np
 
 
 def hf(path, **kw):

@@ -8,7 +8,7 @@ import pytest
 from lmcbench.errors import ConfigError
 from lmcbench.transforms import ByteGroup, Delta, ExpSplit, Pipeline, Stream, get_transform
 
-from conftest import BF16, DTYPES, LENGTHS, pipeline_configs, random_bits, same_bits
+from lmcbench_testlib import BF16, DTYPES, LENGTHS, pipeline_configs, random_bits, same_bits
 
 PIPELINES = pipeline_configs()
 

@@ -151,6 +151,10 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
         agg = aggregate(part, ["transform", "codec_label"])
         lines += [f"## Compress MiB/s ({dtype}, all kinds)", "", _md(pivot(agg, "compress_MiBps", "{:.0f}")), "",
                   f"## Decompress MiB/s ({dtype}, all kinds)", "", _md(pivot(agg, "decompress_MiBps", "{:.0f}")), ""]
+    summary = aggregate(df[df["verified"] & df["comp_bytes"].notna()],
+                        ["step", "kind", "dtype", "transform", "codec_label"])
+    summary.to_csv(os.path.join(out_dir, "summary.csv"), index=False, float_format="%.6g")
+    lines += ["Per-step aggregates (every verified row, first step included): `summary.csv`.", ""]
     if figures:
         from . import plots
 

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import sysconfig
 import time
 
@@ -198,6 +199,8 @@ def train(out_dir: str, opts: dict) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     log, t0 = [], time.time()
     n_params = sum(p.numel() for p in model.parameters())
+    print(f"lmcbench: training the tinygpt series ({n_params / 1e6:.2f}M parameters, {opts['max_steps']} steps, "
+          f"a checkpoint every {opts['save_steps']}); cached for later runs", file=sys.stderr, flush=True)
     bar = tqdm(range(1, opts["max_steps"] + 1), desc=f"training tinygpt ({n_params / 1e6:.2f}M params)",
                unit="step", dynamic_ncols=True, disable=None)
     for step in bar:
@@ -220,6 +223,8 @@ def train(out_dir: str, opts: dict) -> dict:
                         "learning_rate": sched.get_last_lr()[0]})
             _save_checkpoint(out_dir, step, model, opt, sched, opts, log, save_file)
     bar.close()
+    print(f"lmcbench: trained in {time.time() - t0:.0f} s, final loss {log[-1]['loss']:.3f} "
+          f"(eval {log[-1]['eval_loss']:.3f})", file=sys.stderr, flush=True)
     return {"n_params": n_params, "train_seconds": round(time.time() - t0, 1), "log_history": log}
 
 

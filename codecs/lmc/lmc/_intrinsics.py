@@ -1,7 +1,8 @@
 """Unaligned little-endian loads/stores on uint8 arrays for Numba kernels.
 
 Under ``NUMBA_DISABLE_JIT=1`` pure-Python equivalents are used instead.
-These helpers do NO bounds checking: callers must guarantee that
+``ld``/``st`` index any 1-D array by element without Numba's
+negative-index wraparound.  These helpers do NO bounds checking: callers must guarantee that
 ``idx .. idx + width`` lies inside the array.
 """
 import numba
@@ -21,6 +22,12 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
             arr[idx:idx + nbytes] = np.frombuffer(
                 int(val).to_bytes(nbytes, "little"), dtype=np.uint8)
         return _store
+
+    def ld(arr, idx):
+        return arr[int(idx)]
+
+    def st(arr, idx, val):
+        arr[int(idx)] = val
 
     load_u16 = _mk_load(2, np.uint16)
     load_u32 = _mk_load(4, np.uint32)
@@ -68,6 +75,33 @@ else:
                 return context.get_dummy_value()
             return sig, codegen
         return _store
+
+    @intrinsic
+    def ld(typingctx, arr, idx):
+        """arr[idx] without negative-index wraparound (idx must be in range)."""
+        if not (isinstance(arr, types.Array) and isinstance(idx, types.Integer)):
+            return None
+        sig = arr.dtype(arr, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            return builder.load(builder.gep(ary.data, [args[1]]))
+        return sig, codegen
+
+    @intrinsic
+    def st(typingctx, arr, idx, val):
+        """arr[idx] = val (cast to the array dtype) without wraparound."""
+        if not (isinstance(arr, types.Array) and isinstance(idx, types.Integer)
+                and isinstance(val, types.Integer)):
+            return None
+        sig = types.void(arr, types.intp, val)
+
+        def codegen(context, builder, signature, args):
+            ary = context.make_array(signature.args[0])(context, builder, args[0])
+            v = context.cast(builder, args[2], signature.args[2], signature.args[0].dtype)
+            builder.store(v, builder.gep(ary.data, [args[1]]))
+            return context.get_dummy_value()
+        return sig, codegen
 
     load_u16 = _mk_load(16)
     load_u32 = _mk_load(32)

@@ -18,7 +18,7 @@ inside the sub-stream (slow byte-wise refill otherwise).
 import numpy as np
 from numba import njit
 
-from ._intrinsics import load_u32, load_u64, store_u32, store_u64
+from ._intrinsics import ld, load_u32, load_u64, st, store_u32, store_u64
 
 MAXLEN = 11
 TABSIZE = 1 << MAXLEN
@@ -61,6 +61,11 @@ ERROR_MESSAGES = {
 }
 
 _M11 = np.uint64(TABSIZE - 1)
+_M63 = np.uint64(63)
+_M15 = np.uint64(15)
+_M3 = np.uint64(3)
+_S8 = np.uint64(8)
+_CM = np.uint64(15 | (3 << 32))
 _U0 = np.uint64(0)
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
@@ -652,9 +657,10 @@ def _slow_load(buf, st, L, byte):
 
 @njit(nogil=True, cache=True)
 def build_multi_table(dec, dec3):
-    """From the single-symbol table build dec3 (uint32[2048]): up to 3
-    symbols whose codes fit entirely in the 11 peeked bits.  Entry: sym1 |
-    sym2 << 8 | sym3 << 16 | total_bits << 24 | count << 28."""
+    """From the single-symbol table build dec3 (uint64[2048]): up to 3
+    symbols whose codes fit entirely in the 11 peeked bits.  Entry:
+    total_bits | sym1 << 8 | sym2 << 16 | sym3 << 24 | count << 32 (bits
+    4-7 are zero, so ``x & 63`` is the shift count)."""
     for idx in range(TABSIZE):
         e = np.int64(dec[idx])
         l1 = e >> 8
@@ -677,15 +683,18 @@ def build_multi_table(dec, dec3):
                 syms |= (e3 & 255) << 16
                 tot += l3
                 cnt = 3
-        dec3[idx] = np.uint32(syms | (tot << 24) | (cnt << 28))
+        dec3[idx] = np.uint64(tot | (syms << 8) | (cnt << 32))
 
 
 @njit(nogil=True, cache=True)
-def huff_decode4(buf, st, ln, dec, dec3, out, n):
+def huff_decode4(buf, st, ln, dec, dec3, out, n, tmp):
     """Decode n symbols from 4 interleaved LSB-first sub-streams (symbol i in
     sub-stream i % 4); sub-stream k occupies buf[st[k] : st[k] + ln[k]].
-    ``out`` must have >= n + 12 bytes (the fast loop writes up to 2 bytes of
-    scratch past a reader's current symbol)."""
+    Sub-stream k is first decoded into tmp[k*r : k*r + (n+3-k)//4],
+    r = (n+3)//4 + 16 (tmp needs 4*r bytes; the fast loop stores 4 bytes at
+    a time, up to 3 past the last symbol), then interleaved into out[:n]."""
+    m = (n + 3) >> 2
+    r = m + 16
     s0 = st[0]
     s1 = st[1]
     s2 = st[2]
@@ -698,60 +707,65 @@ def huff_decode4(buf, st, ln, dec, dec3, out, n):
     b1 = 0
     b2 = 0
     b3 = 0
-    # output positions of the next symbol of each reader, and their ends
-    o0 = 0
-    o1 = 1
-    o2 = 2
-    o3 = 3
-    # last allowed start position so that 5 lookups (<= 15 symbols) fit
-    e0 = 4 * ((n + 3) >> 2) - 60
-    e1 = 1 + 4 * ((n + 2) >> 2) - 60
-    e2 = 2 + 4 * ((n + 1) >> 2) - 60
-    e3 = 3 + 4 * (n >> 2) - 60
+    r0 = 0
+    r1 = r
+    r2 = 2 * r
+    r3 = 3 * r
+    # symbol counts of the sub-streams minus 15 (5 lookups of <= 3 symbols)
+    e0 = ((n + 3) >> 2) - 15
+    e1 = ((n + 2) >> 2) - 15
+    e2 = ((n + 1) >> 2) - 15
+    e3 = (n >> 2) - 15
+    # per reader: c = bits consumed | symbols decoded << 32 (the bit count
+    # stays < 2^32: <= 11 bits per symbol, <= 2^25 symbols per sub-stream)
+    c0 = 0
+    c1 = 0
+    c2 = 0
+    c3 = 0
+    t0 = tmp[0:r]
+    t1 = tmp[r:2 * r]
+    t2 = tmp[2 * r:3 * r]
+    t3 = tmp[3 * r:4 * r]
     while True:
-        if o0 > e0 or o1 > e1 or o2 > e2 or o3 > e3:
-            break
-        # 8-byte loads must lie inside each sub-stream
-        if ((b0 >> 3) + 8 > L0 or (b1 >> 3) + 8 > L1
+        b0 = c0 & 0xFFFFFFFF
+        b1 = c1 & 0xFFFFFFFF
+        b2 = c2 & 0xFFFFFFFF
+        b3 = c3 & 0xFFFFFFFF
+        if ((c0 >> 32) > e0 or (c1 >> 32) > e1 or (c2 >> 32) > e2 or (c3 >> 32) > e3
+                or (b0 >> 3) + 8 > L0 or (b1 >> 3) + 8 > L1
                 or (b2 >> 3) + 8 > L2 or (b3 >> 3) + 8 > L3):
             break
+        # 8-byte loads lie inside each sub-stream; >= 57 valid bits each,
+        # 5 lookups consume <= 55
         a0 = load_u64(buf, s0 + (b0 >> 3)) >> np.uint64(b0 & 7)
         a1 = load_u64(buf, s1 + (b1 >> 3)) >> np.uint64(b1 & 7)
         a2 = load_u64(buf, s2 + (b2 >> 3)) >> np.uint64(b2 & 7)
         a3 = load_u64(buf, s3 + (b3 >> 3)) >> np.uint64(b3 & 7)
         for t in range(5):
-            x0 = dec3[a0 & _M11]
-            x1 = dec3[a1 & _M11]
-            x2 = dec3[a2 & _M11]
-            x3 = dec3[a3 & _M11]
-            out[o0] = np.uint8(x0 & 0xFF)
-            out[o0 + 4] = np.uint8((x0 >> 8) & 0xFF)
-            out[o0 + 8] = np.uint8((x0 >> 16) & 0xFF)
-            out[o1] = np.uint8(x1 & 0xFF)
-            out[o1 + 4] = np.uint8((x1 >> 8) & 0xFF)
-            out[o1 + 8] = np.uint8((x1 >> 16) & 0xFF)
-            out[o2] = np.uint8(x2 & 0xFF)
-            out[o2 + 4] = np.uint8((x2 >> 8) & 0xFF)
-            out[o2 + 8] = np.uint8((x2 >> 16) & 0xFF)
-            out[o3] = np.uint8(x3 & 0xFF)
-            out[o3 + 4] = np.uint8((x3 >> 8) & 0xFF)
-            out[o3 + 8] = np.uint8((x3 >> 16) & 0xFF)
-            l0 = (x0 >> 24) & 15
-            l1 = (x1 >> 24) & 15
-            l2 = (x2 >> 24) & 15
-            l3 = (x3 >> 24) & 15
-            a0 >>= l0
-            a1 >>= l1
-            a2 >>= l2
-            a3 >>= l3
-            b0 += np.int64(l0)
-            b1 += np.int64(l1)
-            b2 += np.int64(l2)
-            b3 += np.int64(l3)
-            o0 += np.int64(x0 >> 28) * 4
-            o1 += np.int64(x1 >> 28) * 4
-            o2 += np.int64(x2 >> 28) * 4
-            o3 += np.int64(x3 >> 28) * 4
+            x0 = ld(dec3, a0 & _M11)
+            x1 = ld(dec3, a1 & _M11)
+            x2 = ld(dec3, a2 & _M11)
+            x3 = ld(dec3, a3 & _M11)
+            store_u32(t0, c0 >> 32, np.uint32((x0 >> _S8) & _M32))
+            store_u32(t1, c1 >> 32, np.uint32((x1 >> _S8) & _M32))
+            store_u32(t2, c2 >> 32, np.uint32((x2 >> _S8) & _M32))
+            store_u32(t3, c3 >> 32, np.uint32((x3 >> _S8) & _M32))
+            a0 >>= x0 & _M63
+            a1 >>= x1 & _M63
+            a2 >>= x2 & _M63
+            a3 >>= x3 & _M63
+            c0 += np.int64(x0 & _CM)
+            c1 += np.int64(x1 & _CM)
+            c2 += np.int64(x2 & _CM)
+            c3 += np.int64(x3 & _CM)
+    b0 = c0 & 0xFFFFFFFF
+    b1 = c1 & 0xFFFFFFFF
+    b2 = c2 & 0xFFFFFFFF
+    b3 = c3 & 0xFFFFFFFF
+    o0 = c0 >> 32
+    o1 = c1 >> 32
+    o2 = c2 >> 32
+    o3 = c3 >> 32
     bp = np.empty(4, np.int64)
     bp[0] = b0
     bp[1] = b1
@@ -766,23 +780,38 @@ def huff_decode4(buf, st, ln, dec, dec3, out, n):
         b = bp[k]
         L = ln[k]
         sk = st[k]
-        for i in range(op[k], n, 4):
+        rk = k * r
+        for i in range(op[k], (n + 3 - k) >> 2):
             if b > 8 * L:
                 return ERR_STREAM
-            acc = _slow_load(buf, sk, L, b >> 3) >> np.uint64(b & 7)
+            if (b >> 3) + 8 <= L:
+                acc = load_u64(buf, sk + (b >> 3)) >> np.uint64(b & 7)
+            else:
+                acc = _slow_load(buf, sk, L, b >> 3) >> np.uint64(b & 7)
             e = dec[acc & _M11]
-            out[i] = np.uint8(e & 0xFF)
+            tmp[rk + i] = np.uint8(e & 0xFF)
             b += np.int64(e >> 8)
         if (b + 7) >> 3 != L:
             return ERR_STREAM
         if b & 7:
             if (buf[sk + L - 1] >> (b & 7)) != 0:
                 return ERR_PAD
+    # interleave: out[4i + k] = sub-stream k symbol i
+    q = n >> 2
+    t0 = tmp[0:q]
+    t1 = tmp[r:r + q]
+    t2 = tmp[2 * r:2 * r + q]
+    t3 = tmp[3 * r:3 * r + q]
+    for i in range(q):
+        store_u32(out, 4 * i, np.uint32(t0[i]) | (np.uint32(t1[i]) << 8)
+                  | (np.uint32(t2[i]) << 16) | (np.uint32(t3[i]) << 24))
+    for k in range(n - 4 * q):
+        out[4 * q + k] = tmp[k * r + q]
     return OK
 
 
 @njit(nogil=True, cache=True)
-def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3):
+def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, tmp):
     end = pos + plen
     if plen < 2:
         return ERR_TRUNC
@@ -824,14 +853,14 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3):
         acc += ln[k]
     st[3] = q + acc
     ln[3] = rem - acc
-    return huff_decode4(blob, st, ln, dec, dec3, p, n)
+    return huff_decode4(blob, st, ln, dec, dec3, p, n, tmp)
 
 
 @njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
-                 planes, dec, dec3, lens):
+                 planes, dec, dec3, lens, tmp):
     """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
-    dec (uint16[2048]), dec3 (uint32[2048]) and lens (uint8[256]) are
+    dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
     end = off + clen
     if clen < 1:
@@ -870,7 +899,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
                 return ERR_LEN
             p[:n] = blob[pos]  # fill (fast)
         elif mode == MODE_HUFF:
-            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3)
+            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, tmp)
             if st != OK:
                 return st
         else:
@@ -917,14 +946,15 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
                  out, status, c0, c1):
     planes = np.empty((ns, min(chunk, total) + 16), np.uint8)
     dec = np.empty(TABSIZE, np.uint16)
-    dec3 = np.empty(TABSIZE, np.uint32)
+    dec3 = np.empty(TABSIZE, np.uint64)
     lens = np.empty(256, np.uint8)
+    tmp = np.empty(4 * (((min(chunk, total) + 3) >> 2) + 16), np.uint8)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
                                  ref, has_ref, out, start, chks[c], planes, dec, dec3,
-                                 lens)
+                                 lens, tmp)
 
 
 @njit(nogil=True, cache=True)
