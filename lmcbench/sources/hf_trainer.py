@@ -124,6 +124,8 @@ class HFTrainerSource(Source):
         import torch
 
         opt = self._load_opt(path)
+        if order is None:
+            order = model_order(os.path.dirname(path))
         names = slot_names(opt, weights, order)
         out = []
         for slot, st in opt["state"].items():
@@ -146,8 +148,10 @@ def slot_names(opt: dict, weights: list[TensorEntry], order) -> dict:
     """Map optimizer slots to parameter names where the order can be recovered.
 
     1. ``param_names`` in the param groups (PyTorch >= 2.6 optimizers built from ``named_parameters()``).
-    2. The registration order of a ``pytorch_model.bin`` split as the HF Trainer splits parameters into a
-       decay and a no-decay group, accepted only if every slot's shape matches.
+    2. The parameters' registration order — from a ``pytorch_model.bin``, or from the model class named in
+       ``config.json`` built on PyTorch's meta device when ``transformers`` is installed (no weights are read
+       or downloaded) — split as the HF Trainer splits parameters into a decay and a no-decay group; accepted
+       only if every slot's shape matches.
     3. Otherwise a slot is named after the one parameter with its shape, if exactly one has it; the rest
        keep ``slot<k>`` (a wrong name is worse than none).
     """
@@ -168,10 +172,11 @@ def slot_names(opt: dict, weights: list[TensorEntry], order) -> dict:
             out.update(zip(g["params"], g["param_names"]))
         return out
     if order:
-        decay = [n for n, _ in order if not _NO_DECAY.search(n)]
-        nodecay = [n for n, _ in order if _NO_DECAY.search(n)]
-        shapes = dict(order)
-        for cand in ([decay, nodecay], [[n for n, _ in order]]):
+        order = [(o[0], o[1], o[2] if len(o) > 2 else bool(_NO_DECAY.search(o[0]))) for o in order]
+        decay = [n for n, _, nd in order if not nd]
+        nodecay = [n for n, _, nd in order if nd]
+        shapes = {n: sh for n, sh, _ in order}
+        for cand in ([decay, nodecay], [[n for n, _, _ in order]]):
             if len(cand) != len(groups):
                 continue
             trial = {}
@@ -195,3 +200,49 @@ def slot_names(opt: dict, weights: list[TensorEntry], order) -> dict:
         if len(cands) == 1:
             out[slot] = cands[0]
     return out
+
+
+_ORDER_CACHE: dict[str, list | None] = {}
+
+
+def model_order(checkpoint_dir: str):
+    """``[(name, shape, no_decay)]`` in ``named_parameters()`` order for the model in ``config.json``, built on
+    the meta device with ``transformers`` (if installed); None when that is not possible."""
+    cfg_path = os.path.join(checkpoint_dir, "config.json")
+    try:
+        with open(cfg_path) as f:
+            text = f.read()
+        arch = (json.loads(text).get("architectures") or [None])[0]
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not arch:
+        return None
+    if text in _ORDER_CACHE:
+        return _ORDER_CACHE[text]
+    order = None
+    try:
+        import importlib.util
+
+        if importlib.util.find_spec("transformers") is not None:
+            import torch
+            import transformers
+
+            cls = getattr(transformers, arch, None)
+            if cls is not None:
+                level = transformers.logging.get_verbosity()
+                transformers.logging.set_verbosity_error()
+                try:
+                    config = transformers.AutoConfig.from_pretrained(checkpoint_dir, local_files_only=True)
+                    with torch.device("meta"):
+                        model = cls(config)
+                finally:
+                    transformers.logging.set_verbosity(level)
+                norm_params = set()
+                for mname, mod in model.named_modules():
+                    if "norm" in type(mod).__name__.lower():
+                        norm_params.update(f"{mname}.{p}" if mname else p for p, _ in mod.named_parameters(recurse=False))
+                order = [(n, tuple(p.shape), n in norm_params or "bias" in n) for n, p in model.named_parameters()]
+    except Exception:  # noqa: BLE001 - any failure means the order cannot be recovered; slots stay unnamed
+        order = None
+    _ORDER_CACHE[text] = order
+    return order

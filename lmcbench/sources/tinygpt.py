@@ -245,7 +245,7 @@ def _save_checkpoint(out_dir, step, model, opt, sched, opts, log, save_file):
     with open(os.path.join(d, "trainer_state.json"), "w") as f:
         json.dump({"global_step": step, "max_steps": opts["max_steps"], "save_steps": opts["save_steps"],
                    "log_history": log}, f, indent=1)
-    cfg = {"model_type": "gpt2", "architectures": ["TinyGPT"], "vocab_size": 256, "n_positions": opts["block_size"],
+    cfg = {"model_type": "lmcbench-tinygpt", "architectures": ["TinyGPT"], "vocab_size": 256, "n_positions": opts["block_size"],
            "n_embd": opts["n_embd"], "n_layer": opts["n_layer"], "n_head": opts["n_head"], "torch_dtype": "float32"}
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)

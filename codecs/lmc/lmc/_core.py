@@ -230,10 +230,44 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
         np.cumsum(sizes[:-1], out=offsets[1:])
         offsets[1:] += hl
     total_len = hl + int(sizes.sum())
-    out = np.empty(total_len, np.uint8)
+    blob, out = _new_bytes(total_len)
     out[:hl] = np.frombuffer(head, np.uint8)
     _run_chunks(K.gather_range, (scratch, cap, sizes, offsets, out), nch, nth)
-    return out.tobytes()
+    if blob is None:
+        return out.tobytes()
+    return blob
+
+
+def _bytes_api():
+    try:
+        import ctypes
+        api = ctypes.pythonapi
+        new = api.PyBytes_FromStringAndSize
+        new.restype = ctypes.py_object
+        new.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
+        addr = api.PyBytes_AsString
+        addr.restype = ctypes.c_void_p
+        addr.argtypes = (ctypes.py_object,)
+        return ctypes, new, addr
+    except Exception:  # pragma: no cover - no CPython C API (e.g. PyPy)
+        return None
+
+
+_BYTES_API = _bytes_api()
+
+
+def _new_bytes(n):
+    """A new, not yet shared bytes object of length n and a writable uint8
+    view of its buffer, so that the chunk payloads are gathered straight into
+    the returned blob (saves a full copy of the output).  This is the C-API
+    idiom PyBytes_FromStringAndSize(NULL, n) + fill before first use.
+    Falls back to (None, array) without the C API."""
+    if _BYTES_API is None or n == 0:  # pragma: no cover
+        return None, np.empty(n, np.uint8)
+    ctypes, new, addr = _BYTES_API
+    b = new(None, n)
+    arr = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(addr(b)))
+    return b, arr
 
 
 def _parse_header(buf):

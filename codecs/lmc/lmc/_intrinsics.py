@@ -26,6 +26,9 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
     def ld(arr, idx):
         return arr[int(idx)]
 
+    def clz64(x):
+        return 64 - int(x).bit_length()
+
     def st(arr, idx, val):
         arr[int(idx)] = val
 
@@ -101,6 +104,18 @@ else:
             v = context.cast(builder, args[2], signature.args[2], signature.args[0].dtype)
             builder.store(v, builder.gep(ary.data, [args[1]]))
             return context.get_dummy_value()
+        return sig, codegen
+
+    @intrinsic
+    def clz64(typingctx, x):
+        """Count of leading zero bits of a uint64 (64 for 0), as int64."""
+        if not (isinstance(x, types.Integer) and x.bitwidth == 64):
+            return None
+        sig = types.int64(x)
+
+        def codegen(context, builder, signature, args):
+            fn = builder.module.declare_intrinsic("llvm.ctlz", [ir.IntType(64)])
+            return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 0)])
         return sig, codegen
 
     load_u16 = _mk_load(16)

@@ -18,7 +18,8 @@ inside the sub-stream (slow byte-wise refill otherwise).
 import numpy as np
 from numba import njit
 
-from ._intrinsics import ld, load_u32, load_u64, st, store_u32, store_u64
+from ._intrinsics import clz64, ld, load_u32, load_u64, store_u32, store_u64
+from ._intrinsics import st as put
 
 MAXLEN = 11
 TABSIZE = 1 << MAXLEN
@@ -66,6 +67,8 @@ _M15 = np.uint64(15)
 _M3 = np.uint64(3)
 _S8 = np.uint64(8)
 _CM = np.uint64(15 | (3 << 32))
+_M57 = np.uint64((1 << 57) - 1)
+_B57 = np.uint64(1 << 57)
 _U0 = np.uint64(0)
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
@@ -461,6 +464,9 @@ def _encode4(p, n, codes, lens, out, o, sub):
     exact byte sizes sub[0..3] are known in advance.  Never writes outside
     [o, o + sum(sub)).  Returns the end position (or -1 on a size mismatch,
     which would be an internal error)."""
+    ct = np.empty(256, np.uint64)  # code | length << 32
+    for c in range(256):
+        ct[c] = codes[c] | (np.uint64(lens[c]) << _S32)
     q0 = o
     en0 = q0 + sub[0]
     q1 = en0
@@ -485,34 +491,30 @@ def _encode4(p, n, codes, lens, out, o, sub):
             break
         i = 16 * j
         for t in range(4):
-            c0 = p[i + 4 * t]
-            c1 = p[i + 4 * t + 1]
-            c2 = p[i + 4 * t + 2]
-            c3 = p[i + 4 * t + 3]
-            a0 |= codes[c0] << np.uint64(n0)
-            a1 |= codes[c1] << np.uint64(n1)
-            a2 |= codes[c2] << np.uint64(n2)
-            a3 |= codes[c3] << np.uint64(n3)
-            n0 += lens[c0]
-            n1 += lens[c1]
-            n2 += lens[c2]
-            n3 += lens[c3]
+            e0 = ld(ct, ld(p, i + 4 * t))
+            e1 = ld(ct, ld(p, i + 4 * t + 1))
+            e2 = ld(ct, ld(p, i + 4 * t + 2))
+            e3 = ld(ct, ld(p, i + 4 * t + 3))
+            a0 |= (e0 & _M32) << np.uint64(n0)
+            a1 |= (e1 & _M32) << np.uint64(n1)
+            a2 |= (e2 & _M32) << np.uint64(n2)
+            a3 |= (e3 & _M32) << np.uint64(n3)
+            n0 += np.int64(e0 >> _S32)
+            n1 += np.int64(e1 >> _S32)
+            n2 += np.int64(e2 >> _S32)
+            n3 += np.int64(e3 >> _S32)
         store_u64(out, q0, a0)
         store_u64(out, q1, a1)
         store_u64(out, q2, a2)
         store_u64(out, q3, a3)
-        m0 = n0 >> 3
-        m1 = n1 >> 3
-        m2 = n2 >> 3
-        m3 = n3 >> 3
-        q0 += m0
-        q1 += m1
-        q2 += m2
-        q3 += m3
-        a0 >>= np.uint64(8 * m0)
-        a1 >>= np.uint64(8 * m1)
-        a2 >>= np.uint64(8 * m2)
-        a3 >>= np.uint64(8 * m3)
+        q0 += n0 >> 3
+        q1 += n1 >> 3
+        q2 += n2 >> 3
+        q3 += n3 >> 3
+        a0 >>= np.uint64(n0 & ~7)
+        a1 >>= np.uint64(n1 & ~7)
+        a2 >>= np.uint64(n2 & ~7)
+        a3 >>= np.uint64(n3 & ~7)
         n0 &= 7
         n1 &= 7
         n2 &= 7
@@ -687,12 +689,14 @@ def build_multi_table(dec, dec3):
 
 
 @njit(nogil=True, cache=True)
-def huff_decode4(buf, st, ln, dec, dec3, out, n, tmp):
+def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
     """Decode n symbols from 4 interleaved LSB-first sub-streams (symbol i in
     sub-stream i % 4); sub-stream k occupies buf[st[k] : st[k] + ln[k]].
     Sub-stream k is first decoded into tmp[k*r : k*r + (n+3-k)//4],
     r = (n+3)//4 + 16 (tmp needs 4*r bytes; the fast loop stores 4 bytes at
-    a time, up to 3 past the last symbol), then interleaved into out[:n]."""
+    a time, up to 3 past the last symbol), then interleaved into out[:n].
+    single: every code is >= 6 bits long; then dec1 (uint16[2048], entry =
+    length | symbol << 8) is used instead of dec3."""
     m = (n + 3) >> 2
     r = m + 16
     s0 = st[0]
@@ -716,56 +720,95 @@ def huff_decode4(buf, st, ln, dec, dec3, out, n, tmp):
     e1 = ((n + 2) >> 2) - 15
     e2 = ((n + 1) >> 2) - 15
     e3 = (n >> 2) - 15
-    # per reader: c = bits consumed | symbols decoded << 32 (the bit count
-    # stays < 2^32: <= 11 bits per symbol, <= 2^25 symbols per sub-stream)
-    c0 = 0
-    c1 = 0
-    c2 = 0
-    c3 = 0
-    t0 = tmp[0:r]
-    t1 = tmp[r:2 * r]
-    t2 = tmp[2 * r:3 * r]
-    t3 = tmp[3 * r:4 * r]
-    while True:
+    if single:
+        # every code is >= 6 bits: one symbol per lookup, all readers advance
+        # in lockstep (5 symbols per refill).  A sentinel bit above the 57
+        # loaded bits gives the bits consumed: clz(a) - 6.
+        u0 = tmp[0:r]
+        u1 = tmp[r:2 * r]
+        u2 = tmp[2 * r:3 * r]
+        u3 = tmp[3 * r:4 * r]
+        o = 0
+        e = (n >> 2) - 5
+        while (o <= e and (b0 >> 3) + 8 <= L0 and (b1 >> 3) + 8 <= L1
+               and (b2 >> 3) + 8 <= L2 and (b3 >> 3) + 8 <= L3):
+            a0 = ((load_u64(buf, s0 + (b0 >> 3)) >> np.uint64(b0 & 7)) & _M57) | _B57
+            a1 = ((load_u64(buf, s1 + (b1 >> 3)) >> np.uint64(b1 & 7)) & _M57) | _B57
+            a2 = ((load_u64(buf, s2 + (b2 >> 3)) >> np.uint64(b2 & 7)) & _M57) | _B57
+            a3 = ((load_u64(buf, s3 + (b3 >> 3)) >> np.uint64(b3 & 7)) & _M57) | _B57
+            for t in range(5):
+                x0 = np.uint64(ld(dec1, a0 & _M11))
+                x1 = np.uint64(ld(dec1, a1 & _M11))
+                x2 = np.uint64(ld(dec1, a2 & _M11))
+                x3 = np.uint64(ld(dec1, a3 & _M11))
+                put(u0, o + t, x0 >> _S8)
+                put(u1, o + t, x1 >> _S8)
+                put(u2, o + t, x2 >> _S8)
+                put(u3, o + t, x3 >> _S8)
+                a0 >>= x0 & _M63
+                a1 >>= x1 & _M63
+                a2 >>= x2 & _M63
+                a3 >>= x3 & _M63
+            b0 += clz64(a0) - 6
+            b1 += clz64(a1) - 6
+            b2 += clz64(a2) - 6
+            b3 += clz64(a3) - 6
+            o += 5
+        o0 = o
+        o1 = o
+        o2 = o
+        o3 = o
+    else:
+        # per reader: c = bits consumed | symbols decoded << 32 (the bit count
+        # stays < 2^32: <= 11 bits per symbol, <= 2^25 symbols per sub-stream)
+        c0 = 0
+        c1 = 0
+        c2 = 0
+        c3 = 0
+        t0 = tmp[0:r]
+        t1 = tmp[r:2 * r]
+        t2 = tmp[2 * r:3 * r]
+        t3 = tmp[3 * r:4 * r]
+        while True:
+            b0 = c0 & 0xFFFFFFFF
+            b1 = c1 & 0xFFFFFFFF
+            b2 = c2 & 0xFFFFFFFF
+            b3 = c3 & 0xFFFFFFFF
+            if ((c0 >> 32) > e0 or (c1 >> 32) > e1 or (c2 >> 32) > e2 or (c3 >> 32) > e3
+                    or (b0 >> 3) + 8 > L0 or (b1 >> 3) + 8 > L1
+                    or (b2 >> 3) + 8 > L2 or (b3 >> 3) + 8 > L3):
+                break
+            # 8-byte loads lie inside each sub-stream; >= 57 valid bits each,
+            # 5 lookups consume <= 55
+            a0 = load_u64(buf, s0 + (b0 >> 3)) >> np.uint64(b0 & 7)
+            a1 = load_u64(buf, s1 + (b1 >> 3)) >> np.uint64(b1 & 7)
+            a2 = load_u64(buf, s2 + (b2 >> 3)) >> np.uint64(b2 & 7)
+            a3 = load_u64(buf, s3 + (b3 >> 3)) >> np.uint64(b3 & 7)
+            for t in range(5):
+                x0 = ld(dec3, a0 & _M11)
+                x1 = ld(dec3, a1 & _M11)
+                x2 = ld(dec3, a2 & _M11)
+                x3 = ld(dec3, a3 & _M11)
+                store_u32(t0, c0 >> 32, np.uint32((x0 >> _S8) & _M32))
+                store_u32(t1, c1 >> 32, np.uint32((x1 >> _S8) & _M32))
+                store_u32(t2, c2 >> 32, np.uint32((x2 >> _S8) & _M32))
+                store_u32(t3, c3 >> 32, np.uint32((x3 >> _S8) & _M32))
+                a0 >>= x0 & _M63
+                a1 >>= x1 & _M63
+                a2 >>= x2 & _M63
+                a3 >>= x3 & _M63
+                c0 += np.int64(x0 & _CM)
+                c1 += np.int64(x1 & _CM)
+                c2 += np.int64(x2 & _CM)
+                c3 += np.int64(x3 & _CM)
         b0 = c0 & 0xFFFFFFFF
         b1 = c1 & 0xFFFFFFFF
         b2 = c2 & 0xFFFFFFFF
         b3 = c3 & 0xFFFFFFFF
-        if ((c0 >> 32) > e0 or (c1 >> 32) > e1 or (c2 >> 32) > e2 or (c3 >> 32) > e3
-                or (b0 >> 3) + 8 > L0 or (b1 >> 3) + 8 > L1
-                or (b2 >> 3) + 8 > L2 or (b3 >> 3) + 8 > L3):
-            break
-        # 8-byte loads lie inside each sub-stream; >= 57 valid bits each,
-        # 5 lookups consume <= 55
-        a0 = load_u64(buf, s0 + (b0 >> 3)) >> np.uint64(b0 & 7)
-        a1 = load_u64(buf, s1 + (b1 >> 3)) >> np.uint64(b1 & 7)
-        a2 = load_u64(buf, s2 + (b2 >> 3)) >> np.uint64(b2 & 7)
-        a3 = load_u64(buf, s3 + (b3 >> 3)) >> np.uint64(b3 & 7)
-        for t in range(5):
-            x0 = ld(dec3, a0 & _M11)
-            x1 = ld(dec3, a1 & _M11)
-            x2 = ld(dec3, a2 & _M11)
-            x3 = ld(dec3, a3 & _M11)
-            store_u32(t0, c0 >> 32, np.uint32((x0 >> _S8) & _M32))
-            store_u32(t1, c1 >> 32, np.uint32((x1 >> _S8) & _M32))
-            store_u32(t2, c2 >> 32, np.uint32((x2 >> _S8) & _M32))
-            store_u32(t3, c3 >> 32, np.uint32((x3 >> _S8) & _M32))
-            a0 >>= x0 & _M63
-            a1 >>= x1 & _M63
-            a2 >>= x2 & _M63
-            a3 >>= x3 & _M63
-            c0 += np.int64(x0 & _CM)
-            c1 += np.int64(x1 & _CM)
-            c2 += np.int64(x2 & _CM)
-            c3 += np.int64(x3 & _CM)
-    b0 = c0 & 0xFFFFFFFF
-    b1 = c1 & 0xFFFFFFFF
-    b2 = c2 & 0xFFFFFFFF
-    b3 = c3 & 0xFFFFFFFF
-    o0 = c0 >> 32
-    o1 = c1 >> 32
-    o2 = c2 >> 32
-    o3 = c3 >> 32
+        o0 = c0 >> 32
+        o1 = c1 >> 32
+        o2 = c2 >> 32
+        o3 = c3 >> 32
     bp = np.empty(4, np.int64)
     bp[0] = b0
     bp[1] = b1
@@ -811,7 +854,7 @@ def huff_decode4(buf, st, ln, dec, dec3, out, n, tmp):
 
 
 @njit(nogil=True, cache=True)
-def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, tmp):
+def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
     end = pos + plen
     if plen < 2:
         return ERR_TRUNC
@@ -836,7 +879,18 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, tmp):
         return ERR_TABLE
     if not build_decode_table(lens, dec):
         return ERR_KRAFT
-    build_multi_table(dec, dec3)
+    minlen = MAXLEN
+    for j in range(cnt):
+        L = np.int64(lens[lo + j])
+        if L > 0 and L < minlen:
+            minlen = L
+    single = 2 * minlen > MAXLEN
+    if single:
+        for idx in range(TABSIZE):
+            e = dec[idx]
+            dec1[idx] = np.uint16((e >> 8) | ((e & 0xFF) << 8))
+    else:
+        build_multi_table(dec, dec3)
     q += nbt
     st = np.empty(4, np.int64)
     ln = np.empty(4, np.int64)
@@ -853,12 +907,12 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, tmp):
         acc += ln[k]
     st[3] = q + acc
     ln[3] = rem - acc
-    return huff_decode4(blob, st, ln, dec, dec3, p, n, tmp)
+    return huff_decode4(blob, st, ln, dec, dec3, dec1, single, p, n, tmp)
 
 
 @njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
-                 planes, dec, dec3, lens, tmp):
+                 planes, dec, dec3, dec1, lens, tmp):
     """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
     dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
@@ -899,7 +953,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
                 return ERR_LEN
             p[:n] = blob[pos]  # fill (fast)
         elif mode == MODE_HUFF:
-            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, tmp)
+            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
             if st != OK:
                 return st
         else:
@@ -947,6 +1001,7 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
     planes = np.empty((ns, min(chunk, total) + 16), np.uint8)
     dec = np.empty(TABSIZE, np.uint16)
     dec3 = np.empty(TABSIZE, np.uint64)
+    dec1 = np.empty(TABSIZE, np.uint16)
     lens = np.empty(256, np.uint8)
     tmp = np.empty(4 * (((min(chunk, total) + 3) >> 2) + 16), np.uint8)
     for c in range(c0, c1):
@@ -954,7 +1009,7 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
                                  ref, has_ref, out, start, chks[c], planes, dec, dec3,
-                                 lens, tmp)
+                                 dec1, lens, tmp)
 
 
 @njit(nogil=True, cache=True)
