@@ -189,6 +189,13 @@ def _one_line(msg: str) -> str:
     if not lines:
         return "invalid configuration"
     head = lines[0]
+    import re
+
+    m = re.match(r"Could not override '([^']+)'", head)
+    if m and "Available options" not in msg:
+        return f"unknown option {m.group(1)!r} (`lmcbench --cfg job` prints every option)"
+    if "no viable alternative" in head or "mismatched input" in head or "extraneous input" in head:
+        return f"cannot parse the command line ({head}); quote overrides that contain [ ] , or spaces"
     if "Available options" in msg:
         opts = [ln for ln in lines[lines.index(next(x for x in lines if x.startswith("Available options"))) + 1:]
                 if not ln.startswith(("Config search path", "provider=", "Set the environment"))]

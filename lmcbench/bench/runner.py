@@ -49,6 +49,12 @@ class BenchOptions:
         known = {k: cfg.pop(k) for k in list(cfg) if k in cls.__dataclass_fields__}
         if cfg:
             raise ConfigError(f"bench: unknown option(s) {', '.join(sorted(cfg))}")
+        for k, v in known.items():
+            want = type(cls.__dataclass_fields__[k].default)
+            if want is float and isinstance(v, int) and not isinstance(v, bool):
+                known[k] = v = float(v)
+            if want is not dict and not isinstance(v, want) or (want is int and isinstance(v, bool)):
+                raise ConfigError(f"bench.{k}: expected {want.__name__}, got {v!r}")
         opts = cls(**known)
         if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0:
             raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0")

@@ -61,13 +61,19 @@ class Source:
     def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, **unknown):
         if unknown:
             raise ConfigError(f"source {self.source_type}: unknown option(s) {', '.join(sorted(unknown))}")
-        self.steps = None if steps is None else [int(s) for s in steps]
+        if steps is not None:
+            steps = [steps] if isinstance(steps, (int, str)) else steps
+            try:
+                steps = [int(s) for s in steps if not isinstance(s, bool)]
+            except (TypeError, ValueError):
+                raise ConfigError(f"source.steps: expected a list of integers, got {steps!r}") from None
+        self.steps = steps
         try:
             self.include = re.compile(include) if include else None
             self.exclude = re.compile(exclude) if exclude else None
         except re.error as e:
             raise ConfigError(f"source.include/exclude: bad regular expression: {e}") from None
-        self.kinds = None if kinds is None else list(kinds)
+        self.kinds = None if kinds is None else ([kinds] if isinstance(kinds, str) else list(kinds))
         for k in self.kinds or []:
             if k not in KINDS:
                 raise ConfigError(f"source.kinds: unknown kind {k!r}; known: {', '.join(KINDS)}")

@@ -36,8 +36,11 @@ class HFTrainerSource(Source):
         return self.path
 
     def checkpoints(self) -> list[tuple[int, str]]:
-        if not os.path.isdir(self.path):
+        if not os.path.exists(self.path):
             raise SourceError(f"{self.path}: no such folder")
+        if not os.path.isdir(self.path):
+            raise SourceError(f"{self.path}: not a folder (source=hf_trainer wants a Trainer output_dir; "
+                              "use source=files for single files)")
         m = CHECKPOINT_RE.match(os.path.basename(self.path))
         if m:  # pointed at one checkpoint folder
             return [(int(m.group(1)), self.path)]

@@ -40,7 +40,21 @@ class TinyGPTSource(HFTrainerSource):
         for k, v in dict(train or {}).items():
             if k not in TRAIN_DEFAULTS:
                 raise ConfigError(f"source.train: unknown option {k!r}; known: {', '.join(TRAIN_DEFAULTS)}")
-            opts[k] = tuple(v) if k == "betas" else v
+            want = type(TRAIN_DEFAULTS[k])
+            if k == "betas":
+                ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(b, (int, float)) for b in v)
+                v = tuple(float(b) for b in v) if ok else v
+            elif want is float:
+                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+                v = float(v) if ok else v
+            else:
+                ok = isinstance(v, want) and not isinstance(v, bool)
+            if not ok:
+                raise ConfigError(f"source.train.{k}: expected {want.__name__}, got {v!r}")
+            opts[k] = v
+        if min(opts[k] for k in ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "max_steps",
+                                 "corpus_bytes")) <= 0:
+            raise ConfigError("source.train: sizes and step counts must be positive")
         if opts["n_embd"] % opts["n_head"]:
             raise ConfigError("source.train: n_embd must be a multiple of n_head")
         if opts["save_steps"] <= 0 or opts["max_steps"] < opts["save_steps"]:

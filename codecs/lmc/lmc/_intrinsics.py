@@ -114,8 +114,7 @@ else:
         sig = types.int64(x)
 
         def codegen(context, builder, signature, args):
-            fn = builder.module.declare_intrinsic("llvm.ctlz", [ir.IntType(64)])
-            return builder.call(fn, [args[0], ir.Constant(ir.IntType(1), 0)])
+            return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
         return sig, codegen
 
     load_u16 = _mk_load(16)
