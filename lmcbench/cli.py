@@ -17,6 +17,20 @@ import time
 from .errors import ConfigError, LmcbenchError
 
 CONF_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, "conf"))
+REPO = os.path.dirname(CONF_DIR)
+
+
+def render_experiment(name: str, run_dir: str, out_dir: str) -> None:
+    """Render a run with ``experiments/<name>.py`` (its ``render(run_dir, out_dir)``) into ``out_dir``."""
+    import importlib.util
+
+    path = os.path.join(REPO, "experiments", f"{name}.py")
+    if not os.path.exists(path):
+        raise ConfigError(f"experiment {name!r} has no renderer ({path})")
+    spec = importlib.util.spec_from_file_location(f"lmcbench_experiment_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.render(run_dir, out_dir)
 
 
 def _debug() -> bool:
@@ -69,7 +83,17 @@ def build(cfg):
             notes.append(f"note: codec {name} skipped: its library is not installed ({e.name or e})")
     if not codecs:
         raise ConfigError("none of the selected codecs is installed")
-    return source, pipelines, codecs, BenchOptions.from_config(c.get("bench")), notes
+    restrict = c.get("restrict") or {}
+    if not isinstance(restrict, dict):
+        raise ConfigError(f"restrict: expected a mapping codec -> [pipelines], got {restrict!r}")
+    for cname, pl in restrict.items():
+        pl = [pl] if isinstance(pl, str) else pl
+        bad = [p for p in (pl or []) if p not in pipelines]
+        if not isinstance(pl, list) or bad:
+            raise ConfigError(f"restrict.{cname}: pipelines {bad or pl!r} are not in the selected pipelines "
+                              f"({', '.join(pipelines)})")
+        restrict[cname] = pl
+    return source, pipelines, codecs, BenchOptions.from_config(c.get("bench")), notes, restrict
 
 
 def environment(cfg, source, codecs) -> dict:
@@ -90,7 +114,7 @@ def environment(cfg, source, codecs) -> dict:
         cores = os.cpu_count()
     git = ""
     try:
-        root = os.path.dirname(CONF_DIR)
+        root = REPO
         git = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              timeout=5).stdout.strip()
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
@@ -118,7 +142,7 @@ def run_task(cfg, out_dir: str) -> dict:
     from .bench import runner
     from .report import load_records, render, summary_text
 
-    source, pipelines, codecs, opts, notes = build(cfg)
+    source, pipelines, codecs, opts, notes, restrict = build(cfg)
     for n in notes:
         print(n, file=sys.stderr)
     os.makedirs(out_dir, exist_ok=True)
@@ -126,7 +150,8 @@ def run_task(cfg, out_dir: str) -> dict:
         f.write(OmegaConf.to_yaml(cfg))
     env = environment(cfg, source, codecs)
     t0 = time.time()
-    summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr))
+    summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr),
+                         restrict=restrict)
     env.update(summary)
     env["seconds"] = round(time.time() - t0, 1)
     env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -138,6 +163,11 @@ def run_task(cfg, out_dir: str) -> dict:
         print(f"report: {path}")
     if rep.get("print_summary", True):
         print(summary_text(load_records(out_dir)))
+    name = cfg.get("experiment_name")
+    if name:
+        results = os.path.join(str(cfg.get("results_dir") or os.path.join(REPO, "results")), name)
+        render_experiment(name, out_dir, results)
+        print(f"experiment {name}: {os.path.join(results, 'report.md')}")
     print(f"records: {os.path.join(out_dir, 'records.csv')} ({summary['rows']} rows, "
           f"{summary['failed']} failed round trips)")
     if summary["failed"]:

@@ -33,20 +33,21 @@ BASE = ["codec=[memcpy]", "pipeline=[raw]"]
 def test_groups_exist():
     for g in ("source", "codec", "pipeline", "bench", "report"):
         assert group_options(g), g
-    assert set(group_options("source")) == {"hf_trainer", "files", "tinygpt"}
+    assert {"hf_trainer", "files", "tinygpt", "tinygpt_large"} <= set(group_options("source"))
 
 
 def test_default_config_composes_and_builds(tmp_path):
     cfg = composed([f"source.cache_dir={tmp_path}"])
     assert cfg.source.type == "tinygpt"
     assert list(cfg.codec) and list(cfg.pipeline)
-    source, pipelines, codecs, opts, notes = cli.build(cfg)
+    source, pipelines, codecs, opts, notes, restrict = cli.build(cfg)
     assert source.source_type == "tinygpt"
     assert set(pipelines) == set(cfg.pipeline)
     # every selected codec is either built or dropped with a note naming it
     for name in cfg.codec:
         assert name in codecs or any(name in n for n in notes), name
     assert isinstance(opts, BenchOptions)
+    assert restrict == {}
     assert not (tmp_path / "tinygpt").exists() and not list(tmp_path.iterdir()), "build must not train"
 
 
@@ -54,7 +55,7 @@ def test_default_config_composes_and_builds(tmp_path):
 def test_every_codec_option(name):
     cfg = composed([f"codec=[memcpy,{name}]", "pipeline=[raw]", "source.cache_dir=/nonexistent/never-made"])
     assert OmegaConf.to_container(cfg.codec[name]) == codec_configs()[name]
-    _, _, codecs, _, notes = cli.build(cfg)
+    _, _, codecs, _, notes, _ = cli.build(cfg)
     if name in codecs:
         assert codecs[name].get_config() == codec_configs()[name]
     else:
@@ -64,7 +65,7 @@ def test_every_codec_option(name):
 @pytest.mark.parametrize("name", group_options("pipeline"))
 def test_every_pipeline_option(name):
     cfg = composed(["codec=[memcpy]", f"pipeline=[{name}]"])
-    _, pipelines, _, _, _ = cli.build(cfg)
+    _, pipelines, _, _, _, _ = cli.build(cfg)
     assert list(pipelines) == [name]
     assert isinstance(pipelines[name], Pipeline)
     assert pipelines[name].get_config() == (pipeline_configs()[name] or [])
@@ -72,7 +73,7 @@ def test_every_pipeline_option(name):
 
 def test_several_codecs_and_pipelines():
     cfg = composed(["codec=[zstd,bz2,lz4hc]", "pipeline=[raw,delta,expsplit_bytegroup]"])
-    _, pipelines, codecs, _, _ = cli.build(cfg)
+    _, pipelines, codecs, _, _, _ = cli.build(cfg)
     assert list(codecs) == ["zstd", "bz2", "lz4hc"]
     assert list(pipelines) == ["raw", "delta", "expsplit_bytegroup"]
     assert codecs["lz4hc"].get_config() == {"id": "lz4", "level": 9}
@@ -101,11 +102,12 @@ def test_every_source_option(name, trainer_dir, tmp_path):
     shutil.copy(trainer_dir / "checkpoint-10" / "model.safetensors", tmp_path / "run3_step10.safetensors")
     extra = {"hf_trainer": [f"source.path={trainer_dir}"],
              "files": [f"source.path={tmp_path}/*.safetensors", r"source.step_regex='step(\d+)'"],
-             "tinygpt": [f"source.cache_dir={tmp_path}"]}[name]
+             "tinygpt": [f"source.cache_dir={tmp_path}"],
+             "tinygpt_large": [f"source.cache_dir={tmp_path}"]}[name]
     cfg = composed(BASE + [f"source={name}"] + extra)
     source = cli.build(cfg)[0]
-    assert isinstance(source, Source) and source.source_type == name
-    if name == "tinygpt":
+    assert isinstance(source, Source) and source.source_type == cfg.source.type
+    if cfg.source.type == "tinygpt":
         assert str(tmp_path) in source.path
         assert source.train_opts["max_steps"] == cfg.source.train.max_steps
         return  # entries() would train
@@ -182,7 +184,7 @@ def test_missing_library_is_an_error_when_not_skipping(monkeypatch):
         raise ImportError("no zstandard here", name="zstandard")
 
     monkeypatch.setattr(Zstd, "check_installed", classmethod(lambda cls: boom()))
-    _, _, codecs, _, notes = cli.build(composed(["codec=[zstd,lz4]", "pipeline=[raw]"]))
+    _, _, codecs, _, notes, _ = cli.build(composed(["codec=[zstd,lz4]", "pipeline=[raw]"]))
     assert list(codecs) == ["lz4"] and any("zstd" in n for n in notes)
     with pytest.raises(ConfigError, match="zstd"):
         cli.build(composed(["codec=[zstd,lz4]", "pipeline=[raw]", "skip_unavailable_codecs=false"]))
@@ -214,3 +216,10 @@ def test_bench_options_from_config():
         BenchOptions.from_config({"nope": 1})
     with pytest.raises(ConfigError):
         BenchOptions.from_config({"warmup": -1})
+
+
+def test_restrict_limits_codecs_to_pipelines(tmp_path):
+    cfg = composed(BASE + ["codec=[zstd,bz2]", "pipeline=[raw,bytegroup]", "+restrict.bz2=[bytegroup]"])
+    assert cli.build(cfg)[5] == {"bz2": ["bytegroup"]}
+    with pytest.raises(ConfigError, match="restrict.bz2"):
+        cli.build(composed(BASE + ["codec=[zstd,bz2]", "pipeline=[raw]", "+restrict.bz2=[bytegroup]"]))

@@ -161,6 +161,19 @@ def test_hf_cast_bf16(named_run):
     assert rec.array.dtype == np.float16 and rec.cast == "float32->float16"
 
 
+def test_cast_list_gives_one_series_per_dtype(named_run):
+    root, truth = named_run
+    src = hf(root, cast=[None, "bf16"], kinds=["weight"], include=r"^fc1\.weight$")
+    es = src.entries()
+    # tensor-major per variant: the fp32 series, then its bf16 cast, each over both steps
+    assert [(e.step, e.cast is None) for e in es] == [(10, True), (20, True), (10, False), (20, False)]
+    recs = [src.load(e) for e in es]
+    assert [r.array.dtype for r in recs] == [np.float32, np.float32, BF16, BF16]
+    assert [r.cast for r in recs] == ["", "", "float32->bfloat16", "float32->bfloat16"]
+    assert np.array_equal(recs[3].array, to_np(truth[20]["weights"]["fc1.weight"]).astype(BF16))
+    assert len({e.key for e in es}) == 2
+
+
 def test_bad_selection_options(named_run):
     root, _ = named_run
     with pytest.raises(ConfigError, match="weights"):

@@ -19,16 +19,17 @@ from ..dtypes import dtype_name
 from ..errors import NotApplicable
 from ..sources import Source
 from ..transforms import Pipeline, Stream
-from .measure import ZERO, Timing, byte_histogram, entropy_bits, timed
+from .measure import ZERO, Timing, block_bound_bytes, byte_histogram, entropy_bits, timed
 
 RECORD_COLUMNS = [
     "step", "tensor", "kind", "dtype", "cast", "shape", "numel", "transform", "codec", "codec_label", "codec_version",
     "threads", "orig_bytes", "comp_bytes", "ratio", "compress_s", "decompress_s", "compress_cpu_s",
     "decompress_cpu_s", "compress_s_min", "compress_s_max", "decompress_s_min", "decompress_s_max",
-    "transform_s", "untransform_s", "repeats", "n_streams", "entropy_bits", "entropy_bound_bytes", "ref_step",
+    "transform_s", "untransform_s", "repeats", "n_streams", "entropy_bits", "entropy_bound_bytes", "block_bound_bytes", "ref_step",
     "verified", "error", "codec_config", "transform_config",
 ]
-STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref_step", "bytes", "entropy_bits"]
+STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref_step", "bytes", "entropy_bits",
+                  "block_bound_bytes"]
 
 
 @dataclass
@@ -37,6 +38,7 @@ class BenchOptions:
     repeats: int = 3
     budget_s: float = 0.3
     chunk_mib: float = 16.0
+    entropy_block_kib: int = 64  # block size of the per-block order-0 entropy bound
     verify: bool = True
     progress: bool = True
     extra: dict = field(default_factory=dict)
@@ -56,8 +58,8 @@ class BenchOptions:
             if want is not dict and not isinstance(v, want) or (want is int and isinstance(v, bool)):
                 raise ConfigError(f"bench.{k}: expected {want.__name__}, got {v!r}")
         opts = cls(**known)
-        if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0:
-            raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0")
+        if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0 or opts.entropy_block_kib <= 0:
+            raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0, entropy_block_kib > 0")
         return opts
 
 
@@ -100,7 +102,7 @@ class _Acc:
 
 
 def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: BenchOptions, out_dir: str,
-        log=print) -> dict:
+        log=print, restrict: dict | None = None) -> dict:
     """Measure the grid, writing ``records.csv`` and ``streams.csv`` into ``out_dir``. Returns a summary."""
     os.makedirs(out_dir, exist_ok=True)
     records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS)
@@ -126,7 +128,7 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             rec = source.load(e)
             if bar is not None:
                 bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
-            rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped, warmed)
+            rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped, warmed, restrict)
             refs = new_refs
             records.write(rows)
             streams_out.write(srows)
@@ -152,12 +154,14 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
 
 
 def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: BenchOptions, refs: dict,
-                   skipped: dict, warmed: set | None = None):
+                   skipped: dict, warmed: set | None = None, restrict: dict | None = None):
     """All (pipeline, codec) measurements of one tensor. Returns rows, stream rows and the next references.
 
     Warm-up calls (Numba compiles, contexts are allocated on first use) are made the first time a codec or a
-    pipeline meets a stream dtype in the run, tracked in ``warmed``; every later measurement is timed at once."""
+    pipeline meets a stream dtype in the run, tracked in ``warmed``; every later measurement is timed at once.
+    ``restrict`` maps a codec name to the only pipelines it is measured with (the others are left out)."""
     warmed = set() if warmed is None else warmed
+    restrict = restrict or {}
 
     def warmup(key):
         if key in warmed:
@@ -173,9 +177,11 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     for pname, pipe in pipelines.items():
         ref_step, ref = refs.get(pname, (None, None)) if pipe.temporal else (None, None)
         ref_flat = None if ref is None else ref.reshape(-1)
-        accs = {cname: _Acc() for cname in codecs}
+        pcodecs = {c: v for c, v in codecs.items() if c not in restrict or pname in restrict[c]}
+        accs = {cname: _Acc() for cname in pcodecs}
         hists: dict[str, np.ndarray] = {}
         sbytes: dict[str, int] = {}
+        sblock: dict[str, float] = {}  # per-block order-0 bound (bytes) of each stream
         ttime = utime = ZERO
         broken = None  # a decoded copy, made only if some slice fails to round-trip
         for b, end in _slices(n, chunk_elems):
@@ -188,11 +194,12 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 h = byte_histogram(s.data)
                 hists[s.name] = hists.get(s.name, 0) + h
                 sbytes[s.name] = sbytes.get(s.name, 0) + s.nbytes
+                sblock[s.name] = sblock.get(s.name, 0.0) + block_bound_bytes(s.data, opts.entropy_block_kib * 1024)
             ut = timed(lambda: pipe.decode(streams, stages, rs, rec.dtype, xs.shape), wu, opts.repeats,
                        opts.budget_s)[1]
             utime = utime + ut
             first = True
-            for cname, codec in codecs.items():
+            for cname, codec in pcodecs.items():
                 acc = accs[cname]
                 if acc.skipped or not acc.verified:
                     continue
@@ -219,13 +226,15 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         if pipe.temporal:
             new_refs[pname] = (rec.step, (broken if broken is not None else x).reshape(rec.shape))
         ent_bound = sum(entropy_bits(h) * int(h.sum()) / 8 for h in hists.values())
+        blk_bound = sum(sblock.values())
         tot_stream = sum(sbytes.values())
         ent_avg = (sum(entropy_bits(h) * int(h.sum()) for h in hists.values()) / tot_stream) if tot_stream else 0.0
         for sname, h in hists.items():
             srows.append({"step": rec.step, "tensor": rec.name, "kind": rec.kind, "dtype": dt, "transform": pname,
                           "stream": sname, "ref_step": "" if ref_step is None else ref_step, "bytes": sbytes[sname],
+                          "block_bound_bytes": round(sblock[sname], 1),
                           "entropy_bits": round(entropy_bits(h), 6)})
-        for cname, codec in codecs.items():
+        for cname, codec in pcodecs.items():
             acc = accs[cname]
             if acc.skipped:
                 skipped[(codec.label, pname, dt)] = acc.skipped
@@ -245,6 +254,7 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 "decompress_s_min": acc.dtime.min + utime.min, "decompress_s_max": acc.dtime.max + utime.max,
                 "transform_s": ttime.median, "untransform_s": utime.median, "repeats": acc.ctime.repeats,
                 "n_streams": len(hists), "entropy_bits": round(ent_avg, 6), "entropy_bound_bytes": round(ent_bound, 1),
+                "block_bound_bytes": round(blk_bound, 1),
                 "ref_step": "" if ref_step is None else ref_step, "verified": bool(acc.verified and not acc.error),
                 "error": acc.error, "codec_config": json.dumps(codec.get_config(), sort_keys=True),
                 "transform_config": json.dumps(pipe.get_config()),

@@ -144,13 +144,12 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
     for (kind, dtype), part in ok.groupby(["kind", "dtype"], sort=False):
         agg = aggregate(part, ["transform", "codec_label"])
         p = pivot(agg, "ratio")
-        bound = agg.groupby("transform")["bound_ratio"].first().reindex(p.columns)
+        bound = agg.groupby("transform", sort=False)["bound_ratio"].first().reindex(p.columns)
         p.loc["(order-0 bound)"] = [f"{v:.3f}" if pd.notna(v) else "" for v in bound.values]
-        lines += [f"## {kind} ({dtype}): compression ratio", "", _md(p), ""]
-    for dtype, part in ok.groupby("dtype", sort=False):
-        agg = aggregate(part, ["transform", "codec_label"])
-        lines += [f"## Compress MiB/s ({dtype}, all kinds)", "", _md(pivot(agg, "compress_MiBps", "{:.0f}")), "",
-                  f"## Decompress MiB/s ({dtype}, all kinds)", "", _md(pivot(agg, "decompress_MiBps", "{:.0f}")), ""]
+        agg["speed"] = [f"{c:.0f} / {d:.0f}" if pd.notna(c) and pd.notna(d) else ""
+                        for c, d in zip(agg["compress_MiBps"], agg["decompress_MiBps"])]
+        lines += [f"## {kind} ({dtype})", "", f"Compression ratio, {_mib(part)} per step:", "", _md(p), "",
+                  "Compress / decompress MiB/s:", "", _md(pivot(agg, "speed", "{}")), ""]
     summary = aggregate(df[df["verified"] & df["comp_bytes"].notna()],
                         ["step", "kind", "dtype", "transform", "codec_label"])
     summary.to_csv(os.path.join(out_dir, "summary.csv"), index=False, float_format="%.6g")
@@ -165,6 +164,13 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
     with open(path, "w") as f:
         f.write("\n".join(lines))
     return path
+
+
+def _mib(part: pd.DataFrame) -> str:
+    per_step = part.groupby("step")["orig_bytes"].sum() / part.groupby("step")["codec_label"].nunique() / \
+        part.groupby("step")["transform"].nunique()
+    v = float(per_step.mean()) / MiB
+    return f"{v:.2f} MiB" if v >= 0.1 else f"{v * 1024:.0f} KiB"
 
 
 def _environment(run_dirs) -> dict:

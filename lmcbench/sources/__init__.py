@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -30,10 +30,11 @@ class TensorEntry:
     shape: tuple
     loader: Callable[[], np.ndarray] = field(repr=False, compare=False)
     file: str = ""
+    cast: tuple | None = None  # (from dtype, to dtype) applied when loaded
 
     @property
     def key(self) -> tuple:
-        return (self.name, self.kind)
+        return (self.name, self.kind, self.cast)
 
     @property
     def nbytes(self) -> int:
@@ -77,12 +78,18 @@ class Source:
         for k in self.kinds or []:
             if k not in KINDS:
                 raise ConfigError(f"source.kinds: unknown kind {k!r}; known: {', '.join(KINDS)}")
-        self.cast = None
-        if cast:
-            src, _, dst = str(cast).partition("->")
+        # cast: null, one target ("bf16", "float32->bf16"), or a list of them (each tensor measured once per
+        # entry: [null, bf16] gives the fp32 original and its bf16 cast as two series)
+        casts = list(cast) if isinstance(cast, (list, tuple)) or type(cast).__name__ == "ListConfig" else [cast]
+        self.casts = []
+        for c in casts or [None]:
+            if c is None or str(c).lower() in ("none", "null", ""):
+                self.casts.append(None)
+                continue
+            src, _, dst = str(c).partition("->")
             if not dst:
                 src, dst = "float32", src
-            self.cast = (resolve(src), resolve(dst))
+            self.casts.append((resolve(src), resolve(dst)))
 
     # -- to implement -------------------------------------------------------------------------------------
     def _index(self) -> list[TensorEntry]:
@@ -111,7 +118,12 @@ class Source:
             raise SourceError(f"{self.describe()}: the selection (steps, include, kinds) matches no tensor")
         groups: OrderedDict[tuple, list[TensorEntry]] = OrderedDict()
         for e in sel:
-            groups.setdefault(e.key, []).append(e)
+            for c in self.casts:
+                if c is None:
+                    groups.setdefault(e.key, []).append(e)
+                elif e.dtype == c[0]:
+                    v = replace(e, cast=c)
+                    groups.setdefault(v.key, []).append(v)
         out = []
         for g in groups.values():
             out.extend(sorted(g, key=lambda e: e.step))
@@ -128,9 +140,9 @@ class Source:
             raise SourceError(f"{e.file}: tensor {e.name!r} is {dtype_name(arr.dtype)}{arr.shape}, "
                               f"index said {dtype_name(e.dtype)}{e.shape}")
         cast = ""
-        if self.cast and arr.dtype == self.cast[0]:
-            arr = arr.astype(self.cast[1])
-            cast = f"{dtype_name(self.cast[0])}->{dtype_name(self.cast[1])}"
+        if e.cast is not None:
+            arr = arr.astype(e.cast[1])
+            cast = f"{dtype_name(e.cast[0])}->{dtype_name(e.cast[1])}"
         return TensorRecord(e.step, e.name, e.kind, arr.dtype, tuple(arr.shape), arr, cast)
 
     def __iter__(self) -> Iterator[TensorRecord]:

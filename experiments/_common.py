@@ -1,0 +1,42 @@
+"""Helpers shared by the experiment renderers: loading a run, the header every report starts with."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+
+from lmcbench.report import load_records, load_streams
+
+MiB = 2**20
+GiB = 2**30
+
+
+def load_run(run_dir: str):
+    df = load_records(run_dir)
+    streams = load_streams(run_dir)
+    env = {}
+    p = os.path.join(run_dir, "environment.json")
+    if os.path.exists(p):
+        with open(p) as f:
+            env = json.load(f)
+    return df, streams, env
+
+
+def header(title: str, env: dict, what: str) -> list[str]:
+    return [f"# {title}", "", what, "",
+            f"- command: `{env.get('command', '?')}`",
+            f"- machine: {env.get('cpu', '?')}, {env.get('cores', '?')} cores; python {env.get('python', '?')}; "
+            f"lmcbench git {env.get('git_commit', '?')}; run {env.get('time', '?')}",
+            f"- source: {env.get('source', '?')}",
+            f"- libraries: " + ", ".join(f"{k} {v}" if not str(v).startswith(k) else str(v)
+                                         for k, v in sorted((env.get('versions') or {}).items())), ""]
+
+
+def md_table(df: pd.DataFrame, index_name: str = "") -> str:
+    cols = [index_name] + [str(c) for c in df.columns]
+    out = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * len(df.columns)) + "|"]
+    for idx, row in df.iterrows():
+        out.append("| " + " | ".join([str(idx)] + ["" if pd.isna(v) else str(v) for v in row.values]) + " |")
+    return "\n".join(out)
