@@ -131,7 +131,13 @@ def environment(cfg, source, codecs) -> dict:
     versions.update({name: c.version for name, c in codecs.items()})
     from . import __version__
 
-    return {"command": " ".join(["lmcbench"] + sys.argv[1:]), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        job = " ".join(HydraConfig.get().overrides.task)
+    except Exception:  # noqa: BLE001 - run_task called without Hydra (tests, notebooks)
+        job = ""
+    return {"command": " ".join(["lmcbench"] + sys.argv[1:]), "job_overrides": job, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
             "lmcbench": __version__, "python": platform.python_version(), "platform": platform.platform(),
             "cpu": cpu, "cores": cores, "git_commit": git, "versions": versions, "source": source.describe()}
 

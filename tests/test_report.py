@@ -83,7 +83,9 @@ def test_render(runs, tmp_path):
     path = render(dirs[0], str(tmp_path / "r"), title="my title", figures=True)
     md = open(path).read()
     assert md.startswith("# my title")
-    assert "## weight (float32): compression ratio" in md and "## exp_avg_sq (float32): compression ratio" in md
+    assert "## weight (float32)" in md and "## exp_avg_sq (float32)" in md
+    assert md.count("Compression ratio, ") == 3 and md.count("Compress / decompress MiB/s:") == 3
+    assert (tmp_path / "r" / "summary.csv").exists()
     assert "test-cpu" in md and "lmcbench run0" in md
     assert "verified bit-exact: 216 of 216" in md
     for fig in ("ratio_vs_step.png", "tradeoff.png"):

@@ -121,8 +121,12 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
     env = _environment(run_dirs)
     ok = comparable(df)
     lines = [f"# {title}", ""]
+    commands = _commands(run_dirs)
+    if len(commands) > 1:
+        lines += [f"- merged {len(commands)} runs:"] + [f"  - `{c}`" for c in commands]
     if env:
-        lines += [f"- command: `{env.get('command', '')}`",
+        lines += [f"- command: `{env.get('command', '')}`"] if len(commands) <= 1 else []
+        lines += [
                   f"- machine: {env.get('cpu', '')}, {env.get('cores', '')} cores; python {env.get('python', '')}; "
                   f"git {env.get('git_commit', '')}",
                   f"- source: {env.get('source', '')}"]
@@ -171,6 +175,20 @@ def _mib(part: pd.DataFrame) -> str:
         part.groupby("step")["transform"].nunique()
     v = float(per_step.mean()) / MiB
     return f"{v:.2f} MiB" if v >= 0.1 else f"{v * 1024:.0f} KiB"
+
+
+def _commands(run_dirs) -> list[str]:
+    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
+    out = []
+    for d in dirs:
+        for f in sorted(glob.glob(os.path.join(str(d), "**", "environment.json"), recursive=True)):
+            try:
+                with open(f) as fh:
+                    e = json.load(fh)
+                out.append(f"lmcbench {e['job_overrides']}" if e.get("job_overrides") else e.get("command", ""))
+            except (OSError, ValueError):
+                continue
+    return out
 
 
 def _environment(run_dirs) -> dict:

@@ -284,18 +284,72 @@ def histo4(p, n, h):
 
 
 @njit(nogil=True, cache=True)
+def _package_merge(w, m, depth):
+    """Optimal length-limited (<= MAXLEN) code lengths by package-merge
+    (Larmore-Hirschberg).  w: the m >= 2 (m <= 2^MAXLEN) weights sorted
+    ascending; writes depth[i] = code length of leaf i (non-increasing in
+    i, Kraft sum exactly 1).
+
+    List l (l = MAXLEN-1 .. 0, list MAXLEN-1 = the leaves) merges the leaves
+    with the pairs ("packages") of consecutive items of list l+1; no list
+    needs more than 2m-2 items.  nl[l, k] = leaves among the first k items
+    of list l.  Selecting the first 2m-2 items of list 0 and following the
+    packages down, leaf i's length is the number of lists in which it is
+    selected (selected leaves are always a prefix of the sorted leaves)."""
+    cap = 2 * m - 2
+    wt = np.empty((MAXLEN, cap), np.int64)
+    nl = np.empty((MAXLEN, cap + 1), np.int64)
+    cnt = np.empty(MAXLEN, np.int64)
+    last = MAXLEN - 1
+    nl[last, 0] = 0
+    for i in range(m):
+        wt[last, i] = w[i]
+        nl[last, i + 1] = i + 1
+    cnt[last] = m
+    for lev in range(last - 1, -1, -1):
+        npk = cnt[lev + 1] >> 1
+        i = 0
+        j = 0
+        k = 0
+        nl[lev, 0] = 0
+        while k < cap and (i < m or j < npk):
+            if j < npk:
+                pw = wt[lev + 1, 2 * j] + wt[lev + 1, 2 * j + 1]
+                if i < m and w[i] <= pw:
+                    wt[lev, k] = w[i]
+                    i += 1
+                else:
+                    wt[lev, k] = pw
+                    j += 1
+            else:
+                wt[lev, k] = w[i]
+                i += 1
+            k += 1
+            nl[lev, k] = i
+        cnt[lev] = k
+    for i in range(m):
+        depth[i] = 0
+    k = cap
+    for lev in range(MAXLEN):
+        c = nl[lev, k]
+        for i in range(c):
+            depth[i] += 1
+        k = 2 * (k - c)
+
+
+@njit(nogil=True, cache=True)
 def huffman_lengths(freq, lens):
     """Length-limited (<= 11) Huffman code lengths for 256 symbol
     frequencies.  Writes lens (uint8[256], 0 = absent) and returns the number
     of present symbols.  With >= 2 symbols the code is complete (Kraft sum
-    exactly 1).  Limiting is done by halving the frequencies (keeping them
-    non-zero) and rebuilding until the depth fits."""
-    f = np.zeros(256, np.int64)
+    exactly 1).  A plain Huffman code (two-queue construction) is used when
+    its depth fits; otherwise the optimal length-limited code is computed
+    by package-merge (an encoder choice only: any complete code with
+    lengths <= 11 is valid)."""
     m = 0
     for s in range(256):
         lens[s] = 0
         if freq[s] > 0:
-            f[s] = freq[s]
             m += 1
     if m <= 1:
         return m
@@ -306,51 +360,51 @@ def huffman_lengths(freq, lens):
     par_leaf = np.empty(m, np.int64)
     par_int = np.empty(m, np.int64)
     dep_int = np.empty(m, np.int64)
-    while True:
-        j = 0
-        for s in range(256):
-            if f[s] > 0:
-                keys[j] = f[s] * 256 + s
-                j += 1
-        keys.sort()
+    j = 0
+    for s in range(256):
+        if freq[s] > 0:
+            keys[j] = np.int64(freq[s]) * 256 + s
+            j += 1
+    keys.sort()
+    for i in range(m):
+        w[i] = keys[i] >> 8
+        sym[i] = keys[i] & 255
+    i = 0
+    j = 0
+    for k in range(m - 1):
+        if i < m and (j >= k or w[i] <= iw[j]):
+            a = w[i]
+            par_leaf[i] = k
+            i += 1
+        else:
+            a = iw[j]
+            par_int[j] = k
+            j += 1
+        if i < m and (j >= k or w[i] <= iw[j]):
+            b = w[i]
+            par_leaf[i] = k
+            i += 1
+        else:
+            b = iw[j]
+            par_int[j] = k
+            j += 1
+        iw[k] = a + b
+    dep_int[m - 2] = 0
+    for k in range(m - 3, -1, -1):
+        dep_int[k] = dep_int[par_int[k]] + 1
+    maxd = 0
+    for i in range(m):
+        d = dep_int[par_leaf[i]] + 1
+        if d > maxd:
+            maxd = d
+    if maxd <= MAXLEN:
         for i in range(m):
-            w[i] = keys[i] >> 8
-            sym[i] = keys[i] & 255
-        i = 0
-        j = 0
-        for k in range(m - 1):
-            if i < m and (j >= k or w[i] <= iw[j]):
-                a = w[i]
-                par_leaf[i] = k
-                i += 1
-            else:
-                a = iw[j]
-                par_int[j] = k
-                j += 1
-            if i < m and (j >= k or w[i] <= iw[j]):
-                b = w[i]
-                par_leaf[i] = k
-                i += 1
-            else:
-                b = iw[j]
-                par_int[j] = k
-                j += 1
-            iw[k] = a + b
-        dep_int[m - 2] = 0
-        for k in range(m - 3, -1, -1):
-            dep_int[k] = dep_int[par_int[k]] + 1
-        maxd = 0
-        for i in range(m):
-            d = dep_int[par_leaf[i]] + 1
-            if d > maxd:
-                maxd = d
-        if maxd <= MAXLEN:
-            for i in range(m):
-                lens[sym[i]] = dep_int[par_leaf[i]] + 1
-            return m
-        for s in range(256):
-            if f[s] > 0:
-                f[s] = max(1, f[s] >> 1)
+            lens[sym[i]] = dep_int[par_leaf[i]] + 1
+        return m
+    _package_merge(w, m, dep_int)
+    for i in range(m):
+        lens[sym[i]] = dep_int[i]
+    return m
 
 
 @njit(nogil=True, cache=True)

@@ -1,6 +1,9 @@
 """Regenerate the frozen test vectors in tests/vectors/.
 
-Run ONLY when the format version changes on purpose:
+Run ONLY when the format version changes on purpose, or when an
+encoder-only choice changes the bytes of a vector (then first copy the old
+.lmc files, which must still decode, to tests/vectors/v1_legacy/ with an
+entry in its manifest.json; test_vectors_legacy.py decodes them forever):
     python tests/make_vectors.py
 Each vector: NAME.npy (input), NAME.lmc (blob), optional NAME.ref.npy
 (reference), and an entry in manifest.json with the compress arguments.

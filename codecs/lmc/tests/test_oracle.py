@@ -56,6 +56,55 @@ def test_huffman_lengths_vs_oracle(seed):
         assert cost <= opt * 1.03 + 64
 
 
+def py_limited_cost(weights, maxlen=11):
+    """Optimal cost (bits) of a complete prefix code with lengths <= maxlen,
+    by dynamic programming over the levels (independent of package-merge):
+    at depth d with `a` free nodes, assign t of the heaviest remaining
+    symbols to depth d and split the other a - t nodes."""
+    from functools import lru_cache
+    w = sorted((int(v) for v in weights), reverse=True)
+    m = len(w)
+    suffix = [0] * (m + 1)
+    for i in range(m - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + w[i]
+
+    @lru_cache(None)
+    def f(d, a, i):
+        if i == m:
+            return 0 if a == 0 else None
+        if d > maxlen or a == 0:
+            return None
+        best = None
+        for t in range(min(a, m - i) + 1):
+            r = a - t
+            if 2 * r > m - i - t or (i + t == m and r):
+                continue
+            v = f(d + 1, 2 * r, i + t)
+            if v is not None and (best is None or v < best):
+                best = v
+        return None if best is None else suffix[i] + best
+
+    return f(1, 2, 0)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_huffman_lengths_optimal_when_limited(seed):
+    """With the 11-bit limit active the lengths are still optimal
+    (package-merge), as checked against a DP oracle."""
+    rng = np.random.default_rng(100 + seed)
+    m = int(rng.integers(2, 40))
+    freq = np.zeros(256, np.int64)
+    syms = rng.choice(256, m, replace=False)
+    freq[syms] = (rng.pareto(0.6, m) * rng.integers(1, 100)).astype(np.int64) + 1
+    if seed % 4 == 0:  # exponent-like: a few huge counts and a tail of 1s
+        freq[syms] = np.maximum(1, (1e6 * 0.5 ** np.arange(m))).astype(np.int64)
+    lens = np.zeros(256, np.uint8)
+    assert K.huffman_lengths(freq, lens) == m
+    assert lens.max() <= 11 and ((lens > 0) == (freq > 0)).all()
+    assert sum(2.0 ** -int(x) for x in lens if x) == 1.0
+    assert int((freq * lens).sum()) == py_limited_cost(freq[syms])
+
+
 def _py_planes_bf16(x):
     v = x.view(np.uint16).astype(np.uint32)
     return [((v >> 7) & 0xFF).astype(np.uint8), (((v >> 8) & 0x80) | (v & 0x7F)).astype(np.uint8)]
