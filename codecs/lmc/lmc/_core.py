@@ -1,5 +1,6 @@
 """Python front end of the lmc codec: argument handling, header, drivers."""
 import struct
+import itertools
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -150,9 +151,22 @@ def _run_chunks(fn, args, nch, nthreads):
         return
     nb = min(nch, nthreads * 4)
     bounds = [nch * i // nb for i in range(nb + 1)]
-    futs = [_pool().submit(fn, *args, bounds[i], bounds[i + 1]) for i in range(nb)]
-    for f in futs:
-        f.result()
+    counter = itertools.count()  # next() on it is atomic under the GIL: workers take blocks as they free up
+
+    def work():
+        while True:
+            i = next(counter)
+            if i >= nb:
+                return
+            fn(*args, bounds[i], bounds[i + 1])  # a nogil kernel: the other threads run meanwhile
+
+    # the calling thread works too, so a call costs one hand-off to the pool, not one per block
+    futs = [_pool().submit(work) for _ in range(min(nthreads, nb) - 1)]
+    try:
+        work()
+    finally:
+        for f in futs:
+            f.result()
 
 
 def _ref_hash(ref_u8, total, chunk, unit, nthreads):
