@@ -149,7 +149,7 @@ def _run_chunks(fn, args, nch, nthreads):
     if nthreads <= 1 or nch == 1:
         fn(*args, 0, nch)
         return
-    nb = min(nch, nthreads * 4)
+    nb = nch if nch <= 64 * nthreads else 16 * nthreads  # small blocks balance best; cap the count
     bounds = [nch * i // nb for i in range(nb + 1)]
     counter = itertools.count()  # next() on it is atomic under the GIL: workers take blocks as they free up
 
