@@ -145,7 +145,6 @@ def test_config_roundtrip(cfg):
     again = get_codec(conf)
     assert type(again) is type(codec) and again.get_config() == conf
     assert type(codec).from_config(conf).get_config() == conf
-    assert codec.byte_oriented is False
 
 
 @needs_zipnn

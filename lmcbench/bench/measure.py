@@ -67,12 +67,9 @@ def block_entropies(a: np.ndarray, block: int = 65536) -> np.ndarray:
 def block_bound_bytes(a: np.ndarray, block: int = 65536) -> float:
     """The order-0 bound in bytes when every ``block``-byte block of ``a`` gets its own code (as per-chunk
     Huffman tables do): the sum over blocks of entropy x length / 8."""
-    b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    n = len(b)
+    n = np.ascontiguousarray(a).nbytes
     if n == 0:
         return 0.0
-    total = 0.0
-    for i in range(0, n, block):
-        part = b[i:i + block]
-        total += entropy_bits(np.bincount(part, minlength=256)) * len(part) / 8
-    return total
+    lengths = np.full(-(-n // block), block, np.int64)
+    lengths[-1] = n - block * (len(lengths) - 1)
+    return float((block_entropies(a, block) * lengths).sum() / 8)

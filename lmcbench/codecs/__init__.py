@@ -31,8 +31,6 @@ class Codec:
     """Base class. Subclasses set ``codec_id`` and implement ``_encode``/``_decode`` on bytes."""
 
     codec_id: str = ""
-    #: False for codecs that need the element dtype and reject other inputs (e.g. bf16/fp32 only)
-    byte_oriented = True
 
     def __init__(self, **params: Any):
         self._params = dict(params)

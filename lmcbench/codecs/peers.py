@@ -1,6 +1,6 @@
 """Peer float codecs: ZipNN (IBM) and OpenZL (Meta), behind the same :class:`~lmcbench.codecs.Codec` contract.
 
-Both are dtype-aware (``byte_oriented = False``): ``encode`` reads the element dtype of the array it gets and
+Both are dtype-aware: ``encode`` reads the element dtype of the array it gets and
 ``check_applicable`` rejects the dtypes the library cannot take. Their blobs are self-describing, so ``decode``
 needs nothing but the blob and returns the raw little-endian bytes of the original array.
 
@@ -68,7 +68,6 @@ class ZipNN(Codec):
     """
 
     codec_id = "zipnn"
-    byte_oriented = False
 
     def __init__(self, threads: int = 1):
         if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= 256:
@@ -144,7 +143,6 @@ class OpenZL(Codec):
     """
 
     codec_id = "openzl"
-    byte_oriented = False
 
     def __init__(self, graph: str = "deconstruct_huffman"):
         if graph not in _OPENZL_GRAPHS:
