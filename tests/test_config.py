@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -223,3 +225,15 @@ def test_restrict_limits_codecs_to_pipelines(tmp_path):
     assert cli.build(cfg)[5] == {"bz2": ["bytegroup"]}
     with pytest.raises(ConfigError, match="restrict.bz2"):
         cli.build(composed(BASE + ["codec=[zstd,bz2]", "pipeline=[raw]", "+restrict.bz2=[bytegroup]"]))
+
+
+@pytest.mark.parametrize("name", group_options("experiment"))
+def test_every_experiment_preset_composes_builds_and_has_a_renderer(name, tmp_path):
+    cfg = composed([f"experiment={name}", f"source.cache_dir={tmp_path}"])
+    assert cfg.experiment_name == name
+    source, pipelines, codecs, opts, notes, restrict = cli.build(cfg)
+    for cname, plist in restrict.items():
+        assert cname in cfg.codec and set(plist) <= set(pipelines)
+    assert os.path.exists(os.path.join(cli.REPO, "experiments", f"{name}.py"))
+    header = open(f"{cli.REPO}/conf/experiment/{name}.yaml").read().splitlines()[:15]
+    assert any(f"lmcbench experiment={name}" in line for line in header), "the header comment names the command"
