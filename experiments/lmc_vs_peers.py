@@ -81,6 +81,8 @@ def render(run_dir: str, out_dir: str) -> str:
     t = tables(df)
     targets = []
     for dtype, (res, bound) in t.items():
+        if not res:
+            continue
         kinds = [k for k in KINDS if any(k in r for r in res.values())] + ["all"]
         ratio = pd.DataFrame({lab: {k: f"{r[k]['ratio']:.4f}" for k in kinds if k in r} for lab, r in res.items()}).T
         ratio.loc["order-0 bound per 128 Ki-symbol chunk"] = [f"{bound.get(k, float('nan')):.4f}" for k in ratio.columns]
@@ -148,7 +150,8 @@ def _figure(t, path) -> str | None:
         res, bound = t[d]
         xs = [i + j * width for i in range(len(labels))]
         axes[0].bar(xs, [res[lab]["all"]["ratio"] if lab in res else 0 for lab in labels], width, label=d)
-        axes[0].axhline(bound["all"], color=f"C{j}", ls="--", lw=1)
+        if bound["all"] == bound["all"]:  # not NaN: the run measured the bound
+            axes[0].axhline(bound["all"], color=f"C{j}", ls="--", lw=1)
         axes[1].bar(xs, [res[lab]["all"]["c_mibs"] if lab in res else 0 for lab in labels], width, label=d)
         axes[2].bar(xs, [res[lab]["all"]["d_mibs"] if lab in res else 0 for lab in labels], width, label=d)
     for ax, title in zip(axes, ("ratio (dashed: per-chunk order-0 bound)", "compress MiB/s", "decompress MiB/s")):
@@ -156,7 +159,9 @@ def _figure(t, path) -> str | None:
         ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylim(1.0, max(max(t[d][1]["all"] for d in dtypes) * 1.05, 1.1))
+    tops = [t[d][1]["all"] for d in dtypes if t[d][1]["all"] == t[d][1]["all"]]
+    tops += [r["all"]["ratio"] for d in dtypes for r in t[d][0].values()]
+    axes[0].set_ylim(1.0, max(max(tops, default=1.0) * 1.05, 1.1))
     axes[1].set_yscale("log")
     axes[2].set_yscale("log")
     axes[0].legend()

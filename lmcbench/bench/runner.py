@@ -28,6 +28,8 @@ RECORD_COLUMNS = [
     "transform_s", "untransform_s", "repeats", "n_streams", "entropy_bits", "entropy_bound_bytes", "block_bound_bytes", "ref_step",
     "verified", "error", "codec_config", "transform_config",
 ]
+XOR_COLUMNS = ["step", "ref_step", "tensor", "kind", "dtype", "numel", "changed_elems", "changed_bytes", "changed_bits",
+               "sign_flips", "exponent_flips", "mantissa_flips", "bit_flips"]
 STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref_step", "bytes", "entropy_bits",
                   "block_bound_bytes"]
 
@@ -39,6 +41,7 @@ class BenchOptions:
     budget_s: float = 0.3
     chunk_mib: float = 16.0
     entropy_block_kib: int = 64  # block size of the per-block order-0 entropy bound
+    xor_analysis: bool = True  # xor.csv: which bits change between consecutive steps of each tensor
     verify: bool = True
     progress: bool = True
     extra: dict = field(default_factory=dict)
@@ -107,6 +110,8 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     os.makedirs(out_dir, exist_ok=True)
     records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS)
     streams_out = CsvAppender(os.path.join(out_dir, "streams.csv"), STREAM_COLUMNS)
+    xor_out = CsvAppender(os.path.join(out_dir, "xor.csv"), XOR_COLUMNS) if opts.xor_analysis else None
+    prev = None  # (step, array) of the previous step of the current tensor, for the XOR analysis
     entries = source.entries()
     total_bytes = sum(e.nbytes for e in entries)
     skipped: dict[tuple, str] = {}
@@ -124,8 +129,13 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         for e in entries:
             if e.key != current_key:
                 refs.clear()  # only the previous step of *this* tensor is ever kept
+                prev = None
                 current_key = e.key
             rec = source.load(e)
+            if xor_out is not None:
+                if prev is not None and prev[1].shape == rec.array.shape and prev[1].dtype == rec.array.dtype:
+                    xor_out.write([xor_row(rec, prev[0], prev[1], int(opts.chunk_mib * 2**20))])
+                prev = (rec.step, rec.array)
             if bar is not None:
                 bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
             rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped, warmed, restrict)
@@ -142,6 +152,8 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             bar.close()
         records.close()
         streams_out.close()
+        if xor_out is not None:
+            xor_out.close()
     by_codec: dict[str, list] = {}
     for (codec, transform, dt), why in sorted(skipped.items()):
         by_codec.setdefault(codec, []).append(f"{transform}/{dt}")
@@ -260,6 +272,33 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 "transform_config": json.dumps(pipe.get_config()),
             })
     return rows, srows, new_refs
+
+
+def xor_row(rec, ref_step: int, ref: np.ndarray, slice_bytes: int) -> dict:
+    """What changed between a tensor and its previous step: elements, bytes and bits, by field of the float
+    (sign, exponent, mantissa) and per bit position (``bit_flips``: counts from the most significant bit down,
+    separated by ``/``)."""
+    from ..dtypes import FLOAT_LAYOUT, bits
+
+    x, r = bits(rec.array), bits(ref)
+    width = x.dtype.itemsize * 8
+    flips = np.zeros(width, np.int64)
+    changed_elems = changed_bytes = 0
+    step = max(1, slice_bytes // x.dtype.itemsize)
+    for b in range(0, x.size, step):
+        d = np.bitwise_xor(x[b:b + step], r[b:b + step])
+        changed_elems += int(np.count_nonzero(d))
+        changed_bytes += int(np.count_nonzero(d.view(np.uint8)))
+        for k in range(width):
+            flips[width - 1 - k] += int(np.count_nonzero(d & np.array(1 << k, d.dtype)))
+    ebits, mbits = FLOAT_LAYOUT.get(np.dtype(rec.dtype), (0, width))
+    sign = int(flips[0]) if ebits else 0
+    return {"step": rec.step, "ref_step": ref_step, "tensor": rec.name, "kind": rec.kind,
+            "dtype": dtype_name(rec.dtype), "numel": int(x.size), "changed_elems": changed_elems,
+            "changed_bytes": changed_bytes, "changed_bits": int(flips.sum()), "sign_flips": sign,
+            "exponent_flips": int(flips[1:1 + ebits].sum()) if ebits else 0,
+            "mantissa_flips": int(flips[width - mbits:].sum()) if ebits else int(flips.sum()),
+            "bit_flips": "/".join(str(int(v)) for v in flips)}
 
 
 def _verify(pipe, dec, stages, ref, dtype, xs, acc: _Acc):

@@ -1,0 +1,210 @@
+"""Render ``lmcbench experiment=paper_compressibility`` into results/paper_compressibility/: per-stream order-0
+entropy (per 64 KiB block) and compression ratio against training step, and the XOR analysis of consecutive
+checkpoints (which fraction of elements, bytes and bits change, and at which bit positions).
+
+Re-render an existing run:  python experiments/paper_compressibility.py RUN_DIR [OUT_DIR]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import header, load_run, md_table  # noqa: E402
+
+KINDS = ["weight", "exp_avg", "exp_avg_sq"]
+RATIO_ROWS = [("LMC", "lmc", "raw"), ("zstd-3, byte-grouped", "zstd", "bytegroup"),
+              ("zstd-3, XOR delta + byte-grouped", "zstd", "delta_bytegroup")]
+
+
+def _kinds(df):
+    present = list(dict.fromkeys(df["kind"]))
+    return [k for k in KINDS if k in present] + [k for k in present if k not in KINDS]
+
+
+def ratio_by_step(df: pd.DataFrame) -> pd.DataFrame:
+    ok = df[df["verified"] & df["comp_bytes"].notna()]
+    rows = []
+    for label, codec, pipe in RATIO_ROWS:
+        part = ok[(ok["codec"] == codec) & (ok["transform"] == pipe)]
+        for (dtype, kind, step), g in part.groupby(["dtype", "kind", "step"]):
+            rows.append({"dtype": dtype, "kind": kind, "step": step, "codec": label,
+                         "ratio": g["orig_bytes"].sum() / g["comp_bytes"].sum()})
+    return pd.DataFrame(rows)
+
+
+def entropy_by_step(streams: pd.DataFrame, transform: str) -> pd.DataFrame:
+    s = streams[streams["transform"] == transform]
+    g = s.groupby(["dtype", "kind", "stream", "step"])[["bytes", "block_bound_bytes"]].sum().reset_index()
+    g["bits_per_byte"] = 8 * g["block_bound_bytes"] / g["bytes"]
+    return g
+
+
+def xor_by_step(xor: pd.DataFrame) -> pd.DataFrame:
+    g = xor.groupby(["dtype", "kind", "step"]).agg(
+        numel=("numel", "sum"), changed_elems=("changed_elems", "sum"), changed_bytes=("changed_bytes", "sum"),
+        changed_bits=("changed_bits", "sum"), width=("bit_flips", lambda v: len(str(v.iloc[0]).split("/")))
+    ).reset_index()
+    g["elements changed"] = g["changed_elems"] / g["numel"]
+    g["bytes changed"] = g["changed_bytes"] / (g["numel"] * g["width"] // 8)
+    g["bits changed"] = g["changed_bits"] / (g["numel"] * g["width"])
+    return g
+
+
+def bit_positions(xor: pd.DataFrame, dtype: str, kind: str) -> tuple[np.ndarray, list]:
+    """Fraction of elements whose bit b flipped, per step (rows) and bit position (columns, MSB first)."""
+    part = xor[(xor["dtype"] == dtype) & (xor["kind"] == kind)]
+    steps = sorted(part["step"].unique())
+    mats = []
+    for st in steps:
+        p = part[part["step"] == st]
+        flips = np.sum([np.array(str(v).split("/"), dtype=np.int64) for v in p["bit_flips"]], axis=0)
+        mats.append(flips / p["numel"].sum())
+    return np.array(mats), steps
+
+
+def render(run_dir: str, out_dir: str) -> str:
+    df, streams, env = load_run(run_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    xor_path = os.path.join(run_dir, "xor.csv")
+    xor = pd.read_csv(xor_path, dtype={"bit_flips": str}) if os.path.exists(xor_path) else pd.DataFrame()
+    lines = header("Compressibility over training", env,
+                   "Every checkpoint of the series, weights and both Adam moments. Entropy is order-0, per 64 KiB "
+                   "block of each stream (8 bits per byte = incompressible); ratio = original / compressed bytes; "
+                   "the XOR analysis compares each checkpoint with the previous one.")
+    made = []
+    rs = ratio_by_step(df)
+    if not rs.empty:
+        piv = rs.pivot_table(index=["dtype", "kind", "codec"], columns="step", values="ratio")
+        steps = list(piv.columns)
+        show = [steps[0], steps[len(steps) // 4], steps[len(steps) // 2], steps[-1]] if len(steps) > 4 else steps
+        t = piv[sorted(set(show))].map(lambda v: f"{v:.3f}")
+        t.index = [" / ".join(map(str, i)) for i in t.index]
+        lines += ["## Compression ratio against step", "", md_table(t, "dtype / kind / codec"), ""]
+        made.append(_plot_ratio(rs, os.path.join(out_dir, "ratio_vs_step.png")))
+    if streams is not None and "block_bound_bytes" in streams:
+        for tr in ("bytegroup", "expsplit_bytegroup", "delta_bytegroup"):
+            e = entropy_by_step(streams, tr)
+            if not e.empty:
+                made.append(_plot_entropy(e, tr, os.path.join(out_dir, f"entropy_{tr}.png")))
+    if not xor.empty:
+        xs = xor_by_step(xor)
+        last = xs.sort_values("step").groupby(["dtype", "kind"]).tail(1)
+        first = xs.sort_values("step").groupby(["dtype", "kind"]).head(1)
+        tab = pd.concat([first.assign(when="first"), last.assign(when="last")])
+        tab = tab.set_index(["dtype", "kind", "when"])[["step", "elements changed", "bytes changed", "bits changed"]]
+        tab = tab.map(lambda v: f"{v:.3f}" if isinstance(v, float) else v)
+        tab.index = [" / ".join(map(str, i)) for i in tab.index]
+        lines += ["## What changes between consecutive checkpoints (XOR)", "", md_table(tab, "dtype / kind"), ""]
+        made.append(_plot_xor(xs, os.path.join(out_dir, "xor_vs_step.png")))
+        made.append(_plot_bits(xor, os.path.join(out_dir, "xor_bit_positions.png")))
+    made = [m for m in made if m]
+    lines += ["## Figures", ""] + [f"![{m}]({m})" for m in made] + [""]
+    for name in ("summary.csv", "streams.csv", "xor.csv", "environment.json"):
+        src = os.path.join(run_dir, name)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(out_dir, name))
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def _grid(n_rows, n_cols, w=3.6, h=2.7):
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(w * n_cols, h * n_rows), squeeze=False, sharex=True)
+    return fig, axes
+
+
+def _plot_ratio(rs, path):
+    dtypes, kinds = list(dict.fromkeys(rs["dtype"])), _kinds(rs)
+    fig, axes = _grid(len(dtypes), len(kinds))
+    for i, d in enumerate(dtypes):
+        for j, k in enumerate(kinds):
+            ax = axes[i][j]
+            for label, g in rs[(rs["dtype"] == d) & (rs["kind"] == k)].groupby("codec", sort=False):
+                ax.plot(g["step"], g["ratio"], marker=".", label=label)
+            ax.set_title(f"{k} ({d})", fontsize=9)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("training step")
+    fig.suptitle("compression ratio against step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def _plot_entropy(e, tr, path):
+    dtypes, kinds = list(dict.fromkeys(e["dtype"])), _kinds(e)
+    fig, axes = _grid(len(dtypes), len(kinds))
+    for i, d in enumerate(dtypes):
+        for j, k in enumerate(kinds):
+            ax = axes[i][j]
+            for st, g in e[(e["dtype"] == d) & (e["kind"] == k)].groupby("stream", sort=False):
+                ax.plot(g["step"], g["bits_per_byte"], marker=".", label=st)
+            ax.set_ylim(0, 8.2)
+            ax.set_title(f"{k} ({d})", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6, ncol=2)
+    for ax in axes[-1]:
+        ax.set_xlabel("training step")
+    fig.suptitle(f"order-0 entropy per 64 KiB block, bits per byte, streams of {tr}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def _plot_xor(xs, path):
+    dtypes, kinds = list(dict.fromkeys(xs["dtype"])), _kinds(xs)
+    fig, axes = _grid(len(dtypes), len(kinds))
+    for i, d in enumerate(dtypes):
+        for j, k in enumerate(kinds):
+            ax = axes[i][j]
+            g = xs[(xs["dtype"] == d) & (xs["kind"] == k)].sort_values("step")
+            for col in ("elements changed", "bytes changed", "bits changed"):
+                ax.plot(g["step"], g[col], marker=".", label=col)
+            ax.set_ylim(0, 1.02)
+            ax.set_title(f"{k} ({d})", fontsize=9)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("training step")
+    fig.suptitle("fraction that changed since the previous checkpoint")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+def _plot_bits(xor, path):
+    pairs = [(d, k) for d in dict.fromkeys(xor["dtype"]) for k in _kinds(xor[xor["dtype"] == d])]
+    fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False)
+    for ax, (d, k) in zip(axes[0], pairs):
+        m, steps = bit_positions(xor, d, k)
+        im = ax.imshow(m, aspect="auto", vmin=0, vmax=0.5, cmap="viridis",
+                       extent=(-0.5, m.shape[1] - 0.5, steps[-1], steps[0]))
+        ax.set_title(f"{k} ({d})", fontsize=9)
+        ax.set_xlabel("bit: 0 = sign, exponent, mantissa")
+    axes[0][0].set_ylabel("training step")
+    fig.colorbar(im, ax=axes[0].tolist(), label="fraction of elements whose bit flipped")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return os.path.basename(path)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "results", "paper_compressibility")))
