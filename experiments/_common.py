@@ -30,7 +30,7 @@ def header(title: str, env: dict, what: str) -> list[str]:
             f"- machine: {env.get('cpu', '?')}, {env.get('cores', '?')} cores; python {env.get('python', '?')}; "
             f"lmcbench git {env.get('git_commit', '?')}; run {env.get('time', '?')}",
             f"- source: {env.get('source', '?')}",
-            f"- libraries: " + ", ".join(f"{k} {v}" if not str(v).startswith(k) else str(v)
+            "- libraries: " + ", ".join(f"{k} {v}" if not str(v).startswith(k) else str(v)
                                          for k, v in sorted((env.get('versions') or {}).items())), ""]
 
 

@@ -109,10 +109,23 @@ def render(run_dir: str, out_dir: str) -> str:
         made.append(_plot_bits(xor, os.path.join(out_dir, "xor_bit_positions.png")))
     made = [m for m in made if m]
     lines += ["## Figures", ""] + [f"![{m}]({m})" for m in made] + [""]
-    for name in ("summary.csv", "streams.csv", "xor.csv", "environment.json"):
+    # compact tables beside the report (the run folder keeps the per-tensor rows)
+    for name in ("summary.csv", "environment.json"):
         src = os.path.join(run_dir, name)
         if os.path.exists(src):
             shutil.copy(src, os.path.join(out_dir, name))
+    if streams is not None and "block_bound_bytes" in streams:
+        ent = pd.concat([entropy_by_step(streams, tr).assign(transform=tr) for tr in dict.fromkeys(streams["transform"])])
+        ent.to_csv(os.path.join(out_dir, "entropy_by_step.csv"), index=False, float_format="%.6g")
+    if not xor.empty:
+        xs = xor_by_step(xor)
+        bits = []
+        for (d, k), _ in xs.groupby(["dtype", "kind"]):
+            m, steps = bit_positions(xor, d, k)
+            bits += [{"dtype": d, "kind": k, "step": st, "bit_flip_fraction": "/".join(f"{v:.4f}" for v in row)}
+                     for st, row in zip(steps, m)]
+        xs.merge(pd.DataFrame(bits), on=["dtype", "kind", "step"]).to_csv(
+            os.path.join(out_dir, "xor_by_step.csv"), index=False, float_format="%.6g")
     path = os.path.join(out_dir, "report.md")
     with open(path, "w") as f:
         f.write("\n".join(lines))

@@ -60,7 +60,7 @@ def render(run_dir: str, out_dir: str) -> str:
                              f"decompress over one thread; one core does {float(one['compress GiB/s'].iloc[0]) / (PAPER['compress'] / 16):.1f}x / "
                              f"{float(one['decompress GiB/s'].iloc[0]) / (PAPER['decompress'] / 16):.1f}x the paper's per-core rate.")
         lines.append("")
-        lines += [f"![per-core throughput](threads.png)", ""]
+        lines += ["![per-core throughput](threads.png)", ""]
         _figure(g, os.path.join(out_dir, "threads.png"))
     env_src = os.path.join(run_dir, "environment.json")
     if os.path.exists(env_src):

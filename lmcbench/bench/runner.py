@@ -19,7 +19,7 @@ from ..dtypes import dtype_name
 from ..errors import NotApplicable
 from ..sources import Source
 from ..transforms import Pipeline, Stream
-from .measure import ZERO, Timing, block_bound_bytes, byte_histogram, entropy_bits, timed
+from .measure import ZERO, block_bound_bytes, byte_histogram, entropy_bits, timed
 
 RECORD_COLUMNS = [
     "step", "tensor", "kind", "dtype", "cast", "shape", "numel", "transform", "codec", "codec_label", "codec_version",

@@ -13,7 +13,7 @@ when a stream still holds whole elements of it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,13 +39,6 @@ class Stream:
         if self.typed is None:
             return self.as_bytes()
         return self.data.reshape(-1).view(self.typed)
-
-
-@dataclass
-class Layout:
-    """What a decoder needs to rebuild streams from bytes: shape and dtype of every stream."""
-
-    streams: list = field(default_factory=list)  # [(name, dtype, shape, typed)]
 
 
 class Transform:
@@ -137,12 +130,6 @@ class ByteGroup(Transform):
             prefix = "" if s.name in ("raw",) else s.name + "."
             out.extend(Stream(f"{prefix}b{j}", np.ascontiguousarray(planes[:, j]), None) for j in range(w))
         return out
-
-    @staticmethod
-    def plan(layout_streams):
-        """How many planes each input stream became (``encode`` is deterministic in this)."""
-        return [1 if s.data.ndim == 1 and s.data.itemsize == 1 else
-                (s.data.shape[1] if s.data.ndim == 2 else s.data.itemsize) for s in layout_streams]
 
 
 class ExpSplit(Transform):
