@@ -40,3 +40,27 @@ def md_table(df: pd.DataFrame, index_name: str = "") -> str:
     for idx, row in df.iterrows():
         out.append("| " + " | ".join([str(idx)] + ["" if pd.isna(v) else str(v) for v in row.values]) + " |")
     return "\n".join(out)
+
+
+def finish(run_dir: str, out_dir: str, lines: list[str], copy=("environment.json",)) -> str:
+    """Copy the named files of the run beside the report, write ``report.md`` and return its path."""
+    import shutil
+
+    for name in copy:
+        src = os.path.join(run_dir, name)
+        if os.path.exists(src):
+            shutil.copy(src, os.path.join(out_dir, name))
+    path = os.path.join(out_dir, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    return path
+
+
+def main(render, name: str, doc: str) -> None:
+    """``python experiments/<name>.py RUN_DIR [OUT_DIR]``: re-render a run (default OUT_DIR: results/<name>)."""
+    import sys
+
+    if len(sys.argv) < 2:
+        sys.exit(doc)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(repo, "results", name)))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import sys
 
 import matplotlib
@@ -37,7 +36,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import MiB, header, load_run, md_table  # noqa: E402
+from _common import MiB, finish, header, load_run, main, md_table  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET = os.path.join(os.path.dirname(HERE), "conf", "experiment", "checkpoint_budget.yaml")
@@ -267,13 +266,7 @@ def render(run_dir: str, out_dir: str) -> str:
             lines += [f"![time per checkpoint]({fig})", ""]
     keep = df.drop(columns=["run"], errors="ignore")
     keep.to_csv(os.path.join(out_dir, "records.csv"), index=False)
-    env_src = os.path.join(run_dir, "environment.json")
-    if os.path.exists(env_src):
-        shutil.copy(env_src, os.path.join(out_dir, "environment.json"))
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-    return path
+    return finish(run_dir, out_dir, lines)
 
 
 def _figure(full: pd.DataFrame, budget: dict, path: str) -> str | None:
@@ -310,7 +303,4 @@ def _figure(full: pd.DataFrame, budget: dict, path: str) -> str | None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(HERE), "results",
-                                                                                 "checkpoint_budget")))
+    main(render, "checkpoint_budget", __doc__)

@@ -7,7 +7,6 @@ Re-render an existing run:  python experiments/lmc_vs_peers.py RUN_DIR [OUT_DIR]
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import matplotlib
@@ -17,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, MiB, header, load_run, md_table  # noqa: E402
+from _common import GiB, MiB, finish, header, load_run, main, md_table  # noqa: E402
 
 # (row label, codec option, pipeline)
 ROWS = [("LMC, 1 thread", "lmc", "raw"), ("LMC, all threads", "lmc_mt", "raw"),
@@ -130,13 +129,7 @@ def render(run_dir: str, out_dir: str) -> str:
         lines += [f"![ratio and throughput]({fig_name})", ""]
     keep = df.drop(columns=["run"], errors="ignore")
     keep.to_csv(os.path.join(out_dir, "records.csv"), index=False)
-    env_src = os.path.join(run_dir, "environment.json")
-    if os.path.exists(env_src):
-        shutil.copy(env_src, os.path.join(out_dir, "environment.json"))
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-    return path
+    return finish(run_dir, out_dir, lines)
 
 
 def _figure(t, path) -> str | None:
@@ -172,7 +165,4 @@ def _figure(t, path) -> str | None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "results", "lmc_vs_peers")))
+    main(render, "lmc_vs_peers", __doc__)

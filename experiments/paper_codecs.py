@@ -25,7 +25,7 @@ def render(run_dir: str, out_dir: str) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "results", "paper_codecs")))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _common import main
+
+    main(render, "paper_codecs", __doc__)

@@ -8,7 +8,6 @@ Re-render an existing run:  python experiments/paper_compressibility.py RUN_DIR 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import matplotlib
@@ -19,7 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import header, load_run, md_table  # noqa: E402
+from _common import finish, header, load_run, main, md_table  # noqa: E402
 
 KINDS = ["weight", "exp_avg", "exp_avg_sq"]
 RATIO_ROWS = [("LMC", "lmc", "raw"), ("zstd-3, byte-grouped", "zstd", "bytegroup"),
@@ -110,10 +109,6 @@ def render(run_dir: str, out_dir: str) -> str:
     made = [m for m in made if m]
     lines += ["## Figures", ""] + [f"![{m}]({m})" for m in made] + [""]
     # compact tables beside the report (the run folder keeps the per-tensor rows)
-    for name in ("summary.csv", "environment.json"):
-        src = os.path.join(run_dir, name)
-        if os.path.exists(src):
-            shutil.copy(src, os.path.join(out_dir, name))
     if streams is not None and "block_bound_bytes" in streams:
         ent = pd.concat([entropy_by_step(streams, tr).assign(transform=tr) for tr in dict.fromkeys(streams["transform"])])
         ent.to_csv(os.path.join(out_dir, "entropy_by_step.csv"), index=False, float_format="%.6g")
@@ -126,10 +121,7 @@ def render(run_dir: str, out_dir: str) -> str:
                      for st, row in zip(steps, m)]
         xs.merge(pd.DataFrame(bits), on=["dtype", "kind", "step"]).to_csv(
             os.path.join(out_dir, "xor_by_step.csv"), index=False, float_format="%.6g")
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-    return path
+    return finish(run_dir, out_dir, lines, copy=("summary.csv", "environment.json"))
 
 
 def _grid(n_rows, n_cols, w=3.6, h=2.7):
@@ -217,7 +209,4 @@ def _plot_bits(xor, path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "results", "paper_compressibility")))
+    main(render, "paper_compressibility", __doc__)

@@ -7,7 +7,6 @@ Re-render an existing run:  python experiments/paper_lmc_vs_bz2.py RUN_DIR [OUT_
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import matplotlib
@@ -17,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, header, load_run, md_table  # noqa: E402
+from _common import GiB, finish, header, load_run, main, md_table  # noqa: E402
 
 FIELD = [("LMC", "lmc", "raw"), ("BZ2-9, byte-grouped", "bz2", "bytegroup"),
          ("zstd-3, byte-grouped", "zstd", "bytegroup"), ("ZipNN", "zipnn", "raw"), ("OpenZL", "openzl", "raw")]
@@ -61,13 +60,7 @@ def render(run_dir: str, out_dir: str) -> str:
         _figure(t, os.path.join(out_dir, "lmc_vs_bz2.png"))
         lines += ["![ratio and time](lmc_vs_bz2.png)", ""]
     t.to_csv(os.path.join(out_dir, "lmc_vs_bz2.csv"), index=False, float_format="%.6g")
-    src = os.path.join(run_dir, "environment.json")
-    if os.path.exists(src):
-        shutil.copy(src, os.path.join(out_dir, "environment.json"))
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-    return path
+    return finish(run_dir, out_dir, lines)
 
 
 def _figure(t, path):
@@ -95,7 +88,4 @@ def _figure(t, path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "results", "paper_lmc_vs_bz2")))
+    main(render, "paper_lmc_vs_bz2", __doc__)

@@ -7,7 +7,6 @@ Re-render an existing run:  python experiments/paper_threads.py RUN_DIR [OUT_DIR
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
 import matplotlib
@@ -17,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, header, load_run, md_table  # noqa: E402
+from _common import GiB, finish, header, load_run, main, md_table  # noqa: E402
 
 PAPER = {"compress": 2.78, "decompress": 3.76, "cores": 16}
 
@@ -62,14 +61,8 @@ def render(run_dir: str, out_dir: str) -> str:
         lines.append("")
         lines += ["![per-core throughput](threads.png)", ""]
         _figure(g, os.path.join(out_dir, "threads.png"))
-    env_src = os.path.join(run_dir, "environment.json")
-    if os.path.exists(env_src):
-        shutil.copy(env_src, os.path.join(out_dir, "environment.json"))
     g.to_csv(os.path.join(out_dir, "threads.csv"), index=False, float_format="%.6g")
-    path = os.path.join(out_dir, "report.md")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-    return path
+    return finish(run_dir, out_dir, lines)
 
 
 def _figure(g, path):
@@ -89,7 +82,4 @@ def _figure(g, path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "results", "paper_threads")))
+    main(render, "paper_threads", __doc__)
