@@ -164,11 +164,12 @@ def run_task(cfg, out_dir: str) -> dict:
     with open(os.path.join(out_dir, "environment.json"), "w") as f:
         json.dump(env, f, indent=1, default=str)
     rep = cfg.get("report", {}) or {}
-    if rep.get("enabled", True):
-        path = render(out_dir, out_dir, figures=rep.get("figures", True))
-        print(f"report: {path}")
-    if rep.get("print_summary", True):
-        print(summary_text(load_records(out_dir)))
+    if rep.get("enabled", True) or rep.get("print_summary", True):
+        records = load_records(out_dir)  # read once for the report and the printed summary
+        if rep.get("enabled", True):
+            print(f"report: {render(out_dir, out_dir, figures=rep.get('figures', True), records=records)}")
+        if rep.get("print_summary", True):
+            print(summary_text(records))
     name = cfg.get("experiment_name")
     if name:
         results = os.path.join(str(cfg.get("results_dir") or os.path.join(REPO, "results")), name)

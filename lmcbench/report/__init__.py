@@ -113,9 +113,10 @@ def _md(p: pd.DataFrame, corner="codec") -> str:
     return "\n".join(out)
 
 
-def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool = True) -> str:
+def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool = True,
+           records: pd.DataFrame | None = None) -> str:
     """Write ``report.md`` (and figures) for the records in ``run_dirs`` into ``out_dir``; returns its path."""
-    df = load_records(run_dirs)
+    df = load_records(run_dirs) if records is None else records
     streams = load_streams(run_dirs)
     os.makedirs(out_dir, exist_ok=True)
     env = _environment(run_dirs)
