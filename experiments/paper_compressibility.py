@@ -76,6 +76,8 @@ def render(run_dir: str, out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
     xor_path = os.path.join(run_dir, "xor.csv")
     xor = pd.read_csv(xor_path, dtype={"bit_flips": str}) if os.path.exists(xor_path) else pd.DataFrame()
+    if "lag" in xor:
+        xor = xor[xor["lag"] == 1]  # consecutive checkpoints only (a run may also have compared further back)
     lines = header("Compressibility over training", env,
                    "Every checkpoint of the series, weights and both Adam moments. Entropy is order-0, per 64 KiB "
                    "block of each stream (8 bits per byte = incompressible); ratio = original / compressed bytes; "

@@ -48,3 +48,32 @@ def test_compressibility_xor_analysis(e2e, tmp_path):
     assert (out / "xor_vs_step.png").stat().st_size > 1000 and (out / "xor_bit_positions.png").exists()
     m, steps = mod.bit_positions(xor, "float32", "weight")
     assert m.shape == (2, 32) and steps == [20, 30] and ((m >= 0) & (m <= 1)).all()
+
+
+def test_delta_gap_preset_end_to_end(e2e, tmp_path):
+    """``lmcbench experiment=delta_gap`` on the tiny series: references 1 and 2 checkpoints back, the XOR
+    analysis at both lags, and the adaptive reference never more than its 8-byte header over LMC alone."""
+    import pandas as pd
+
+    from lmcbench_testlib import run_cli, tiny_overrides
+
+    args = tiny_overrides() + ["experiment=delta_gap", "source.steps=[10,20,30]", "bench.xor_lags=[1,2]",
+                               f"results_dir={tmp_path / 'results'}", f"hydra.run.dir={tmp_path / 'run'}"]
+    p = run_cli(args, tmp_path, e2e["cache"], timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = pd.read_csv(tmp_path / "run" / "records.csv")
+    assert rec["verified"].all() and set(rec["codec"]) == {"lmc"}
+    mod = load("delta_gap")
+    t = mod.tidy(rec)
+    # lag k has its reference from the (k+1)-th checkpoint on, and it is the checkpoint k back
+    got = {(m, g, s): r for m, g, s, r in zip(t["mode"], t["lag"], t["step"], t["ref_step"]) if pd.notna(r)}
+    assert got[("delta", 1, 20)] == 10 and got[("delta_sub", 2, 30)] == 10 and got[("reference", 2, 30)] == 10
+    assert got[("reference", 1, 30)] == 20 and ("delta", 2, 20) not in got
+    assert not any(g == 8 for (_, g, _) in got)  # 3 checkpoints: lag 4 and 8 never have a reference
+    nl = pd.read_csv(tmp_path / "results" / "delta_gap" / "never_loses.csv")
+    assert set(nl["lag"]) == {1, 2} and (nl["most bytes over alone"] <= mod.HEADER_SLACK).all()
+    out = pd.read_csv(tmp_path / "results" / "delta_gap" / "delta_gap.csv")
+    ch = out.dropna(subset=["changed"])
+    assert set(ch["lag"]) == {1, 2} and ((ch["changed"] >= 0) & (ch["changed"] <= 1)).all()
+    report = (tmp_path / "results" / "delta_gap" / "report.md").read_text()
+    assert "never loses" in report and (tmp_path / "results" / "delta_gap" / "ratio_vs_changed.png").exists()

@@ -108,21 +108,21 @@ def test_delta_reference_is_the_decoded_tensor():
     # a good codec: the reference is x1's bits
     rows, _, refs = measure_tensor(rec(x1, 10), pipes("delta", "raw"), {"zstd": get_codec({"id": "zstd"})}, QUICK,
                                    {}, {})
-    assert set(refs) == {"delta"} and refs["delta"][0] == 10 and same_bits(refs["delta"][1], x1)
+    assert set(refs) == {"delta"} and refs["delta"][-1][0] == 10 and same_bits(refs["delta"][-1][1], x1)
     assert all(r["ref_step"] == "" for r in rows)
     rows, _, refs2 = measure_tensor(rec(x2, 20), pipes("delta", "raw"), {"zstd": get_codec({"id": "zstd"})}, QUICK,
                                     refs, {})
     d = next(r for r in rows if r["transform"] == "delta")
     assert d["ref_step"] == 10 and d["verified"] is True
     assert next(r for r in rows if r["transform"] == "raw")["ref_step"] == ""
-    assert refs2["delta"][0] == 20 and same_bits(refs2["delta"][1], x2)
+    assert refs2["delta"][-1][0] == 20 and same_bits(refs2["delta"][-1][1], x2)
 
     # a broken first codec: the reference passed on is what it decoded, not the original
     codecs = {"flip": get_codec({"id": "test_flip"}), "zstd": get_codec({"id": "zstd"})}
     _, _, refs = measure_tensor(rec(x1, 10), pipes("delta"), codecs, QUICK, {}, {})
     expected = x1.copy().view(np.uint8)
     expected[0] ^= 0xFF
-    ref = refs["delta"][1]
+    ref = refs["delta"][-1][1]
     assert ref.shape == x1.shape and ref.dtype == x1.dtype
     assert ref.tobytes() == expected.tobytes()
     assert not same_bits(ref, x1)
@@ -136,7 +136,7 @@ def test_delta_reference_decoded_across_slices():
     # the first slice fails; the failed codec is not run on later slices, which keep the original bits
     expected = x.copy().view(np.uint8)
     expected[0] ^= 0xFF
-    assert refs["delta"][1].tobytes() == expected.tobytes()
+    assert refs["delta"][-1][1].tobytes() == expected.tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16, np.int8], ids=str)
@@ -155,7 +155,7 @@ def test_slicing_is_transparent(dtype):
     # the per-stream byte counts and entropies are the same whether sliced or not
     key = lambda rows: sorted((r["transform"], r["stream"], r["bytes"], r["entropy_bits"]) for r in rows)  # noqa: E731
     assert key(srows_s) == key(srows_b)
-    assert same_bits(refs_s["delta_expsplit"][1], x)
+    assert same_bits(refs_s["delta_expsplit"][-1][1], x)
 
 
 def test_row_fields():
@@ -240,7 +240,96 @@ def test_measure_tensor_leaves_readonly_inputs_alone():
         r.flags.writeable = False
         refs = {n: (1, r) for n, p in allp.items() if p.temporal}
         rows, _, new_refs = measure_tensor(rec(x, 2), allp, codecs, QUICK, refs, {})
-        assert len(rows) == len(allp) * len(codecs) and all(row["verified"] for row in rows)
+        # byte codecs take no reference: the 'reference' pipelines are left out for them
+        n_byte_pipes = sum(1 for p in allp.values() if not p.codec_reference)
+        assert len(rows) == n_byte_pipes * len(codecs) and all(row["verified"] for row in rows)
         assert same_bits(x, x0) and same_bits(r, r0)
-        for n, (step, ref) in new_refs.items():
+        for n, hist in new_refs.items():
+            assert len(hist) == allp[n].lag
+            step, ref = hist[-1]
             assert step == 2 and same_bits(ref, x0)
+
+
+def lag_pipes():
+    cfg = {"xor2": [{"id": "delta", "mode": "xor", "lag": 2}],
+           "sub3": [{"id": "delta", "mode": "sub", "lag": 3}, {"id": "bytegroup"}],
+           "ref2": [{"id": "reference", "lag": 2}], "ref": [{"id": "reference"}], "raw": []}
+    return {n: Pipeline.from_config(n, c) for n, c in cfg.items()}
+
+
+def test_lagged_references_are_the_decoded_steps_that_many_back():
+    xs = [random_bits(500, np.float32, seed=40 + i) for i in range(5)]
+    codecs = {"zstd": get_codec({"id": "zstd"}), "lmc": get_codec({"id": "lmc"})}
+    refs, seen = {}, {}
+    for i, x in enumerate(xs):
+        step = 10 * (i + 1)
+        rows, _, refs = measure_tensor(rec(x, step), lag_pipes(), codecs, QUICK, refs, {})
+        assert all(r["verified"] for r in rows), [r["error"] for r in rows if not r["verified"]]
+        for r in rows:
+            seen[(r["transform"], r["codec"], step)] = r["ref_step"]
+        # each temporal pipeline keeps exactly its lag's worth of decoded history, oldest first
+        assert [s for s, _ in refs["xor2"]] == [10 * (j + 1) for j in range(max(0, i - 1), i + 1)]
+        assert [s for s, _ in refs["sub3"]] == [10 * (j + 1) for j in range(max(0, i - 2), i + 1)]
+        assert len(refs["ref"]) == 1 and "raw" not in refs
+        assert all(same_bits(a, xs[s // 10 - 1]) for s, a in refs["sub3"])
+    assert [seen[("xor2", "zstd", s)] for s in (10, 20, 30, 40, 50)] == ["", "", 10, 20, 30]
+    assert [seen[("sub3", "lmc", s)] for s in (10, 20, 30, 40, 50)] == ["", "", "", 10, 20]
+    assert [seen[("ref2", "lmc", s)] for s in (10, 20, 30, 40, 50)] == ["", "", 10, 20, 30]
+    # byte codecs take no reference: the reference pipelines have lmc rows only
+    assert not any(k[0].startswith("ref") and k[1] == "zstd" for k in seen)
+
+
+def test_reference_pipeline_never_loses_to_compressing_alone():
+    """LMC's per-chunk choice: on a tensor whose first half barely changed and whose second half is new, the
+    reference pipeline codes the first half as a delta and the second alone, so it beats both the standalone
+    code and the XOR delta; on unrelated data it costs only the reference hash in the header."""
+    rng = np.random.default_rng(0)
+    ref = rng.normal(0, 0.02, 600_000).astype(np.float32)
+    x = ref.copy()
+    x[:300_000] += rng.normal(0, 1e-6, 300_000).astype(np.float32)
+    x[300_000:] = rng.normal(0, 0.02, 300_000).astype(np.float32)
+    cfg = {"raw": [], "delta": [{"id": "delta"}], "reference": [{"id": "reference"}]}
+    p = {n: Pipeline.from_config(n, c) for n, c in cfg.items()}
+    hist = {"delta": [(1, ref)], "reference": [(1, ref)]}
+    rows, _, _ = measure_tensor(rec(x, 2), p, {"lmc": get_codec({"id": "lmc"})}, QUICK, hist, {})
+    size = {r["transform"]: r["comp_bytes"] for r in rows}
+    assert all(r["verified"] for r in rows)
+    assert size["reference"] < size["raw"] and size["reference"] < size["delta"]
+    unrelated = rng.normal(0, 0.02, 600_000).astype(np.float32)
+    rows, _, _ = measure_tensor(rec(unrelated, 2), p, {"lmc": get_codec({"id": "lmc"})}, QUICK, hist, {})
+    size = {r["transform"]: r["comp_bytes"] for r in rows}
+    assert size["raw"] <= size["reference"] <= size["raw"] + 8 < size["delta"]
+
+
+def test_xor_analysis_over_several_lags(tmp_path):
+    make_trainer_folder(tmp_path / "out", steps=(10, 20, 30, 40))
+    src = get_source({"type": "hf_trainer", "path": str(tmp_path / "out"), "kinds": ["weight"]})
+    opts = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False, xor_lags=[1, 2])
+    run(src, pipes("raw"), {"memcpy": get_codec({"id": "memcpy"})}, opts, str(tmp_path / "res"), log=lambda m: None)
+    with open(tmp_path / "res" / "xor.csv") as f:
+        rows = list(csv.DictReader(f))
+    per_tensor = {}
+    for r in rows:
+        per_tensor.setdefault(r["tensor"], set()).add((int(r["lag"]), int(r["step"]), int(r["ref_step"])))
+    assert per_tensor and all(v == {(1, 20, 10), (1, 30, 20), (1, 40, 30), (2, 30, 10), (2, 40, 20)}
+                              for v in per_tensor.values())
+
+
+@pytest.mark.parametrize("bad", [[], [0], ["1"], [True], 3])
+def test_xor_lags_validated(bad):
+    from lmcbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="xor_lags"):
+        BenchOptions.from_config({"xor_lags": bad})
+
+
+@pytest.mark.parametrize("steps, msg", [
+    ([{"id": "delta", "lag": 0}], "lag must be a positive integer"),
+    ([{"id": "reference", "lag": 1.5}], "lag must be a positive integer"),
+    ([{"id": "reference"}, {"id": "bytegroup"}], "only transform"),
+])
+def test_lag_and_reference_config_errors(steps, msg):
+    from lmcbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=msg):
+        Pipeline.from_config("p", steps)

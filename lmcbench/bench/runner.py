@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 
 import numpy as np
 
@@ -29,7 +29,7 @@ RECORD_COLUMNS = [
     "verified", "error", "codec_config", "transform_config",
 ]
 XOR_COLUMNS = ["step", "ref_step", "tensor", "kind", "dtype", "numel", "changed_elems", "changed_bytes", "changed_bits",
-               "sign_flips", "exponent_flips", "mantissa_flips", "bit_flips"]
+               "sign_flips", "exponent_flips", "mantissa_flips", "bit_flips", "lag"]
 STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref_step", "bytes", "entropy_bits",
                   "block_bound_bytes"]
 
@@ -42,6 +42,7 @@ class BenchOptions:
     chunk_mib: float = 16.0
     entropy_block_kib: int = 64  # block size of the per-block order-0 entropy bound
     xor_analysis: bool = True  # xor.csv: which bits change between consecutive steps of each tensor
+    xor_lags: list = field(default_factory=lambda: [1])  # ... and between steps this many checkpoints apart
     verify: bool = True
     progress: bool = True
     extra: dict = field(default_factory=dict)
@@ -55,12 +56,15 @@ class BenchOptions:
         if cfg:
             raise ConfigError(f"bench: unknown option(s) {', '.join(sorted(cfg))}")
         for k, v in known.items():
-            want = type(cls.__dataclass_fields__[k].default)
+            f = cls.__dataclass_fields__[k]
+            want = type(f.default_factory()) if f.default is MISSING else type(f.default)
             if want is float and isinstance(v, int) and not isinstance(v, bool):
                 known[k] = v = float(v)
             if want is not dict and not isinstance(v, want) or (want is int and isinstance(v, bool)):
                 raise ConfigError(f"bench.{k}: expected {want.__name__}, got {v!r}")
         opts = cls(**known)
+        if not opts.xor_lags or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in opts.xor_lags):
+            raise ConfigError(f"bench.xor_lags: expected a list of positive integers, got {opts.xor_lags!r}")
         if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0 or opts.entropy_block_kib <= 0:
             raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0, entropy_block_kib > 0")
         return opts
@@ -111,12 +115,14 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS)
     streams_out = CsvAppender(os.path.join(out_dir, "streams.csv"), STREAM_COLUMNS)
     xor_out = CsvAppender(os.path.join(out_dir, "xor.csv"), XOR_COLUMNS) if opts.xor_analysis else None
-    prev = None  # (step, array) of the previous step of the current tensor, for the XOR analysis
+    prev: list = []  # (step, array) of the previous steps of the current tensor, for the XOR analysis
+    xor_keep = max(opts.xor_lags)
     entries = source.entries()
     total_bytes = sum(e.nbytes for e in entries)
     skipped: dict[tuple, str] = {}
     n_rows = n_fail = 0
-    refs: dict[str, tuple[int, np.ndarray]] = {}  # pipeline -> (step, decoded previous step) of the current tensor
+    # pipeline -> [(step, decoded array)] of the current tensor's last ``pipeline.lag`` steps
+    refs: dict[str, list[tuple[int, np.ndarray]]] = {}
     current_key = None
     warmed: set = set()  # (codec or pipeline, dtype) pairs that had their warm-up calls
     bar = None
@@ -128,14 +134,17 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     try:
         for e in entries:
             if e.key != current_key:
-                refs.clear()  # only the previous step of *this* tensor is ever kept
-                prev = None
+                refs.clear()  # only the previous steps of *this* tensor are ever kept
+                prev = []
                 current_key = e.key
             rec = source.load(e)
             if xor_out is not None:
-                if prev is not None and prev[1].shape == rec.array.shape and prev[1].dtype == rec.array.dtype:
-                    xor_out.write([xor_row(rec, prev[0], prev[1], int(opts.chunk_mib * 2**20))])
-                prev = (rec.step, rec.array)
+                for lag in sorted(set(opts.xor_lags)):
+                    if len(prev) >= lag:
+                        pstep, parr = prev[-lag]
+                        if parr.shape == rec.array.shape and parr.dtype == rec.array.dtype:
+                            xor_out.write([{**xor_row(rec, pstep, parr, int(opts.chunk_mib * 2**20)), "lag": lag}])
+                prev = (prev + [(rec.step, rec.array)])[-xor_keep:]
             if bar is not None:
                 bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
             rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped, warmed, restrict)
@@ -169,6 +178,10 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                    skipped: dict, warmed: set | None = None, restrict: dict | None = None):
     """All (pipeline, codec) measurements of one tensor. Returns rows, stream rows and the next references.
 
+    ``refs`` maps a temporal pipeline to the decoded earlier steps of this tensor, oldest first, as a list
+    of ``(step, array)`` (a single tuple is taken as a list of one); the returned references keep the last
+    ``pipeline.lag`` of them, this step included.
+
     Warm-up calls (Numba compiles, contexts are allocated on first use) are made the first time a codec or a
     pipeline meets a stream dtype in the run, tracked in ``warmed``; every later measurement is timed at once.
     ``restrict`` maps a codec name to the only pipelines it is measured with (the others are left out)."""
@@ -187,7 +200,9 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     dt = dtype_name(rec.dtype)
     rows, srows, new_refs = [], [], {}
     for pname, pipe in pipelines.items():
-        ref_step, ref = refs.get(pname, (None, None)) if pipe.temporal else (None, None)
+        hist = refs.get(pname) or []
+        hist = [hist] if isinstance(hist, tuple) else list(hist)
+        ref_step, ref = hist[-pipe.lag] if pipe.temporal and len(hist) >= pipe.lag else (None, None)
         ref_flat = None if ref is None else ref.reshape(-1)
         pcodecs = {c: v for c, v in codecs.items() if c not in restrict or pname in restrict[c]}
         accs = {cname: _Acc() for cname in pcodecs}
@@ -216,6 +231,9 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 if acc.skipped or not acc.verified:
                     continue
                 try:
+                    if pipe.codec_reference and not codec.supports_reference:
+                        raise NotApplicable("it takes no reference (the 'reference' pipeline is for codecs that "
+                                            "delta themselves, such as lmc)")
                     for s in streams:
                         codec.check_applicable(s.as_typed())
                 except NotApplicable as why:
@@ -236,7 +254,7 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             del streams
         # the reference for the next step is the *decoded* tensor (bit-identical to x unless a round trip failed)
         if pipe.temporal:
-            new_refs[pname] = (rec.step, (broken if broken is not None else x).reshape(rec.shape))
+            new_refs[pname] = (hist + [(rec.step, (broken if broken is not None else x).reshape(rec.shape))])[-pipe.lag:]
         ent_bound = sum(entropy_bits(h) * int(h.sum()) / 8 for h in hists.values())
         blk_bound = sum(sblock.values())
         tot_stream = sum(sbytes.values())
@@ -317,13 +335,16 @@ def _verify(pipe, dec, stages, ref, dtype, xs, acc: _Acc):
 def _measure_codec(codec, streams: list[Stream], opts: BenchOptions, acc: _Acc, warmup: int):
     """Compress every stream, then decompress; time both. Returns the decoded streams or None on error."""
     inputs = [s.as_typed() for s in streams]
+    refs = [s.ref_typed() for s in streams]
     try:
-        blobs, ct = timed(lambda: [codec.encode(a) for a in inputs], warmup, opts.repeats, opts.budget_s)
+        blobs, ct = timed(lambda: [codec.encode(a) if r is None else codec.encode_ref(a, r)
+                                   for a, r in zip(inputs, refs)], warmup, opts.repeats, opts.budget_s)
     except Exception as ex:  # noqa: BLE001 - a codec failure is a recorded error, never a crash of the run
         acc.verified, acc.error = False, f"encode failed: {type(ex).__name__}: {ex}"
         return None
     try:
-        outs, dt = timed(lambda: [codec.decode(bl) for bl in blobs], warmup, opts.repeats, opts.budget_s)
+        outs, dt = timed(lambda: [codec.decode(bl) if r is None else codec.decode_ref(bl, r)
+                                  for bl, r in zip(blobs, refs)], warmup, opts.repeats, opts.budget_s)
     except Exception as ex:  # noqa: BLE001
         acc.verified, acc.error = False, f"decode failed: {type(ex).__name__}: {ex}"
         return None

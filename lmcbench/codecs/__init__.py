@@ -60,6 +60,27 @@ class Codec:
             return out
         return dec
 
+    # -- codec-level delta ----------------------------------------------------------------------------------
+    supports_reference = False  # True for codecs that delta against a reference themselves (LMC)
+
+    def encode_ref(self, buf, reference) -> bytes:
+        """Encode ``buf`` against ``reference`` (same dtype and shape); only if ``supports_reference``."""
+        if not self.supports_reference:
+            raise NotApplicable(f"{self.codec_id} does not take a reference")
+        return self._encode_ref(_as_array(buf), np.ascontiguousarray(reference))
+
+    def decode_ref(self, buf, reference) -> np.ndarray:
+        if not self.supports_reference:
+            raise NotApplicable(f"{self.codec_id} does not take a reference")
+        dec = self._decode_ref(buf, np.ascontiguousarray(reference))
+        return np.ascontiguousarray(dec).reshape(-1).view(np.uint8)
+
+    def _encode_ref(self, arr, reference) -> bytes:
+        raise NotImplementedError
+
+    def _decode_ref(self, buf, reference):
+        raise NotImplementedError
+
     # -- for reports ---------------------------------------------------------------------------------------
     @property
     def label(self) -> str:

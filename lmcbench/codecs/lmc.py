@@ -57,3 +57,17 @@ class LMC(Codec):
 
         out = lmc.decompress(buf, threads=self._params["threads"])
         return np.ascontiguousarray(out).reshape(-1).view(np.uint8)
+
+    # the ``reference`` pipeline: LMC XORs each chunk with the reference only where that codes smaller
+    supports_reference = True
+
+    def _encode_ref(self, arr, reference):
+        import lmc
+
+        kw = {k: v for k, v in self._params.items() if k != "threads" and v is not None}
+        return lmc.compress(arr, threads=self._params["threads"], reference=reference, **kw)
+
+    def _decode_ref(self, buf, reference):
+        import lmc
+
+        return lmc.decompress(buf, threads=self._params["threads"], reference=reference)

@@ -26,6 +26,13 @@ class Stream:
     name: str
     data: np.ndarray  # contiguous; (n,) unsigned or (n, w) uint8
     typed: np.dtype | None = None  # the element dtype a dtype-aware codec should see, if meaningful
+    ref: np.ndarray | None = None  # bit patterns of the reference, for a codec that deltas on its own
+
+    def ref_typed(self) -> np.ndarray | None:
+        """The reference as the stream's typed dtype (for codecs that take ``reference=``), or None."""
+        if self.ref is None:
+            return None
+        return self.ref.reshape(-1).view(self.typed if self.typed is not None else np.uint8)
 
     @property
     def nbytes(self) -> int:
@@ -67,27 +74,39 @@ def _single(streams: list[Stream], what: str) -> Stream:
     return streams[0]
 
 
+def _check_lag(what: str, lag) -> int:
+    if isinstance(lag, bool) or not isinstance(lag, int) or lag < 1:
+        raise ConfigError(f"{what}: lag must be a positive integer (checkpoints back), got {lag!r}")
+    return lag
+
+
 class Delta(Transform):
-    """Temporal delta of the bit patterns against the same tensor at the previous step.
+    """Temporal delta of the bit patterns against the same tensor ``lag`` checkpoints back (the decoded one).
 
     ``mode='xor'`` XORs the patterns; ``mode='sub'`` subtracts them as unsigned integers modulo 2^bits.
-    At the first step of a series (no reference) it passes the tensor through unchanged.
+    ``lag`` counts checkpoints of the selected series: 1 is the previous one, 2 the one before it, ...
+    While there is no reference (the first ``lag`` steps of a series) it passes the tensor through unchanged.
     """
 
     transform_id = "delta"
     temporal = True
 
-    def __init__(self, mode: str = "xor"):
+    def __init__(self, mode: str = "xor", lag: int = 1):
         if mode not in ("xor", "sub"):
             raise ConfigError(f"delta: unknown mode {mode!r}; use 'xor' or 'sub'")
         self.mode = mode
+        self.lag = _check_lag("delta", lag)
 
     def get_config(self) -> dict:
-        return {"id": self.transform_id, "mode": self.mode}
+        cfg = {"id": self.transform_id, "mode": self.mode}
+        if self.lag != 1:
+            cfg["lag"] = self.lag
+        return cfg
 
     @property
     def label(self) -> str:
-        return "delta" if self.mode == "xor" else "delta_sub"
+        base = "delta" if self.mode == "xor" else "delta_sub"
+        return base if self.lag == 1 else f"{base}_lag{self.lag}"
 
     def _ref_bits(self, ref, s: Stream):
         r = bits(ref)
@@ -110,6 +129,41 @@ class Delta(Transform):
         r = self._ref_bits(ref, s)
         out = np.bitwise_xor(s.data, r) if self.mode == "xor" else np.add(s.data, r)
         return [Stream(s.name, out, s.typed)]
+
+
+class Reference(Transform):
+    """Hands the codec the same tensor ``lag`` checkpoints back as a *reference*, and leaves the tensor as it
+    is: a codec that deltas on its own (LMC's ``reference=``, which XORs chunk by chunk only where that is
+    smaller) decides what to do with it. Only codecs that take a reference can run such a pipeline, and it
+    must be the pipeline's only transform (the codec does its own grouping)."""
+
+    transform_id = "reference"
+    temporal = True
+
+    def __init__(self, lag: int = 1):
+        self.lag = _check_lag("reference", lag)
+
+    def get_config(self) -> dict:
+        cfg = {"id": self.transform_id}
+        if self.lag != 1:
+            cfg["lag"] = self.lag
+        return cfg
+
+    @property
+    def label(self) -> str:
+        return "reference" if self.lag == 1 else f"reference_lag{self.lag}"
+
+    def encode(self, streams, ref, dtype):
+        s = _single(streams, "reference")
+        if ref is None:
+            return streams
+        r = bits(ref)
+        if r.dtype != s.data.dtype or r.shape != s.data.shape:
+            raise ValueError(f"reference: {r.dtype}{r.shape} does not match tensor {s.data.dtype}{s.data.shape}")
+        return [Stream(s.name, s.data, s.typed, ref=r)]
+
+    def decode(self, streams, ref, dtype):
+        return [Stream(s.name, s.data, s.typed) for s in streams]
 
 
 class ByteGroup(Transform):
@@ -187,7 +241,7 @@ def _widen(v: np.ndarray, ut: np.dtype) -> np.ndarray:
     return full.view(ut).reshape(n)
 
 
-TRANSFORMS = {cls.transform_id: cls for cls in (Delta, ByteGroup, ExpSplit)}
+TRANSFORMS = {cls.transform_id: cls for cls in (Delta, Reference, ByteGroup, ExpSplit)}
 
 
 def get_transform(config) -> Transform:
@@ -215,6 +269,13 @@ class Pipeline:
                 raise ConfigError(f"pipeline {name}: expsplit must come before bytegroup")
             seen_split |= not t.temporal
         self.temporal = any(t.temporal for t in transforms)
+        lags = {t.lag for t in transforms if t.temporal}
+        if len(lags) > 1:
+            raise ConfigError(f"pipeline {name}: its temporal transforms use different lags {sorted(lags)}")
+        self.lag = lags.pop() if lags else 0  # checkpoints back the reference is taken from
+        self.codec_reference = any(isinstance(t, Reference) for t in transforms)
+        if self.codec_reference and len(transforms) != 1:
+            raise ConfigError(f"pipeline {name}: 'reference' must be the only transform (the codec groups itself)")
 
     @classmethod
     def from_config(cls, name: str, steps) -> "Pipeline":
@@ -270,5 +331,5 @@ def _ungroup(streams: list[Stream], before) -> list[Stream]:
     return out
 
 
-__all__ = ["Stream", "Transform", "Delta", "ByteGroup", "ExpSplit", "Pipeline", "TRANSFORMS", "get_transform",
+__all__ = ["Stream", "Transform", "Delta", "Reference", "ByteGroup", "ExpSplit", "Pipeline", "TRANSFORMS", "get_transform",
            "dtype_name"]
