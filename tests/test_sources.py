@@ -174,6 +174,18 @@ def test_cast_list_gives_one_series_per_dtype(named_run):
     assert len({e.key for e in es}) == 2
 
 
+@pytest.mark.parametrize("casts", [[None, "bf16"], ["bf16"], ["bf16", "fp16"]])
+def test_cast_kinds_cast_only_the_named_kinds(named_run, casts):
+    root, _ = named_run
+    src = hf(root, cast=casts, cast_kinds=["weight"], include=r"^fc1\.weight$", steps=[10])
+    got = sorted((e.kind, "" if e.cast is None else str(e.cast[1])) for e in src.entries())
+    want_w = [("weight", "" if c is None else str(hf(root, cast=c).casts[0][1])) for c in casts]
+    # the moments once, as they are; the weights once per entry of the cast list
+    assert got == sorted(want_w + [("exp_avg", ""), ("exp_avg_sq", "")])
+    with pytest.raises(ConfigError, match="cast_kinds"):
+        hf(root, cast="bf16", cast_kinds=["weights"])
+
+
 def test_bad_selection_options(named_run):
     root, _ = named_run
     with pytest.raises(ConfigError, match="weights"):

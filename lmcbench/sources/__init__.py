@@ -59,7 +59,7 @@ class Source:
 
     source_type = ""
 
-    def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, **unknown):
+    def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, cast_kinds=None, **unknown):
         if unknown:
             raise ConfigError(f"source {self.source_type}: unknown option(s) {', '.join(sorted(unknown))}")
         if steps is not None:
@@ -90,6 +90,13 @@ class Source:
             if not dst:
                 src, dst = "float32", src
             self.casts.append((resolve(src), resolve(dst)))
+        # cast_kinds: the kinds a cast applies to (e.g. [weight]: bf16 weights beside fp32 Adam moments, which
+        # are then measured once, as they are); null = every kind
+        self.cast_kinds = None if cast_kinds is None else \
+            ([cast_kinds] if isinstance(cast_kinds, str) else list(cast_kinds))
+        for k in self.cast_kinds or []:
+            if k not in KINDS:
+                raise ConfigError(f"source.cast_kinds: unknown kind {k!r}; known: {', '.join(KINDS)}")
 
     # -- to implement -------------------------------------------------------------------------------------
     def _index(self) -> list[TensorEntry]:
@@ -118,7 +125,8 @@ class Source:
             raise SourceError(f"{self.describe()}: the selection (steps, include, kinds) matches no tensor")
         groups: OrderedDict[tuple, list[TensorEntry]] = OrderedDict()
         for e in sel:
-            for c in self.casts:
+            castable = self.cast_kinds is None or e.kind in self.cast_kinds
+            for c in (self.casts if castable else [None]):  # a kind left out of cast_kinds: once, as it is
                 if c is None:
                     groups.setdefault(e.key, []).append(e)
                 elif e.dtype == c[0]:
