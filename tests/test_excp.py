@@ -1,0 +1,691 @@
+"""Tests for the ExCP lossy checkpoint codec (lmcbench.lossy.excp)."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from lmcbench.errors import ConfigError, LmcbenchError
+from lmcbench.lossy import (
+    ExCPConfig,
+    ExCPFormatError,
+    decode_checkpoint,
+    dequantize,
+    encode_checkpoint,
+    kmeans_1d,
+    pack_bits,
+    prune_moment_mask,
+    prune_weight_mask,
+    quantize,
+    unpack_bits,
+)
+from lmcbench.lossy import excp
+
+ARCHIVERS = ["none", "lzma", "zstd", "lmc"]
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def _bits(a):
+    """Byte image of an array, to compare bit-exactly (nan payloads and -0.0 included)."""
+    a = np.ascontiguousarray(a)
+    return a.dtype.str, a.shape, a.tobytes()
+
+
+def assert_same_tree(a, b):
+    """Same names, same arrays (a missing key counts as None), bit for bit, same dtypes."""
+    assert list(a) == list(b)
+    for name in a:
+        for k in set(a[name]) | set(b[name]):
+            x, y = a[name].get(k), b[name].get(k)
+            if x is None or y is None:
+                assert x is None and y is None, (name, k)
+            else:
+                assert x.dtype == y.dtype, (name, k)
+                assert _bits(x) == _bits(y), (name, k)
+
+
+def make_checkpoint(rng, scale=1.0, base=None):
+    """A small 'model': matrix + bias with Adam state, an int buffer, a weight without state, a bf16 one."""
+    if base is None:
+        a = (rng.standard_normal((64, 50)) * 0.02).astype(np.float32)
+        b = (rng.standard_normal(50) * 0.02).astype(np.float32)
+        d = (rng.standard_normal(30) * 0.02).astype(np.float32)
+    else:
+        a = (base["a"]["weight"] + rng.standard_normal((64, 50)).astype(np.float32) * np.float32(1e-4 * scale))
+        b = (base["b"]["weight"] + rng.standard_normal(50).astype(np.float32) * np.float32(1e-4 * scale))
+        d = (base["d"]["weight"] + rng.standard_normal(30).astype(np.float32) * np.float32(1e-4 * scale))
+
+    def moments(shape):
+        m = (rng.standard_normal(shape) * 1e-4).astype(np.float32)
+        v = (rng.random(shape) * 1e-8 + 1e-12).astype(np.float32)
+        return m, v
+
+    ma, va = moments(a.shape)
+    mb, vb = moments(b.shape)
+    me, ve = moments((8, 8))
+    return {
+        "a": {"weight": a.astype(np.float32), "exp_avg": ma, "exp_avg_sq": va},
+        "b": {"weight": b.astype(np.float32), "exp_avg": mb, "exp_avg_sq": vb},
+        "c": {"weight": np.arange(12, dtype=np.int64).reshape(3, 4)},
+        "d": {"weight": d.astype(np.float32), "exp_avg": None, "exp_avg_sq": None},
+        "e": {"weight": rng.standard_normal((8, 8)).astype(ml_dtypes.bfloat16), "exp_avg": me, "exp_avg_sq": ve},
+    }
+
+
+def weights_of(tree):
+    return {n: d["weight"] for n, d in tree.items()}
+
+
+def freeze(tree):
+    """Make every caller array read-only and return a deep copy to compare against afterwards."""
+    copy = {}
+    for n, d in tree.items():
+        copy[n] = {}
+        for k, a in d.items():
+            copy[n][k] = None if a is None else a.copy()
+            if a is not None:
+                a.flags.writeable = False
+    return copy
+
+
+def payload_of(blob):
+    payload, _ = excp._unpack_container(blob)
+    (toc_len,) = struct.unpack("<I", payload[:4])
+    return json.loads(payload[4:4 + toc_len]), payload[4 + toc_len:]
+
+
+def repack(toc, data, archiver="none"):
+    return excp._pack_container(excp._build_payload(toc, [bytes(data)]), archiver,
+                                {"lzma": 1, "zstd": 3}.get(archiver))
+
+
+def raw_container(archived: bytes, arch_id: int, raw_len: int, raw_crc: int = 0) -> bytes:
+    return struct.pack("<4sBBHQQII", b"ExCP", 1, arch_id, 0, raw_len, len(archived), raw_crc,
+                       zlib.crc32(archived)) + archived
+
+
+def expect_format_error(blob, refs=None):
+    with pytest.raises(ExCPFormatError) as ei:
+        decode_checkpoint(blob, refs)
+    assert "\n" not in str(ei.value) and str(ei.value)
+    return str(ei.value)
+
+
+@pytest.fixture(scope="module")
+def chain2():
+    """A first checkpoint (lossless) and a second one coded against the first's reconstruction."""
+    rng = np.random.default_rng(1)
+    t1 = make_checkpoint(rng)
+    blob1, rec1, _ = encode_checkpoint(t1, None, ExCPConfig(archiver="none"))
+    t2 = make_checkpoint(rng, base=t1)
+    ref = weights_of(rec1)
+    blob2, rec2, stats2 = encode_checkpoint(t2, ref, ExCPConfig(archiver="none"))
+    return {"t1": t1, "rec1": rec1, "t2": t2, "ref": ref, "blob2": blob2, "rec2": rec2, "stats2": stats2}
+
+
+# ------------------------------------------------------------------------------------------- config
+def test_config_defaults_and_from_dict():
+    c = ExCPConfig()
+    assert (c.alpha, c.beta, c.bits, c.max_scale) == (5e-5, 2.0, 4, 2.5)
+    assert (c.kmeans_iters, c.samples_per_centroid, c.seed) == (25, 256, 0)
+    assert c.archiver == "lzma" and c.level == 9 and c.prune_weights and c.prune_moments and c.quantize
+    assert ExCPConfig.from_dict({"archiver": "zstd"}).level == 19
+    assert ExCPConfig.from_dict({"archiver": "zstd", "archiver_level": 3, "bits": 8}).level == 3
+    assert ExCPConfig.from_dict(None) == ExCPConfig()
+    assert ExCPConfig.from_dict(c.to_dict()) == c
+
+
+@pytest.mark.parametrize("bad", [
+    {"gamma": 1}, {"bits": 9}, {"bits": 1}, {"bits": 4.0}, {"bits": True}, {"alpha": -1e-5},
+    {"alpha": float("nan")}, {"beta": "2"}, {"max_scale": -1}, {"archiver": "gzip"},
+    {"archiver": "lzma", "archiver_level": 10}, {"archiver": "zstd", "archiver_level": 0},
+    {"archiver": "lmc", "archiver_level": 3}, {"archiver": "none", "archiver_level": 1},
+    {"quantize": "yes"}, {"prune_weights": 1}, {"kmeans_iters": -1}, {"samples_per_centroid": 0},
+    {"seed": -3},
+])
+def test_config_rejects(bad):
+    with pytest.raises(ConfigError) as ei:
+        ExCPConfig.from_dict(bad)
+    assert "\n" not in str(ei.value) and str(ei.value).startswith("excp:")
+
+
+def test_config_rejects_non_mapping():
+    with pytest.raises(ConfigError):
+        ExCPConfig.from_dict([("bits", 4)])
+
+
+# ------------------------------------------------------------------------------------------ pruning
+def test_prune_weight_mask_hand_cases():
+    dW = np.array([1, 2, 3, 4, 5, -6], np.float32)  # median |dW| = 3.5
+    # alpha=1, mean(v)=0.64 -> s = 1/0.8 = 1.25 -> threshold 4.375
+    m = prune_weight_mask(dW, np.full(6, 0.64, np.float32), alpha=1.0, max_scale=2.5)
+    assert m.tolist() == [False, False, False, False, True, True]
+    # mean(v)=4 -> s = 0.5 -> threshold 1.75
+    m = prune_weight_mask(dW, np.full(6, 4.0, np.float32), alpha=1.0, max_scale=2.5)
+    assert m.tolist() == [False, True, True, True, True, True]
+    # the default alpha with mean(v) = 1e-9: s = 5e-5 / 3.1623e-5 = 1.581 -> threshold 5.53
+    m = prune_weight_mask(dW, np.full(6, 1e-9, np.float32))
+    assert m.tolist() == [False] * 5 + [True]
+    # a tiny mean(v) is capped at max_scale = 2.5 -> threshold 8.75: nothing survives ...
+    assert not prune_weight_mask(dW, np.full(6, 1e-20, np.float32)).any()
+    # ... except a value beyond it (median of [1,2,3,4,5,9] is still 3.5)
+    dW2 = np.array([1, 2, 3, 4, 5, -9], np.float32)
+    assert prune_weight_mask(dW2, np.full(6, 1e-20, np.float32)).tolist() == [False] * 5 + [True]
+    # mean(v) == 0 -> s = max_scale
+    assert prune_weight_mask(dW2, np.zeros(6, np.float32)).tolist() == [False] * 5 + [True]
+    assert excp.weight_prune_scale(np.zeros(3), 5e-5, 2.5) == 2.5
+    assert excp.weight_prune_scale(np.full(3, 0.64), 1.0, 2.5) == pytest.approx(1.25)
+    # odd count: median is the middle value; strict '>' drops the values equal to the threshold
+    assert prune_weight_mask(np.array([1, 2, 3], np.float32), np.ones(3), 1.0, 2.5).tolist() == [False, False, True]
+
+
+def test_prune_moment_mask_hand_case():
+    m = np.array([1, -1, 10, -10, 0.5, 12], np.float32)  # mean |m| = 34.5 / 6 = 5.75
+    wmask = np.array([True, True, True, False, True, False])
+    assert prune_moment_mask(m, np.ones(6, bool), beta=1.0).tolist() == [False, False, True, True, False, True]
+    assert prune_moment_mask(m, wmask, beta=1.0).tolist() == [False, False, True, False, False, False]
+    # default beta = 2 -> threshold 11.5
+    assert prune_moment_mask(m, np.ones(6, bool)).tolist() == [False] * 5 + [True]
+    assert prune_moment_mask(m, wmask, beta=0.0).tolist() == wmask.tolist()
+
+
+# ------------------------------------------------------------------------------------------ k-means
+def test_kmeans_finds_15_separated_clusters():
+    rng = np.random.default_rng(5)
+    centers = np.linspace(-7, 7, 15)
+    sizes = rng.integers(500, 6000, size=15)
+    x = np.concatenate([c + rng.standard_normal(n) * 0.01 for c, n in zip(centers, sizes)]).astype(np.float32)
+    rng.shuffle(x)
+    c = kmeans_1d(x, 15, iters=25, samples_per_centroid=256, seed=0)
+    assert c.dtype == np.float16 and c.size == 15
+    assert np.all(np.diff(c.astype(np.float32)) > 0)
+    assert np.max(np.abs(c.astype(np.float64) - centers)) < 0.02
+    c2 = kmeans_1d(x, 15, iters=25, samples_per_centroid=256, seed=0)
+    assert c2.tobytes() == c.tobytes()  # deterministic
+
+
+def test_kmeans_few_values_and_degenerate_data():
+    assert kmeans_1d(np.array([3, 1, 2, 3, 1], np.float32), 15).tolist() == [1, 2, 3]
+    assert kmeans_1d(np.zeros(0, np.float32), 15).size == 0
+    # a heavy atom plus 40 scattered values: empty clusters are re-seeded, no duplicates
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.ones(10000), rng.uniform(-5, 5, 40)]).astype(np.float32)
+    c = kmeans_1d(x, 15, seed=3).astype(np.float32)
+    assert c.size == 15 and np.all(np.diff(c) > 0) and np.any(c == 1.0)
+    # centroids that coincide after float16 rounding collapse to one
+    c = kmeans_1d(np.array([1.0, 1.0001, 1.0002, 5.0] * 10, np.float32), 15)
+    assert np.all(np.diff(c.astype(np.float32)) > 0) and c.size <= 4
+    with pytest.raises(ValueError):
+        kmeans_1d(np.array([1.0, np.inf], np.float32), 3)
+
+
+# ------------------------------------------------------------------------------------- bit packing
+def test_pack_bits_literals():
+    assert pack_bits([1, 2, 3], 4) == bytes([0x12, 0x30])
+    assert pack_bits([1, 2, 3, 0, 1], 2) == bytes([0b01101100, 0b01000000])
+    assert pack_bits([7, 0, 5], 3) == bytes([0b11100010, 0b10000000])
+    assert pack_bits([255, 0, 7], 8) == bytes([255, 0, 7])
+    assert unpack_bits(bytes([0x12, 0x30]), 4, 3).tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("b", range(2, 9))
+def test_pack_unpack_roundtrip(b):
+    rng = np.random.default_rng(b)
+    for n in (0, 1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 101, 1000):
+        idx = rng.integers(0, 1 << b, size=n).astype(np.uint8)
+        buf = pack_bits(idx, b)
+        assert len(buf) == math.ceil(n * b / 8)
+        out = unpack_bits(buf, b, n)
+        assert out.dtype == np.uint8 and out.tolist() == idx.tolist()
+    # the generic path agrees with the nibble layout for b=4 ...
+    idx = rng.integers(0, 1 << b, size=33).astype(np.uint8)
+    generic = np.packbits(np.unpackbits(idx[:, None], axis=1)[:, 8 - b:].ravel()).tobytes()
+    assert pack_bits(idx, b) == generic
+    # ... and lengths / pad bits are validated
+    buf = pack_bits(idx, b)
+    with pytest.raises(ExCPFormatError):
+        unpack_bits(buf + b"\0", b, 33)
+    with pytest.raises(ExCPFormatError):
+        unpack_bits(buf[:-1], b, 33)
+    if (33 * b) % 8:
+        with pytest.raises(ExCPFormatError):
+            unpack_bits(buf[:-1] + bytes([buf[-1] | 1]), b, 33)
+    with pytest.raises(ValueError):
+        pack_bits([1 << b], b)
+
+
+# ------------------------------------------------------------------------------------- quantisation
+@pytest.mark.parametrize("bits", [2, 4, 8])
+def test_quantize_values_are_centroids(bits):
+    rng = np.random.default_rng(bits)
+    x = (rng.standard_normal(6000) * 1e-3).astype(np.float32)
+    x[rng.random(6000) < 0.6] = 0
+    q = quantize(x, bits, seed=1)
+    assert q.indices.shape == (6000,) and q.centroids.dtype == np.float16
+    assert 1 <= q.centroids.size <= (1 << bits) - 1
+    deq = dequantize(q.indices, q.centroids, q.exponent, x.shape)
+    table = np.ldexp(q.centroids.astype(np.float32), q.exponent)
+    assert np.all(np.diff(table) > 0)
+    assert np.all(deq[x == 0] == 0) and np.all(q.indices[x == 0] == 0)
+    assert np.all(q.indices[x != 0] >= 1)
+    assert np.all(np.isin(deq[x != 0], table))
+    # every non-zero went to its nearest stored centroid
+    nz = x[x != 0].astype(np.float64)
+    best = np.min(np.abs(nz[:, None] - table[None, :].astype(np.float64)), axis=1)
+    assert np.allclose(np.abs(deq[x != 0] - nz), best, rtol=0, atol=1e-12)
+    rel = np.linalg.norm(deq - x) / np.linalg.norm(x)
+    assert rel < {2: 0.45, 4: 0.12, 8: 0.01}[bits]  # Lloyd-Max for a Gaussian: 0.436 (3), 0.105 (15 levels)
+
+
+def test_quantize_tiny_values_need_the_centroid_scale():
+    rng = np.random.default_rng(0)
+    v = (rng.random(5000) * 1e-9 + 1e-11).astype(np.float32)  # Adam exp_avg_sq-like, below float16 range
+    q = quantize(v, 4)
+    deq = dequantize(q.indices, q.centroids, q.exponent)
+    assert np.linalg.norm(deq - v) / np.linalg.norm(v) < 0.1
+    q0 = quantize(v, 4, scale_centroids=False)  # plain float16 flushes them to zero
+    assert not dequantize(q0.indices, q0.centroids, q0.exponent).any()
+
+
+def test_dequantize_rejects_index_past_table():
+    with pytest.raises(ExCPFormatError):
+        dequantize(np.array([0, 1, 3], np.uint8), np.array([1, 2], np.float16))
+
+
+# --------------------------------------------------------------------------------- encode / decode
+def test_first_of_chain_is_lossless():
+    rng = np.random.default_rng(0)
+    t = make_checkpoint(rng)
+    t["a"]["weight"][0, :3] = [np.nan, -0.0, 1e-45]
+    blob, rec, stats = encode_checkpoint(t, None, ExCPConfig(archiver="zstd"))
+    assert_same_tree(rec, t)
+    assert_same_tree(decode_checkpoint(blob), t)
+    assert {s["mode"] for s in stats} == {"raw"}
+    assert all(s["rel_l2"] == 0 and s["kept_fraction"] == 1.0 for s in stats)
+    assert rec["e"]["weight"].dtype == ml_dtypes.bfloat16 and rec["c"]["weight"].dtype == np.int64
+
+
+@pytest.mark.parametrize("archiver", ARCHIVERS)
+def test_roundtrip_decode_equals_recon(chain2, archiver):
+    cfg = ExCPConfig(archiver=archiver, archiver_level={"lzma": 6, "zstd": 19}.get(archiver))
+    blob, rec, stats = encode_checkpoint(chain2["t2"], chain2["ref"], cfg)
+    assert blob[:4] == b"ExCP" and blob[5] == excp._ARCHIVERS[archiver]
+    assert_same_tree(decode_checkpoint(blob, chain2["ref"]), rec)
+    assert_same_tree(rec, chain2["rec2"])  # the archiver changes nothing but the bytes
+    modes = {(s["name"], s["kind"]): s["mode"] for s in stats}
+    assert modes[("a", "weight")] == "quant" and modes[("c", "weight")] == "raw"
+    assert modes[("e", "weight")] == "raw" and modes[("e", "exp_avg")] == "raw"  # bf16 weight: all raw
+
+
+def test_recon_structure_and_stats(chain2):
+    t2, rec, ref, stats = chain2["t2"], chain2["rec2"], chain2["ref"], chain2["stats2"]
+    by = {(s["name"], s["kind"]): s for s in stats}
+    assert len(stats) == 3 + 3 + 1 + 1 + 3
+    for s in stats:
+        assert set(s) >= {"name", "kind", "numel", "kept_fraction", "pruned_fraction", "rel_l2", "max_abs",
+                          "payload_bytes", "mode", "dtype"}
+        assert s["kept_fraction"] + s["pruned_fraction"] == pytest.approx(1.0)
+    W, R = t2["a"]["weight"], rec["a"]["weight"]
+    want = np.linalg.norm(R.astype(np.float64) - W) / np.linalg.norm(W.astype(np.float64))
+    assert by[("a", "weight")]["rel_l2"] == pytest.approx(want)
+    assert by[("a", "weight")]["max_abs"] == pytest.approx(np.max(np.abs(R.astype(np.float64) - W)))
+    assert 0 < by[("a", "weight")]["kept_fraction"] < 1
+    assert by[("a", "weight")]["numel"] == 3200 and by[("a", "weight")]["payload_bytes"] == 1600 + 30
+    # pruned positions keep the reference's exact bits; moments share one mask
+    dq = R != ref["a"]
+    assert np.array_equal(R[~dq], ref["a"][~dq])
+    m, v = rec["a"]["exp_avg"], rec["a"]["exp_avg_sq"]
+    assert np.array_equal(m != 0, v != 0)
+    assert not np.any((m != 0) & ~dq)  # moments survive only where the weight residual did
+    assert by[("a", "exp_avg")]["kept_fraction"] == by[("a", "exp_avg_sq")]["kept_fraction"]
+    # a weight without optimizer state: residual quantised, unpruned -> every changed value kept
+    assert by[("d", "weight")]["kept_fraction"] == pytest.approx(np.mean(t2["d"]["weight"] != ref["d"]))
+    assert by[("d", "weight")]["mode"] == "quant" and by[("d", "weight")]["rel_l2"] < 1e-3
+
+
+def test_exact_mode_is_bit_exact_on_adversarial_values():
+    specials = np.array([
+        # (ref, W) pairs where float32 ref + (W - ref) != W, signed zeros, subnormals, inf, nan, overflow
+        [1e8, 1.0], [1.0, 1e-45], [0.0, -0.0], [-0.0, 0.0], [1e-45, -1e-45], [3e38, -3e38],
+        [1.0, np.inf], [-np.inf, 1.0], [2.0, np.nan], [np.nan, 2.0], [16777216.0, 1.0], [0.1, 0.1],
+    ], np.float32)
+    ref, W = specials[:, 0].copy(), specials[:, 1].copy()
+    W[8] = np.frombuffer(struct.pack("<I", 0x7FC01234), np.float32)[0]  # nan with a payload
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.any((ref + (W - ref)).view(np.uint32) != W.view(np.uint32))  # the trap is real
+    rng = np.random.default_rng(0)
+    ref = np.concatenate([ref, rng.standard_normal(500).astype(np.float32)])
+    W = np.concatenate([W, ref[12:] + rng.standard_normal(500).astype(np.float32) * 1e-3])
+    m = rng.standard_normal(W.size).astype(np.float32)
+    m[:4] = [-0.0, 1e-45, np.nan, -np.inf]
+    v = np.abs(rng.standard_normal(W.size)).astype(np.float32)
+    v[:3] = [-0.0, 1e-44, 0.0]
+    t = {"p": {"weight": W, "exp_avg": m, "exp_avg_sq": v}}
+    freeze(t)
+    cfg = ExCPConfig(prune_weights=False, prune_moments=False, quantize=False, archiver="zstd")
+    blob, rec, stats = encode_checkpoint(t, {"p": ref}, cfg)
+    assert {s["mode"] for s in stats} == {"exact"}
+    assert_same_tree(rec, t)
+    assert_same_tree(decode_checkpoint(blob, {"p": ref}), t)
+    assert all(s["rel_l2"] == 0 and s["max_abs"] == 0 for s in stats)
+
+
+def test_exact_mode_with_pruning_keeps_exact_values():
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal(4000).astype(np.float32)
+    W = ref + rng.standard_normal(4000).astype(np.float32) * np.float32(1e-3)
+    m = rng.standard_normal(4000).astype(np.float32)
+    v = np.full(4000, 1e-9, np.float32)
+    t = {"p": {"weight": W, "exp_avg": m, "exp_avg_sq": v}}
+    blob, rec, _ = encode_checkpoint(t, {"p": ref}, ExCPConfig(quantize=False, archiver="none"))
+    keep = prune_weight_mask(W - ref, v)
+    assert 0 < keep.sum() < 4000
+    R = rec["p"]["weight"]
+    assert np.array_equal(R[keep], W[keep]) and np.array_equal(R[~keep], ref[~keep])
+    mkeep = prune_moment_mask(m, keep)
+    assert np.array_equal(rec["p"]["exp_avg"], np.where(mkeep, m, 0))
+    assert np.array_equal(rec["p"]["exp_avg_sq"], np.where(mkeep, v, 0))
+    assert_same_tree(decode_checkpoint(blob, {"p": ref}), rec)
+
+
+def test_small_and_nonfinite_tensors_are_kept_as_is():
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal(100).astype(np.float32)
+    W = ref.copy()
+    W[[3, 50, 99]] += np.float32(0.5)  # 3 non-zero residuals <= 15: stored exactly
+    W2 = ref + np.float32(1e-3)
+    W2[7] = np.inf  # a non-finite residual: k-means cannot place it -> exact
+    t = {"s": {"weight": W}, "n": {"weight": W2}}
+    blob, rec, stats = encode_checkpoint(t, {"s": ref, "n": ref}, ExCPConfig(archiver="none"))
+    assert [s["mode"] for s in stats] == ["exact", "exact"]
+    assert _bits(rec["s"]["weight"]) == _bits(W) and _bits(rec["n"]["weight"]) == _bits(W2)
+    assert_same_tree(decode_checkpoint(blob, {"s": ref, "n": ref}), rec)
+    # 0-d and empty tensors
+    t = {"s": {"weight": np.array(3.0, np.float32)}, "z": {"weight": np.zeros((0, 4), np.float32)}}
+    refs = {"s": np.array(2.5, np.float32), "z": np.zeros((0, 4), np.float32)}
+    blob, rec, stats = encode_checkpoint(t, refs, ExCPConfig(archiver="lmc"))
+    assert [s["mode"] for s in stats] == ["exact", "raw"]
+    assert_same_tree(rec, t)
+    assert_same_tree(decode_checkpoint(blob, refs), t)
+    # an unchanged weight costs no section at all
+    blob, rec, stats = encode_checkpoint({"z": {"weight": ref}}, {"z": ref}, ExCPConfig(archiver="none"))
+    assert stats[0]["mode"] == "zero" and stats[0]["payload_bytes"] == 0
+    assert _bits(rec["z"]["weight"]) == _bits(ref)
+
+
+def test_caller_arrays_are_not_modified(chain2):
+    rng = np.random.default_rng(9)
+    t = make_checkpoint(rng, base=chain2["t1"])
+    ref = {k: v.copy() for k, v in chain2["ref"].items()}
+    before_t, before_r = freeze(t), {k: v.copy() for k, v in ref.items()}
+    for v in ref.values():
+        v.flags.writeable = False
+    for cfg in (ExCPConfig(archiver="none"), ExCPConfig(archiver="none", quantize=False, prune_weights=False)):
+        blob, rec, _ = encode_checkpoint(t, ref, cfg)
+        dec = decode_checkpoint(blob, ref)
+        for tree in (rec, dec):  # outputs are fresh, writable arrays that do not alias the inputs
+            for name, d in tree.items():
+                for k, a in d.items():
+                    if a is not None:
+                        assert a.flags.writeable and not np.shares_memory(a, t[name][k])
+                        assert not np.shares_memory(a, ref[name])
+    assert_same_tree(t, before_t)
+    assert all(_bits(ref[k]) == _bits(before_r[k]) for k in ref)
+
+
+def test_bad_inputs_to_encode():
+    w = np.zeros(4, np.float32)
+    with pytest.raises(LmcbenchError):
+        encode_checkpoint({"a": {"weight": w, "momentum": w}}, None)
+    with pytest.raises(LmcbenchError):
+        encode_checkpoint({"a": {"weight": w, "exp_avg": np.zeros(5, np.float32)}}, None)
+    with pytest.raises(LmcbenchError):
+        encode_checkpoint({"a": {"exp_avg": w}}, None)
+    with pytest.raises(LmcbenchError):
+        encode_checkpoint({"a": {"weight": w}}, {"a": np.zeros(5, np.float32)})
+    with pytest.raises(LmcbenchError):
+        encode_checkpoint({"a": {"weight": np.array([object()])}}, None)
+
+
+def test_decode_reference_mismatch(chain2):
+    blob, ref = chain2["blob2"], chain2["ref"]
+    bad = dict(ref, a=np.zeros((50, 64), np.float32))
+    assert "shape" in expect_format_error(blob, bad)
+    assert "reference" in expect_format_error(blob, {k: v for k, v in ref.items() if k != "a"})
+    assert "reference" in expect_format_error(blob, None)
+
+
+def test_chain_of_three_steps():
+    rng = np.random.default_rng(11)
+    cfg = ExCPConfig(archiver="zstd", archiver_level=3)
+    truth = [make_checkpoint(rng)]
+    truth.append(make_checkpoint(rng, base=truth[0]))
+    truth.append(make_checkpoint(rng, base=truth[1]))
+    blobs, recons, ref = [], [], None
+    for t in truth:
+        blob, rec, _ = encode_checkpoint(t, ref, cfg)
+        blobs.append(blob)
+        recons.append(rec)
+        ref = weights_of(rec)  # the next residual is against the *reconstructed* weights
+    # a decoder that only sees the blobs rebuilds the same chain
+    ref = None
+    for blob, rec in zip(blobs, recons):
+        dec = decode_checkpoint(blob, ref)
+        assert_same_tree(dec, rec)
+        ref = weights_of(dec)
+    W3, R2, R3 = truth[2]["a"]["weight"], recons[1]["a"]["weight"], recons[2]["a"]["weight"]
+    # step 3 is coded against R2: untouched positions are R2's exact bits, changed ones move towards W3
+    changed = R3 != R2
+    assert 0 < changed.mean() < 1
+    assert np.array_equal(R3[~changed], R2[~changed])
+    assert np.mean(np.abs(R3[changed] - W3[changed])) < np.mean(np.abs(R2[changed] - W3[changed]))
+    # the error stays on the order of one step's update (it does not accumulate without bound)
+    assert np.max(np.abs(R3 - W3)) < 2e-3
+
+
+# ------------------------------------------------------------------------------------ hostile blobs
+def test_header_checks(chain2):
+    blob = chain2["blob2"]
+    assert "magic" in expect_format_error(b"XXXX" + blob[4:])
+    assert "version" in expect_format_error(blob[:4] + b"\x02" + blob[5:])
+    assert "archiver" in expect_format_error(blob[:5] + b"\x09" + blob[6:])
+    assert "reserved" in expect_format_error(blob[:6] + b"\x01\x00" + blob[8:])
+    assert "trailing" in expect_format_error(blob + b"\0")
+    expect_format_error(b"")
+    expect_format_error(bytearray(blob[:20]))
+    expect_format_error("not bytes")
+    big = bytearray(blob)
+    big[8:16] = struct.pack("<Q", 1 << 62)  # forged payload size
+    assert "limit" in expect_format_error(bytes(big))
+    big[8:16] = struct.pack("<Q", len(blob))  # wrong but plausible: detected after un-archiving
+    expect_format_error(bytes(big))
+    assert_same_tree(decode_checkpoint(memoryview(blob), chain2["ref"]), chain2["rec2"])
+
+
+@pytest.mark.parametrize("archiver", ARCHIVERS)
+def test_truncations(chain2, archiver):
+    blob, _, _ = encode_checkpoint(chain2["t2"], chain2["ref"],
+                                   ExCPConfig(archiver=archiver, archiver_level={"lzma": 1, "zstd": 3}.get(archiver)))
+    lengths = sorted(set(range(0, 80)) | set(np.linspace(0, len(blob) - 1, 120).astype(int).tolist()))
+    for n in lengths:
+        expect_format_error(blob[:n], chain2["ref"])
+
+
+@pytest.mark.parametrize("archiver", ["none", "lzma", "lmc"])
+def test_random_byte_flips(chain2, archiver):
+    blob, _, _ = encode_checkpoint(chain2["t2"], chain2["ref"],
+                                   ExCPConfig(archiver=archiver, archiver_level={"lzma": 1}.get(archiver)))
+    for seed in range(300 if archiver == "none" else 100):
+        rng = np.random.default_rng(seed)
+        b = bytearray(blob)
+        for pos in rng.integers(0, len(b), size=rng.integers(1, 5)):
+            b[pos] ^= int(rng.integers(1, 256))
+        expect_format_error(bytes(b), chain2["ref"])
+
+
+def test_payload_fuzz_with_valid_checksums(chain2):
+    """Mutations behind valid checksums reach the parser: it must answer with data or ExCPFormatError."""
+    blob = chain2["blob2"]
+    payload, _ = excp._unpack_container(blob)
+    (toc_len,) = struct.unpack("<I", payload[:4])
+    ok = 0
+    for seed in range(300):
+        rng = np.random.default_rng(seed)
+        b = bytearray(payload)
+        hi = 4 + toc_len if seed % 2 else len(b)  # half the mutations aim at the table of contents
+        for pos in rng.integers(0, hi, size=rng.integers(1, 4)):
+            b[pos] = int(rng.integers(0, 256))
+        try:
+            out = decode_checkpoint(excp._pack_container(bytes(b), "none", None), chain2["ref"])
+            assert isinstance(out, dict)
+            ok += 1
+        except ExCPFormatError as e:
+            assert "\n" not in str(e)
+    assert ok < 300
+
+
+def test_toc_integer_fuzz(chain2):
+    """Every integer in the TOC replaced by hostile values."""
+    toc, data = payload_of(chain2["blob2"])
+    paths = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, path + [k])
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, path + [i])
+        elif type(node) is int and "config" not in path:
+            paths.append(path)
+
+    walk(toc, [])
+    assert len(paths) > 40
+    for path in paths:
+        for val in (-1, 0, 3, 2**31, 2**64, 10**30, 1.5, None, "7", [1]):
+            t = json.loads(json.dumps(toc))
+            node = t
+            for p in path[:-1]:
+                node = node[p]
+            if node[path[-1]] == val:
+                continue
+            node[path[-1]] = val
+            try:
+                decode_checkpoint(repack(t, data), chain2["ref"])
+            except ExCPFormatError as e:
+                assert "\n" not in str(e)
+
+
+def _entry(toc, name, kind):
+    p = next(p for p in toc["params"] if p["name"] == name)
+    return next(e for e in p["arrays"] if e["kind"] == kind)
+
+
+@pytest.mark.parametrize("forge", [
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", [2**40, 2**40]),
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", [2**62, 2**62, 2**62]),
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", [0, 2**70]),
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", [0, 2**40, 2**40]),
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", [6, 4]),  # exceeds the section
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", [-3, -4]),
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", "3x4"),
+    lambda t: _entry(t, "c", "weight").__setitem__("shape", [1] * 40),
+    lambda t: _entry(t, "c", "weight").__setitem__("dtype", "object"),
+    lambda t: _entry(t, "c", "weight").__setitem__("dtype", "int32"),  # 4-byte items: length mismatch
+    lambda t: _entry(t, "c", "weight").__setitem__("mode", "pickle"),
+    lambda t: _entry(t, "c", "weight").__setitem__("sections", [[0, 10**12]]),
+    lambda t: _entry(t, "c", "weight").__setitem__("sections", []),
+    lambda t: _entry(t, "a", "weight").__setitem__("bits", 9),
+    lambda t: _entry(t, "a", "weight").__setitem__("bits", 3),
+    lambda t: _entry(t, "a", "weight").__setitem__("n_centroids", 16),
+    lambda t: _entry(t, "a", "weight").__setitem__("n_centroids", 7),
+    lambda t: _entry(t, "a", "weight").__setitem__("exponent", 10**6),
+    lambda t: _entry(t, "a", "weight").__setitem__("dtype", "float16"),
+    lambda t: _entry(t, "a", "weight").__setitem__("extra", 1),
+    lambda t: _entry(t, "a", "weight").pop("bits"),
+    lambda t: _entry(t, "a", "exp_avg").__setitem__("shape", [3200]),
+    lambda t: _entry(t, "a", "exp_avg").__setitem__("kind", "weight"),
+    lambda t: _entry(t, "a", "exp_avg").__setitem__("kind", "step"),
+    lambda t: t["params"][0]["arrays"].reverse(),
+    lambda t: t["params"][0]["arrays"].append(dict(t["params"][0]["arrays"][0])),
+    lambda t: t["params"].append(t["params"][0]),
+    lambda t: t["params"][0].__setitem__("name", 7),
+    lambda t: t.__setitem__("version", 2),
+    lambda t: t.__setitem__("format", "zip"),
+    lambda t: t.__setitem__("params", {}),
+    lambda t: t.pop("config"),
+    lambda t: t.__setitem__("params", t["params"][:-1]),  # its sections become unaccounted bytes
+])
+def test_forged_toc_fields(chain2, forge):
+    toc, data = payload_of(chain2["blob2"])
+    forge(toc)
+    expect_format_error(repack(toc, data), chain2["ref"])
+
+
+def _quant_payload(idx, centroids, shape, bits=4, n_centroids=None, exponent=0):
+    cb = np.asarray(centroids, "<f2").tobytes()
+    ib = pack_bits(np.asarray(idx), bits)
+    entry = {"kind": "weight", "dtype": "float32", "shape": shape, "mode": "quant", "bits": bits,
+             "n_centroids": len(centroids) if n_centroids is None else n_centroids, "exponent": exponent,
+             "sections": [[0, len(cb)], [len(cb), len(ib)]]}
+    toc = {"format": "excp", "version": 1, "config": {}, "params": [{"name": "w", "arrays": [entry]}]}
+    return excp._pack_container(excp._build_payload(toc, [cb, ib]), "none", None)
+
+
+def _exact_payload(pos_kind, pos_bytes, values, count, shape):
+    vb = np.asarray(values, "<f4").tobytes()
+    entry = {"kind": "weight", "dtype": "float32", "shape": shape, "mode": "exact", "count": count,
+             "positions": pos_kind, "sections": [[0, len(pos_bytes)], [len(pos_bytes), len(vb)]]}
+    toc = {"format": "excp", "version": 1, "config": {}, "params": [{"name": "w", "arrays": [entry]}]}
+    return excp._pack_container(excp._build_payload(toc, [pos_bytes, vb]), "none", None)
+
+
+def test_hand_built_sections():
+    ref = {"w": np.ones(4, np.float32)}
+    good = decode_checkpoint(_quant_payload([0, 1, 2, 1], [0.5, 2.0], [4]), ref)
+    assert good["w"]["weight"].tolist() == [1.0, 1.5, 3.0, 1.5]
+    assert "centroid" in expect_format_error(_quant_payload([0, 1, 2, 3], [0.5, 2.0], [4]), ref)
+    assert "increasing" in expect_format_error(_quant_payload([0, 1, 2, 1], [2.0, 0.5], [4]), ref)
+    assert "increasing" in expect_format_error(_quant_payload([0, 1, 2, 1], [0.5, 0.5], [4]), ref)
+    expect_format_error(_quant_payload([0, 1, 2, 1], [0.5, np.inf], [4]), ref)
+    expect_format_error(_quant_payload([0, 1, 2, 1], [0.5, 2.0], [4], n_centroids=3), ref)
+    u32 = lambda p: np.asarray(p, "<u4").tobytes()  # noqa: E731
+    good = decode_checkpoint(_exact_payload("u32", u32([0, 3]), [7, 8], 2, [4]), ref)
+    assert good["w"]["weight"].tolist() == [7.0, 1.0, 1.0, 8.0]
+    assert "increasing" in expect_format_error(_exact_payload("u32", u32([3, 0]), [7, 8], 2, [4]), ref)
+    assert "increasing" in expect_format_error(_exact_payload("u32", u32([0, 4]), [7, 8], 2, [4]), ref)
+    expect_format_error(_exact_payload("u32", u32([0, 0]), [7, 8], 2, [4]), ref)
+    expect_format_error(_exact_payload("u32", u32([0, 1]), [7, 8], 3, [4]), ref)
+    expect_format_error(_exact_payload("u16", u32([0, 1]), [7, 8], 2, [4]), ref)
+    mask = np.packbits([1, 0, 0, 1]).tobytes()
+    assert decode_checkpoint(_exact_payload("mask", mask, [7, 8], 2, [4]), ref)["w"]["weight"].tolist() == [7, 1, 1, 8]
+    expect_format_error(_exact_payload("mask", mask, [7, 8], 1, [4]), ref)  # popcount != count
+    expect_format_error(_exact_payload("mask", bytes([0b10010001]), [7, 8, 9], 3, [4]), ref)  # pad bits
+
+
+def test_bad_json_and_archiver_errors():
+    for payload in (b"", b"\x05\x00", struct.pack("<I", 5) + b"{bad}", struct.pack("<I", 99) + b"{}",
+                    struct.pack("<I", 2) + b"\xff\xfe", struct.pack("<I", 4) + b"[[[]",
+                    struct.pack("<I", 20000) + b"[" * 20000, struct.pack("<I", 2) + b"[]"):
+        expect_format_error(excp._pack_container(payload, "none", None))
+    garbage = bytes(range(256)) * 4
+    for arch_id in (1, 2, 3):  # lzma, zstd, lmc fed garbage behind a valid archive checksum
+        assert "corrupt" in expect_format_error(raw_container(garbage, arch_id, 1000))
+    payload = excp._build_payload({"format": "excp", "version": 1, "config": {}, "params": []}, [])
+    for arch in ("lzma", "zstd", "lmc"):
+        good = excp._pack_container(payload, arch, {"lzma": 1, "zstd": 3}.get(arch))
+        assert decode_checkpoint(good) == {}
+        archived = good[excp.HEADER_SIZE:]
+        # a valid archive whose declared size is wrong
+        expect_format_error(raw_container(archived, excp._ARCHIVERS[arch], len(payload) + 1, zlib.crc32(payload)))
+        # a valid archive behind a wrong payload checksum
+        assert "checksum" in expect_format_error(raw_container(archived, excp._ARCHIVERS[arch], len(payload), 0))
+    # an archive of the wrong kind
+    lz = excp._pack_container(payload, "lzma", 1)[excp.HEADER_SIZE:]
+    expect_format_error(raw_container(lz, excp._ARCHIVERS["zstd"], len(payload), zlib.crc32(payload)))
