@@ -143,6 +143,12 @@ def environment(cfg, source, codecs) -> dict:
 
 
 def run_task(cfg, out_dir: str) -> dict:
+    task = cfg.get("task") or "bench"
+    if task == "excp":
+        return run_excp_task(cfg, out_dir)
+    if task != "bench":
+        raise ConfigError(f"task: unknown task {task!r}; known: bench (the lossless grid), excp (lossy, "
+                          "experiment=excp)")
     from omegaconf import OmegaConf
 
     from .bench import runner
@@ -180,6 +186,36 @@ def run_task(cfg, out_dir: str) -> dict:
     if summary["failed"]:
         print(f"lmcbench: warning: {summary['failed']} measurement(s) did not round-trip; see the 'error' column",
               file=sys.stderr)
+    return summary
+
+
+def run_excp_task(cfg, out_dir: str) -> dict:
+    """``task: excp`` (``lmcbench experiment=excp``): the lossy ExCP experiment, judged by resumed training."""
+    from omegaconf import OmegaConf
+
+    from .lossy.run import run_excp
+    from .sources import get_source
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    source = get_source(c["source"])
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        f.write(OmegaConf.to_yaml(cfg))
+    env = environment(cfg, source, {})
+    t0 = time.time()
+    summary = run_excp(c, out_dir, log=lambda m: print(m, file=sys.stderr))
+    env.update({k: v for k, v in summary.items() if not isinstance(v, (list, dict))})
+    env["seconds"] = round(time.time() - t0, 1)
+    env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open(os.path.join(out_dir, "environment.json"), "w") as f:
+        json.dump(env, f, indent=1, default=str)
+    name = cfg.get("experiment_name")
+    if name:
+        results = os.path.join(str(cfg.get("results_dir") or os.path.join(REPO, "results")), name)
+        render_experiment(name, out_dir, results)
+        print(f"experiment {name}: {os.path.join(results, 'report.md')}")
+    print(f"excp (lossy): {os.path.join(out_dir, 'summary.json')}: ratio_full {summary['ratio_full']:.1f}x, "
+          f"final eval loss {summary['final_eval_loss_compressed']:.4f} vs {summary['final_eval_loss_baseline']:.4f}")
     return summary
 
 

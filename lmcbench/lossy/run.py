@@ -1,0 +1,360 @@
+"""``lmcbench experiment=excp``: ExCP judged by resumed training.
+
+Three parts, all on a tinygpt series (it can be trained again, so training can resume):
+
+1. **Baseline chain.** The uncompressed run is the cached series itself. Every checkpoint is compressed by
+   ExCP as a chain (the first whole and lossless, each later one a residual against the *reconstructed*
+   previous one), and also by "residual + archiver" (the same chain with pruning and quantisation off: the
+   lossless baseline row of the paper's table).
+2. **Compressed run.** The same training (same seed, same data order) that every ``resume_every`` checkpoints
+   stops, compresses its checkpoint, writes the *reconstruction* as a checkpoint folder and resumes from it,
+   as the paper does. Until the first stop it is the baseline run, so those checkpoints are taken from the
+   series. Each of its checkpoints is compressed in its own chain; its held-out loss is measured on the live
+   model and on the reconstruction.
+3. **Sweep.** One knob at a time (alpha, beta, bits) around the main configuration, on a short chain of the
+   baseline series' last checkpoints: ratio, reconstruction error and the held-out loss of the reconstructed
+   last checkpoint.
+
+Everything here is lossy and is written to its own files (``excp_*.csv``, ``summary.json``), never to the
+lossless ``records.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import sys
+import time
+
+import numpy as np
+
+from ..errors import ConfigError
+from .excp import ExCPConfig, decode_checkpoint, encode_checkpoint
+
+RUN_DEFAULTS = {"resume_every": 5, "eval_batches": 32, "keep_checkpoints": False,
+                "sweep": {"steps": 4, "alpha": [], "beta": [], "bits": []}}
+CKPT_COLUMNS = ["run", "step", "lossy", "method", "full_bytes", "comp_bytes", "ratio", "resumed_here",
+                "eval_loss", "eval_loss_recon", "weight_rel_l2", "exp_avg_rel_l2", "exp_avg_sq_rel_l2",
+                "weight_kept", "moment_kept", "compress_s", "decompress_s"]
+TENSOR_COLUMNS = ["run", "step", "method", "lossy", "name", "kind", "mode", "numel", "kept_fraction",
+                  "pruned_fraction", "rel_l2", "max_abs", "payload_bytes"]
+SWEEP_COLUMNS = ["knob", "alpha", "beta", "bits", "steps", "ratio", "ratio_total", "weight_rel_l2",
+                 "exp_avg_rel_l2", "exp_avg_sq_rel_l2", "weight_kept", "moment_kept", "eval_loss_recon",
+                 "eval_loss_orig"]
+
+
+def _opts(c: dict) -> tuple[ExCPConfig, dict]:
+    ex = dict(c.get("excp") or {})
+    run = {k: ex.pop(k) for k in list(ex) if k in RUN_DEFAULTS}
+    merged = {**RUN_DEFAULTS, **run}
+    merged["sweep"] = {**RUN_DEFAULTS["sweep"], **(run.get("sweep") or {})}
+    bad = sorted(set(merged["sweep"]) - set(RUN_DEFAULTS["sweep"]))
+    if bad:
+        raise ConfigError(f"excp.sweep: unknown option(s) {', '.join(bad)}; known: alpha, beta, bits, steps")
+    k = merged["resume_every"]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"excp.resume_every: expected a positive integer (checkpoints), got {k!r}")
+    n = merged["eval_batches"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ConfigError(f"excp.eval_batches: expected a positive integer, got {n!r}")
+    s = merged["sweep"]["steps"]
+    if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+        raise ConfigError(f"excp.sweep.steps: expected a positive integer (compressed checkpoints), got {s!r}")
+    return ExCPConfig.from_dict(ex), merged
+
+
+def load_triples(ckpt_dir: str) -> dict:
+    """name -> {weight, exp_avg, exp_avg_sq} (numpy, fp32) of one Trainer checkpoint folder, moments matched to
+    parameters by name."""
+    from ..sources.hf_trainer import HFTrainerSource
+
+    src = HFTrainerSource(path=ckpt_dir)
+    out: dict[str, dict] = {}
+    for e in src.entries():
+        if e.kind not in ("weight", "exp_avg", "exp_avg_sq"):
+            continue
+        out.setdefault(e.name, {"weight": None, "exp_avg": None, "exp_avg_sq": None})[e.kind] = \
+            np.array(src.load(e).array)
+    return {k: v for k, v in out.items() if v["weight"] is not None}
+
+
+def full_bytes(triples: dict) -> int:
+    return sum(a.nbytes for t in triples.values() for a in t.values() if a is not None)
+
+
+def _summ(stats: list[dict]) -> dict:
+    """Size-weighted reconstruction error and kept fractions of one checkpoint, per kind."""
+    out = {}
+    for kind in ("weight", "exp_avg", "exp_avg_sq"):
+        s = [x for x in stats if x["kind"] == kind]
+        n = sum(x["numel"] for x in s) or 1
+        # the numel-weighted mean of the per-tensor relative L2 errors
+        out[f"{kind}_rel_l2"] = sum(x["rel_l2"] * x["numel"] for x in s if np.isfinite(x["rel_l2"])) / n
+        out[f"{kind}_kept"] = sum(x["kept_fraction"] * x["numel"] for x in s) / n
+    out["weight_kept"] = out.pop("weight_kept")
+    out["moment_kept"] = (out.pop("exp_avg_kept") + out.pop("exp_avg_sq_kept")) / 2
+    return out
+
+
+def _same(a: dict, b: dict) -> bool:
+    return all(np.array_equal(a[n][k].view(np.uint8), b[n][k].view(np.uint8))
+               for n in a for k in a[n] if a[n][k] is not None)
+
+
+class Chain:
+    """One ExCP chain: each checkpoint a residual against the previous reconstruction."""
+
+    def __init__(self, cfg: ExCPConfig):
+        self.cfg = cfg
+        self.ref = None
+
+    def add(self, triples: dict):
+        t0 = time.perf_counter()
+        blob, recon, stats = encode_checkpoint(triples, self.ref, self.cfg)
+        ct = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        dec = decode_checkpoint(blob, self.ref)
+        dt = time.perf_counter() - t0
+        if not _same(dec, recon):
+            raise RuntimeError("excp: the decoded checkpoint differs from the encoder's reconstruction")
+        first = self.ref is None
+        self.ref = {n: r["weight"] for n, r in recon.items()}
+        return blob, recon, stats, ct, dt, first
+
+
+def _eval_arrays(opts: dict, weights: dict, n_batches: int) -> float:
+    """Held-out loss of a model given as name -> weight array."""
+    import torch
+
+    from ..sources.tinygpt import build_model, evaluate
+
+    state = torch.random.get_rng_state()
+    try:
+        model = build_model(opts)
+    finally:
+        torch.random.set_rng_state(state)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(np.ascontiguousarray(weights[name])))
+    return float(evaluate(model, opts, n_batches=n_batches))
+
+
+def run_excp(cfg, out_dir: str, log=print) -> dict:
+    """The whole experiment; writes ``excp_checkpoints.csv``, ``excp_tensors.csv``, ``excp_sweep.csv`` and
+    ``summary.json`` into ``out_dir``."""
+    from omegaconf import OmegaConf
+
+    from ..sources import get_source
+    from ..sources.tinygpt import Trainer, TinyGPTSource, ensure_series
+
+    c = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
+    excp_cfg, ro = _opts(c)
+    lossless_cfg = ExCPConfig.from_dict({**excp_cfg.to_dict(), "prune_weights": False, "prune_moments": False,
+                                         "quantize": False})
+    source = get_source(c["source"])
+    if not isinstance(source, TinyGPTSource):
+        raise ConfigError("experiment=excp resumes training, so it needs a tinygpt source (source=tinygpt or "
+                          "tinygpt_large); compress any Trainer folder with python -m lmcbench.lossy")
+    opts = source.train_opts
+    ensure_series(source.path, opts)
+    ckpts = [(s, d) for s, d in source.checkpoints() if source.steps is None or s in source.steps]
+    if len(ckpts) < 2:
+        raise ConfigError("experiment=excp needs a series of at least 2 checkpoints")
+    os.makedirs(out_dir, exist_ok=True)
+    K, nb = ro["resume_every"], ro["eval_batches"]
+    ck_out = _Csv(os.path.join(out_dir, "excp_checkpoints.csv"), CKPT_COLUMNS)
+    t_out = _Csv(os.path.join(out_dir, "excp_tensors.csv"), TENSOR_COLUMNS)
+    log(f"excp: {len(ckpts)} checkpoints of {source.path}; {excp_cfg}")
+
+    def record(run, step, method, triples, chain, eval_loss=None, resumed=False, eval_recon=True):
+        blob, recon, stats, ct, dt, first = chain.add(triples)
+        lossy = method == "excp" and not first
+        fb = full_bytes(triples)
+        row = {"run": run, "step": step, "lossy": lossy, "method": method if not first else f"{method} (first, lossless)",
+               "full_bytes": fb, "comp_bytes": len(blob), "ratio": fb / len(blob), "resumed_here": resumed,
+               "eval_loss": eval_loss, "compress_s": round(ct, 3), "decompress_s": round(dt, 3), **_summ(stats)}
+        if eval_recon and lossy:
+            row["eval_loss_recon"] = _eval_arrays(opts, {n: r["weight"] for n, r in recon.items()}, nb)
+        elif eval_recon:
+            row["eval_loss_recon"] = eval_loss
+        ck_out.write(row)
+        t_out.write([{"run": run, "step": step, "method": method, "lossy": lossy, **s} for s in stats])
+        return recon, row
+
+    # 1. the baseline run and its two chains
+    t_start = time.time()
+    base_chain, res_chain = Chain(excp_cfg), Chain(lossless_cfg)
+    base_rows = []
+    for i, (step, d) in enumerate(ckpts):
+        triples = load_triples(d)
+        ev = _eval_arrays(opts, {n: t["weight"] for n, t in triples.items()}, nb)
+        if i == len(ckpts) - 1:
+            _archivers(triples, base_chain.ref, excp_cfg, step, out_dir, log)
+        _, row = record("baseline", step, "excp", triples, base_chain, ev)
+        base_rows.append(row)
+        record("baseline", step, "residual+archiver", triples, res_chain, ev, eval_recon=False)
+        log(f"excp: baseline step {step}: eval {ev:.4f}, ExCP {row['ratio']:.1f}x "
+            f"(recon eval {row['eval_loss_recon']:.4f})")
+        del triples
+
+    # 2. the compressed run: stop every K checkpoints and resume from the reconstruction
+    work = os.path.join(out_dir, "compressed_run")
+    chain = Chain(excp_cfg)
+    trainer = None
+    comp_rows = []
+    for i, (step, d) in enumerate(ckpts):
+        if trainer is None:
+            src_dir = d  # identical to the baseline until the first resume
+        else:
+            trainer.train_until(step, out_dir=work, save=True)
+            src_dir = os.path.join(work, f"checkpoint-{step}")
+        triples = load_triples(src_dir)
+        ev = _eval_arrays(opts, {n: t["weight"] for n, t in triples.items()}, nb)
+        resume = i > 0 and i % K == 0 and i < len(ckpts) - 1
+        recon, row = record("compressed", step, "excp", triples, chain, ev, resumed=resume)
+        comp_rows.append(row)
+        log(f"excp: compressed run step {step}: eval {ev:.4f}, recon eval {row['eval_loss_recon']:.4f}, "
+            f"ExCP {row['ratio']:.1f}x" + (" -> resuming from the reconstruction" if resume else ""))
+        if resume:
+            # write the reconstruction as a checkpoint folder the trainer reads, and resume from it
+            live = Trainer.from_checkpoint(src_dir, opts)
+            live.load_state({n: r["weight"] for n, r in recon.items()},
+                            {n: r["exp_avg"] for n, r in recon.items()},
+                            {n: r["exp_avg_sq"] for n, r in recon.items()})
+            rdir = os.path.join(out_dir, "reconstructed")
+            path = live.save_checkpoint(rdir)
+            trainer = Trainer.from_checkpoint(path, opts)
+            del live
+        if src_dir.startswith(work) and not ro["keep_checkpoints"]:
+            shutil.rmtree(src_dir, ignore_errors=True)
+        del triples, recon
+    if not ro["keep_checkpoints"]:
+        shutil.rmtree(os.path.join(out_dir, "reconstructed"), ignore_errors=True)
+    ck_out.close()
+    t_out.close()
+
+    # 3. the sweep, on the baseline's last checkpoints
+    sweep_rows = _sweep(ckpts, excp_cfg, ro, opts, nb, out_dir, log)
+
+    lossy_comp = [r for r in comp_rows if r["lossy"]]
+    lossy_base = [r for r in base_rows if r["lossy"]]
+    summary = {
+        "lossy": True,
+        "config": excp_cfg.to_dict(), "resume_every": K, "eval_batches": nb,
+        "n_params": _n_params(ckpts[0][1]),
+        "steps": [s for s, _ in ckpts],
+        "ratio_full": float(np.mean([r["ratio"] for r in lossy_comp])),
+        "ratio_full_total": float(sum(r["full_bytes"] for r in lossy_comp) / sum(r["comp_bytes"] for r in lossy_comp)),
+        "ratio_full_baseline_chain": float(np.mean([r["ratio"] for r in lossy_base])),
+        "final_eval_loss_baseline": base_rows[-1]["eval_loss"],
+        "final_eval_loss_compressed": comp_rows[-1]["eval_loss_recon"],
+        "final_eval_loss_compressed_live": comp_rows[-1]["eval_loss"],
+        "seconds": round(time.time() - t_start, 1),
+    }
+    summary["final_eval_loss_rel_diff"] = (summary["final_eval_loss_compressed"] / summary["final_eval_loss_baseline"]
+                                           - 1.0)
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    log(f"excp: ratio_full {summary['ratio_full']:.1f}x, final eval loss {summary['final_eval_loss_compressed']:.4f} "
+        f"vs {summary['final_eval_loss_baseline']:.4f} uncompressed ({100 * summary['final_eval_loss_rel_diff']:+.2f}%)")
+    summary["sweep_rows"] = len(sweep_rows)
+    return summary
+
+
+ARCHIVERS = [("none", None), ("zstd", 3), ("zstd", 9), ("zstd", 19), ("lzma", 1), ("lzma", 6), ("lzma", 9),
+             ("lmc", None)]
+
+
+def _archivers(triples: dict, ref: dict, cfg: ExCPConfig, step: int, out_dir: str, log) -> None:
+    """The final stage's choice on one checkpoint: the same ExCP payload through each archiver."""
+    import lzma
+
+    import zstandard
+
+    payload, _, _ = encode_checkpoint(triples, ref, ExCPConfig.from_dict({**cfg.to_dict(), "archiver": "none",
+                                                                          "archiver_level": None}))
+    fb = full_bytes(triples)
+    out = _Csv(os.path.join(out_dir, "excp_archivers.csv"), ["step", "archiver", "level", "comp_bytes", "ratio",
+                                                            "seconds"])
+    for name, level in ARCHIVERS:
+        t0 = time.perf_counter()
+        if name == "none":
+            n = len(payload)
+        elif name == "zstd":
+            n = len(zstandard.ZstdCompressor(level=level).compress(payload))
+        elif name == "lzma":
+            n = len(lzma.compress(payload, preset=level))
+        else:
+            import lmc
+
+            n = len(lmc.compress(np.frombuffer(payload, np.uint8), threads=1))
+        sec = time.perf_counter() - t0
+        out.write({"step": step, "archiver": name, "level": "" if level is None else level, "comp_bytes": n,
+                   "ratio": fb / n, "seconds": round(sec, 3)})
+        log(f"excp archiver {name}{'' if level is None else '-' + str(level)}: {fb / n:.1f}x in {sec:.1f} s")
+    out.close()
+
+
+def _n_params(ckpt_dir: str) -> int:
+    t = load_triples(ckpt_dir)
+    return int(sum(v["weight"].size for v in t.values()))
+
+
+def _sweep(ckpts, base_cfg: ExCPConfig, ro: dict, opts: dict, nb: int, out_dir: str, log) -> list[dict]:
+    sw = ro["sweep"]
+    points = []
+    for knob in ("alpha", "beta", "bits"):
+        for v in sw.get(knob) or []:
+            points.append((knob, ExCPConfig.from_dict({**base_cfg.to_dict(), knob: v})))
+    if not points:
+        return []
+    points.insert(0, ("main", base_cfg))
+    tail = ckpts[-(sw["steps"] + 1):]
+    data = [load_triples(d) for _, d in tail]
+    orig_eval = _eval_arrays(opts, {n: t["weight"] for n, t in data[-1].items()}, nb)
+    rows = []
+    out = _Csv(os.path.join(out_dir, "excp_sweep.csv"), SWEEP_COLUMNS)
+    for knob, cfg in points:
+        chain = Chain(cfg)
+        per, sizes, last_recon = [], [], None
+        for triples in data:
+            blob, recon, stats, _, _, first = chain.add(triples)
+            if not first:
+                per.append((full_bytes(triples), stats))
+                sizes.append(len(blob))
+                last_recon = recon
+        summ = [_summ(s) for _, s in per]
+        row = {"knob": knob, "alpha": cfg.alpha, "beta": cfg.beta, "bits": cfg.bits,
+               "steps": "/".join(str(s) for s, _ in tail[1:]),
+               "ratio": float(np.mean([fb / sz for (fb, _), sz in zip(per, sizes)])),
+               "ratio_total": sum(fb for fb, _ in per) / sum(sizes),
+               "eval_loss_recon": _eval_arrays(opts, {n: r["weight"] for n, r in last_recon.items()}, nb),
+               "eval_loss_orig": orig_eval,
+               **{k: float(np.mean([s[k] for s in summ])) for k in summ[0]}}
+        out.write(row)
+        rows.append(row)
+        log(f"excp sweep {knob}: alpha {cfg.alpha:g} beta {cfg.beta:g} bits {cfg.bits}: {row['ratio']:.1f}x, "
+            f"recon eval {row['eval_loss_recon']:.4f} (original {orig_eval:.4f})")
+    out.close()
+    return rows
+
+
+class _Csv:
+    def __init__(self, path, columns):
+        self._f = open(path, "w", newline="")
+        self._w = csv.DictWriter(self._f, fieldnames=columns, extrasaction="ignore")
+        self._w.writeheader()
+
+    def write(self, rows):
+        for r in ([rows] if isinstance(rows, dict) else rows):
+            self._w.writerow(r)
+        self._f.flush()
+
+    def close(self):
+        self._f.close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("run it as: lmcbench experiment=excp")
