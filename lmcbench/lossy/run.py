@@ -185,16 +185,27 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
 
     # 1. the baseline run and its two chains
     t_start = time.time()
-    base_chain, res_chain = Chain(excp_cfg), Chain(lossless_cfg)
-    base_rows = []
+    base_chain = Chain(excp_cfg)
+    base_rows, early_rows, early, prev_triples = [], {}, {}, None
     for i, (step, d) in enumerate(ckpts):
         triples = load_triples(d)
         ev = _eval_arrays(opts, {n: t["weight"] for n, t in triples.items()}, nb)
         if i == len(ckpts) - 1:
             _archivers(triples, base_chain.ref, excp_cfg, step, out_dir, log)
-        _, row = record("baseline", step, "excp", triples, base_chain, ev)
+        recon, row = record("baseline", step, "excp", triples, base_chain, ev)
         base_rows.append(row)
-        record("baseline", step, "residual+archiver", triples, res_chain, ev, eval_recon=False)
+        if i <= K:  # the compressed run is this run until it first resumes: keep what it needs
+            early_rows[i] = dict(row)
+            if i >= K - 1:
+                early[i] = recon
+        del recon
+        # the lossless row of the paper's table: the residual against the previous checkpoint + the archiver
+        # (every resume_every-th checkpoint: it is slow and does not change along the run)
+        if prev_triples is not None and (i % K == 0 or i == len(ckpts) - 1):
+            res_chain = Chain(lossless_cfg)
+            res_chain.ref = {n: t["weight"] for n, t in prev_triples.items()}
+            record("baseline", step, "residual+archiver", triples, res_chain, ev, eval_recon=False)
+        prev_triples = triples
         log(f"excp: baseline step {step}: eval {ev:.4f}, ExCP {row['ratio']:.1f}x "
             f"(recon eval {row['eval_loss_recon']:.4f})")
         del triples
@@ -205,28 +216,32 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
     trainer = None
     comp_rows = []
     for i, (step, d) in enumerate(ckpts):
+        resume = i > 0 and i % K == 0 and i < len(ckpts) - 1
+        if i < K or (i == K and resume):
+            # identical to the baseline run until the first resume: its rows and reconstruction are reused
+            row = {**early_rows[i], "run": "compressed", "resumed_here": resume}
+            ck_out.write(row)
+            comp_rows.append(row)
+            if i in early:  # the chain's state after this checkpoint
+                chain.ref = {n: r["weight"] for n, r in early[i].items()}
+            if resume:
+                log(f"excp: compressed run step {step}: as the baseline run; resuming from the reconstruction")
+                trainer = _resume(d, early[i], out_dir, opts)
+            early.pop(i, None)
+            continue
         if trainer is None:
-            src_dir = d  # identical to the baseline until the first resume
+            src_dir = d
         else:
             trainer.train_until(step, out_dir=work, save=True)
             src_dir = os.path.join(work, f"checkpoint-{step}")
         triples = load_triples(src_dir)
         ev = _eval_arrays(opts, {n: t["weight"] for n, t in triples.items()}, nb)
-        resume = i > 0 and i % K == 0 and i < len(ckpts) - 1
         recon, row = record("compressed", step, "excp", triples, chain, ev, resumed=resume)
         comp_rows.append(row)
         log(f"excp: compressed run step {step}: eval {ev:.4f}, recon eval {row['eval_loss_recon']:.4f}, "
             f"ExCP {row['ratio']:.1f}x" + (" -> resuming from the reconstruction" if resume else ""))
         if resume:
-            # write the reconstruction as a checkpoint folder the trainer reads, and resume from it
-            live = Trainer.from_checkpoint(src_dir, opts)
-            live.load_state({n: r["weight"] for n, r in recon.items()},
-                            {n: r["exp_avg"] for n, r in recon.items()},
-                            {n: r["exp_avg_sq"] for n, r in recon.items()})
-            rdir = os.path.join(out_dir, "reconstructed")
-            path = live.save_checkpoint(rdir)
-            trainer = Trainer.from_checkpoint(path, opts)
-            del live
+            trainer = _resume(src_dir, recon, out_dir, opts)
         if src_dir.startswith(work) and not ro["keep_checkpoints"]:
             shutil.rmtree(src_dir, ignore_errors=True)
         del triples, recon
@@ -295,6 +310,19 @@ def _archivers(triples: dict, ref: dict, cfg: ExCPConfig, step: int, out_dir: st
                    "ratio": fb / n, "seconds": round(sec, 3)})
         log(f"excp archiver {name}{'' if level is None else '-' + str(level)}: {fb / n:.1f}x in {sec:.1f} s")
     out.close()
+
+
+def _resume(src_dir: str, recon: dict, out_dir: str, opts: dict):
+    """Write the reconstruction as a checkpoint folder the trainer reads (the original's scheduler, step and
+    data position; the reconstructed weights and moments), and resume training from that folder."""
+    from ..sources.tinygpt import Trainer
+
+    live = Trainer.from_checkpoint(src_dir, opts)
+    live.load_state({n: r["weight"] for n, r in recon.items()}, {n: r["exp_avg"] for n, r in recon.items()},
+                    {n: r["exp_avg_sq"] for n, r in recon.items()})
+    path = live.save_checkpoint(os.path.join(out_dir, "reconstructed"))
+    del live
+    return Trainer.from_checkpoint(path, opts)
 
 
 def _n_params(ckpt_dir: str) -> int:
