@@ -156,7 +156,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
     source = get_source(c["source"])
     if not isinstance(source, TinyGPTSource):
         raise ConfigError("experiment=excp resumes training, so it needs a tinygpt source (source=tinygpt or "
-                          "tinygpt_large); compress any Trainer folder with python -m lmcbench.lossy")
+                          "tinygpt_large); compress any Trainer folder with lmcbench-excp compress")
     opts = source.train_opts
     ensure_series(source.path, opts)
     ckpts = [(s, d) for s, d in source.checkpoints() if source.steps is None or s in source.steps]

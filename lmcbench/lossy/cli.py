@@ -1,0 +1,785 @@
+"""``lmcbench-excp``: ExCP lossy compression of a Hugging Face Trainer output folder, and its restore.
+
+Commands
+--------
+``lmcbench-excp compress SRC OUT [codec options] [--steps 100,200] [--force]``
+    SRC is a Trainer output folder (``checkpoint-<step>/`` subfolders) or one ``checkpoint-<step>`` folder.
+    The checkpoints are compressed in step order as ONE chain: the first is stored whole and lossless, each
+    later one as a residual against the *reconstruction* of the previous one. SRC is only read.
+``lmcbench-excp restore OUT RESTORED [--steps ...] [--force]``
+    Decodes the chain in order and writes ``RESTORED/checkpoint-<step>/`` folders a Trainer (and lmcbench)
+    can read: the copied files, ``model.safetensors`` and ``optimizer.pt``.
+``lmcbench-excp info FILE.excp [--params]``
+    The container's table of contents (parameters, modes, bytes); no reference weights needed.
+
+Output folder layout (``OUT``)
+------------------------------
+``checkpoint-<step>.excp``
+    The ExCP container (weights and Adam moments); written last, under a temporary name renamed into place,
+    so a ``.excp`` that exists is complete.
+``checkpoint-<step>.files/``
+    Every file of the checkpoint folder, as is, except the weights (``model.safetensors``,
+    ``model-*.safetensors`` and its index, ``pytorch_model*.bin`` and its index) and ``optimizer.pt``:
+    trainer_state.json, scheduler.pt, rng_state.pth, config.json, training_args.bin, tokenizer files...
+``checkpoint-<step>.json``
+    What the restore needs that the container does not hold: the optimizer state-dict skeleton
+    (``param_groups`` as JSON with the keys that were tuples or 0-dim tensors recorded in
+    ``param_group_types``; per Adam slot its index, parameter name and scalar entries such as ``step`` with
+    its torch dtype), the weights file layout (files, dtype and shape of each tensor, the safetensors
+    metadata), the copied files with their sha256, and the chain link (sha256 of this and the previous
+    ``.excp``).
+``excp_chain.json``
+    Steps, the ExCP configuration, per-checkpoint and total sizes (original = weights + moments as arrays,
+    compressed = the ``.excp`` files), ``"lossy": true``; rewritten after every checkpoint
+    (``"complete": false`` until the last one is done).
+
+Errors in the input (missing or unreadable folders, corrupt containers, bad options) are reported as one
+line, ``lmcbench-excp: error: ...``, exit status 2; ``LMCBENCH_DEBUG=1`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import hashlib
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+
+from ..errors import ConfigError, LmcbenchError, SourceError
+from .excp import ExCPConfig, ExCPFormatError
+
+PROG = "lmcbench-excp"
+CHAIN_FILE = "excp_chain.json"
+CHAIN_FORMAT = "lmcbench-excp-chain"
+CKPT_FORMAT = "lmcbench-excp-checkpoint"
+FORMAT_VERSION = 1
+# files of a checkpoint folder that the container replaces (everything else is copied as is)
+EXCLUDED = ("model.safetensors", "model-*.safetensors", "model.safetensors.index.json",
+            "pytorch_model*.bin", "pytorch_model.bin.index.json", "optimizer.pt")
+MOMENTS = ("exp_avg", "exp_avg_sq")
+_OWN_FILES = ("checkpoint-*.excp", "checkpoint-*.json", "checkpoint-*.files", CHAIN_FILE)
+
+_FIELD_HELP = {
+    "alpha": "weight-pruning strength: keep |dW| > median(|dW|) * min(max_scale, alpha / sqrt(mean(v)))",
+    "beta": "moment-pruning factor: keep m, v where |m| > beta * mean(|m|) (and the weight residual is kept)",
+    "bits": "bits per quantisation index (2..8)",
+    "max_scale": "upper bound of the weight-pruning scale",
+    "kmeans_iters": "Lloyd iterations of the 1-D k-means",
+    "samples_per_centroid": "k-means sample size per centroid",
+    "seed": "k-means sampling seed",
+    "archiver": "final archiver: lzma, zstd, lmc or none",
+    "archiver_level": "archiver level (lzma 0..9, default 9; zstd 1..22, default 19)",
+    "prune_weights": "prune the weight residuals",
+    "prune_moments": "prune the Adam moments",
+    "quantize": "k-means quantise the kept values (off: store them exactly)",
+    "scale_centroids": "power-of-two scale on the float16 centroid tables",
+}
+
+
+# --------------------------------------------------------------------------------------------- errors
+class UsageError(LmcbenchError):
+    """A bad command line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + message
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _debug() -> bool:
+    return bool(os.environ.get("LMCBENCH_DEBUG"))
+
+
+def _one_line(e: BaseException) -> str:
+    msg = " ".join(str(e).split()) or type(e).__name__
+    return msg
+
+
+# ----------------------------------------------------------------------------------------- file helpers
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _tmp_name(path: str, tag: str = "tmp") -> str:
+    d, b = os.path.split(path)
+    return os.path.join(d, f".{b}.{tag}-{os.getpid()}")
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    """Write to a temporary name in the same folder, fsync, rename into place."""
+    tmp = _tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _atomic_json(path: str, obj) -> None:
+    _atomic_write(path, (json.dumps(obj, indent=1) + "\n").encode("utf-8"))
+
+
+def _remove(path: str) -> None:
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    except OSError:
+        pass
+
+
+def _install_dir(tmp: str, final: str) -> None:
+    """Move a fully written folder into place (replacing an older one only after the new one is complete)."""
+    old = None
+    if os.path.lexists(final):
+        old = _tmp_name(final, "old")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old:
+        _remove(old)
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise SourceError(f"{path}: missing ({what})") from None
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{path}: cannot read {what} ({_one_line(e)})") from None
+
+
+def _inside(path: str, folder: str) -> bool:
+    p, f = os.path.realpath(path), os.path.realpath(folder)
+    return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
+
+
+def _parse_steps(s: str | None) -> list[int] | None:
+    if s is None:
+        return None
+    try:
+        steps = [int(x) for x in s.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise ConfigError(f"--steps: expected comma-separated integers (e.g. 100,200), got {s!r}") from None
+    if not steps:
+        raise ConfigError("--steps: no step given")
+    return steps
+
+
+# ------------------------------------------------------------------------------------ torch <-> json
+def _torch_dtype(name: str):
+    import torch
+
+    dt = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype):
+        raise ExCPFormatError(f"unknown torch dtype {name!r}")
+    return dt
+
+
+def _to_json(x, where: str):
+    """A plain-JSON value and a type descriptor (None when the JSON value is the value itself).
+
+    Descriptors: ``{"torch_dtype": "torch.float32"}`` for a 0-dim tensor, ``{"tuple": true, "items": [...]}``
+    / ``{"items": [...]}`` for sequences, ``{"keys": {...}}`` for dicts (inner descriptors only where needed).
+    """
+    import torch
+
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x, None
+    if isinstance(x, torch.Tensor):
+        if x.dim() != 0 or x.is_complex():
+            raise SourceError(f"{where}: a tensor of shape {tuple(x.shape)} ({x.dtype}) cannot be kept in the "
+                              "JSON skeleton (only 0-dim real tensors are)")
+        return x.item(), {"torch_dtype": str(x.dtype)}
+    if isinstance(x, (list, tuple)):
+        vals, descs = zip(*[_to_json(v, where) for v in x]) if x else ((), ())
+        d = {}
+        if isinstance(x, tuple):
+            d["tuple"] = True
+        if any(v is not None for v in descs):
+            d["items"] = list(descs)
+        return list(vals), (d or None)
+    if isinstance(x, dict) and all(isinstance(k, str) for k in x):
+        out, keys = {}, {}
+        for k, v in x.items():
+            out[k], dk = _to_json(v, f"{where}.{k}")
+            if dk is not None:
+                keys[k] = dk
+        return out, ({"keys": keys} if keys else None)
+    raise SourceError(f"{where}: a {type(x).__name__} value cannot be kept in the JSON skeleton")
+
+
+def _from_json(v, desc):
+    """Inverse of :func:`_to_json`."""
+    import torch
+
+    if desc is None:
+        return v
+    if not isinstance(desc, dict):
+        raise ExCPFormatError(f"bad type descriptor {desc!r}")
+    if "torch_dtype" in desc:
+        return torch.tensor(v, dtype=_torch_dtype(desc["torch_dtype"]))
+    if "keys" in desc:
+        return {k: _from_json(x, desc["keys"].get(k)) for k, x in v.items()}
+    items = desc.get("items") or [None] * len(v)
+    seq = [_from_json(x, d) for x, d in zip(v, items)]
+    return tuple(seq) if desc.get("tuple") else seq
+
+
+def _np_to_torch(a: np.ndarray):
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if not a.flags.writeable:
+        a = a.copy()
+    special = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
+               "float8_e5m2": (np.uint8, torch.float8_e5m2)}
+    if a.dtype.name in special:
+        view, tdt = special[a.dtype.name]
+        return torch.from_numpy(a.view(view)).view(tdt)
+    return torch.from_numpy(a)
+
+
+def _np_dtype_name(dt) -> str:
+    from ..dtypes import dtype_name
+
+    return dtype_name(dt)
+
+
+# ---------------------------------------------------------------------------------------- reading
+def _list_checkpoints(src: str, steps: list[int] | None) -> list[tuple[int, str]]:
+    from ..sources.hf_trainer import HFTrainerSource
+
+    ckpts = HFTrainerSource(path=src).checkpoints()
+    if steps is not None:
+        have = {s for s, _ in ckpts}
+        missing = sorted(set(steps) - have)
+        if missing:
+            raise SourceError(f"{src}: step(s) {missing} not found; available: {sorted(have)}")
+        ckpts = [(s, d) for s, d in ckpts if s in set(steps)]
+    return ckpts
+
+
+def _read_checkpoint(d: str) -> tuple[dict, dict, dict | None]:
+    """``(tensors, weights_layout, optimizer_skeleton)`` of one checkpoint folder.
+
+    tensors: name -> {"weight", "exp_avg", "exp_avg_sq"} (numpy, read-only views where possible); the
+    moments are matched to parameters with lmcbench's own slot naming (``slot_names``), the same the
+    ``hf_trainer`` source uses.
+    """
+    import torch
+
+    from ..sources.hf_trainer import HFTrainerSource, model_order, slot_names
+    from ..sources.readers import torch_load, torch_state_dict, torch_to_numpy
+
+    src = HFTrainerSource(path=d, kinds=["weight"])
+    wents = src.entries()
+    files = list(dict.fromkeys(e.file for e in wents))
+    fmt = "safetensors" if all(f.endswith(".safetensors") for f in files) else "torch"
+    weights: dict[str, np.ndarray] = {}
+    bins = {}
+    for e in wents:
+        if e.name in weights:
+            raise SourceError(f"{e.file}: tensor {e.name!r} appears twice in the weights")
+        if fmt == "safetensors":
+            weights[e.name] = src.load(e).array
+        else:
+            if e.file not in bins:
+                bins[e.file] = torch_state_dict(e.file)
+            weights[e.name] = torch_to_numpy(bins[e.file][e.name])
+    metadata = None
+    if fmt == "safetensors" and len(files) == 1:
+        try:
+            from safetensors import safe_open
+
+            with safe_open(files[0], framework="np") as f:
+                metadata = f.metadata()
+        except Exception as ex:  # noqa: BLE001 - already validated by the reader; anything here is a bad file
+            raise SourceError(f"{files[0]}: cannot read the safetensors metadata ({_one_line(ex)})") from None
+    index = None
+    single = {"safetensors": "model.safetensors", "torch": "pytorch_model.bin"}[fmt]
+    if [os.path.basename(f) for f in files] != [single] and os.path.exists(os.path.join(d, single + ".index.json")):
+        index = single + ".index.json"
+    file_of = {e.name: os.path.basename(e.file) for e in wents}
+    layout = {
+        "format": fmt,
+        "files": [os.path.basename(f) for f in files],
+        "index": index,
+        "metadata": metadata,
+        "tensors": {n: {"dtype": _np_dtype_name(a.dtype), "shape": list(a.shape),
+                        "file": file_of[n]}
+                    for n, a in weights.items()},
+    }
+    tensors = {n: {"weight": a, "exp_avg": None, "exp_avg_sq": None} for n, a in weights.items()}
+
+    opt_path = os.path.join(d, "optimizer.pt")
+    if not os.path.exists(opt_path):
+        return tensors, layout, None
+    opt = torch_load(opt_path)
+    if not (isinstance(opt, dict) and isinstance(opt.get("state"), dict)
+            and isinstance(opt.get("param_groups"), list)):
+        raise SourceError(f"{opt_path}: not an optimizer state dict (no 'state' and 'param_groups')")
+    order = [(e.name, tuple(e.shape)) for e in wents] if fmt == "torch" else model_order(d)
+    names = slot_names(opt, wents, order)
+    groups, group_types = [], []
+    for i, g in enumerate(opt["param_groups"]):
+        if not isinstance(g, dict):
+            raise SourceError(f"{opt_path}: param group {i} is not a dict")
+        v, desc = _to_json(g, f"{opt_path}: param_groups[{i}]")
+        groups.append(v)
+        group_types.append((desc or {}).get("keys", {}))
+    slots, seen = [], {}
+    for idx, st in opt["state"].items():
+        where = f"{opt_path}: state slot {idx!r}"
+        if type(idx) is not int or not isinstance(st, dict):
+            raise SourceError(f"{where}: expected an integer slot with a dict of state")
+        name = names.get(idx)
+        if name is None:
+            raise SourceError(f"{where}: cannot tell which parameter it belongs to (no param_names in the "
+                              "param groups and no unambiguous parameter order or shape)")
+        if name not in tensors:
+            raise SourceError(f"{where}: named {name!r}, which the weights file does not hold")
+        if name in seen:
+            raise SourceError(f"{where}: named {name!r} like slot {seen[name]}")
+        seen[name] = idx
+        scalars, moments = {}, {}
+        for key, t in st.items():
+            if not isinstance(key, str):
+                raise SourceError(f"{where}: non-string state key {key!r}")
+            if isinstance(t, torch.Tensor) and t.dim() > 0:
+                if key not in MOMENTS:
+                    raise SourceError(f"{where}: holds a tensor {key!r}; only Adam's exp_avg and exp_avg_sq "
+                                      "can be compressed (AdamW without amsgrad)")
+                a = torch_to_numpy(t)
+                tensors[name][key] = a
+                moments[key] = {"torch_dtype": str(t.dtype), "shape": list(t.shape)}
+            else:
+                v, desc = _to_json(t, f"{where}.{key}")
+                scalars[key] = {"value": v, **({"type": desc} if desc else {})}
+        slots.append({"index": idx, "name": name, "keys": list(st), "scalars": scalars, "moments": moments})
+    extra = {k: v for k, v in opt.items() if k not in ("state", "param_groups")}
+    extra_json, extra_desc = _to_json(extra, f"{opt_path}: top level")
+    skeleton = {"file": "optimizer.pt", "param_groups": groups, "param_group_types": group_types,
+                "state": slots, "extra": extra_json, "extra_types": extra_desc}
+    return tensors, layout, skeleton
+
+
+def _copy_files(d: str, dest: str) -> tuple[list[dict], list[str]]:
+    """Copy every file of ``d`` except the weights and optimizer.pt into ``dest``; returns
+    (copied files with size and sha256, names left out)."""
+    os.makedirs(dest)
+    skipped = []
+    for name in sorted(os.listdir(d)):
+        p = os.path.join(d, name)
+        if any(fnmatch.fnmatchcase(name, pat) for pat in EXCLUDED):
+            skipped.append(name)
+        elif os.path.isdir(p):
+            shutil.copytree(p, os.path.join(dest, name))
+        elif os.path.isfile(p):
+            shutil.copy2(p, os.path.join(dest, name))
+        else:
+            skipped.append(name)
+    files = []
+    for root, _, fs in os.walk(dest):
+        for f in sorted(fs):
+            p = os.path.join(root, f)
+            files.append({"path": os.path.relpath(p, dest).replace(os.sep, "/"), "bytes": os.path.getsize(p),
+                          "sha256": _sha256_file(p)})
+    return sorted(files, key=lambda x: x["path"]), skipped
+
+
+# --------------------------------------------------------------------------------------- compress
+def _config_from_args(args) -> ExCPConfig:
+    opts = {f.name: getattr(args, f.name) for f in dataclasses.fields(ExCPConfig) if hasattr(args, f.name)}
+    return ExCPConfig.from_dict(opts)
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"  # pragma: no cover
+
+
+def cmd_compress(args, out=None) -> int:
+    out = sys.stdout if out is None else out
+    from tqdm import tqdm
+
+    from .run import Chain, _summ, full_bytes
+
+    cfg = _config_from_args(args)
+    src, dest = os.path.abspath(args.src), os.path.abspath(args.out)
+    ckpts = _list_checkpoints(src, _parse_steps(args.steps))
+    if _inside(dest, src):
+        raise ConfigError(f"{dest}: OUT is inside SRC; the source folder is never written to, choose another OUT")
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise ConfigError(f"{dest}: OUT exists and is not a folder")
+    if os.path.isdir(dest):
+        own = sorted(n for n in os.listdir(dest) if any(fnmatch.fnmatchcase(n, p) for p in _OWN_FILES))
+        if own and not args.force:
+            raise ConfigError(f"{dest}: already holds an ExCP chain ({', '.join(own[:3])}"
+                              f"{', ...' if len(own) > 3 else ''}); use --force to replace it")
+        for n in own + [n for n in os.listdir(dest) if n.startswith(".checkpoint-") or n.startswith(f".{CHAIN_FILE}")]:
+            _remove(os.path.join(dest, n))
+    os.makedirs(dest, exist_ok=True)
+
+    lossless = not (cfg.prune_weights or cfg.prune_moments or cfg.quantize)
+    chain_doc = {"format": CHAIN_FORMAT, "version": FORMAT_VERSION, "lossy": True,
+                 "bit_exact": lossless, "complete": False, "source": src, "steps": [],
+                 "config": cfg.to_dict(), "checkpoints": [],
+                 "original_bytes": 0, "compressed_bytes": 0, "ratio": None}
+    chain = Chain(cfg)
+    prev_sha, prev_step = None, None
+    bar = tqdm(ckpts, desc="compress", unit="ckpt", disable=None, file=sys.stderr)
+    for step, d in bar:
+        bar.set_postfix_str(f"step {step}")
+        tensors, layout, skeleton = _read_checkpoint(d)
+        blob, recon, stats, ct, dt, first = chain.add(tensors)
+        del recon
+        base = os.path.join(dest, f"checkpoint-{step}")
+        # 1. the copied files, 2. the sidecar JSON, 3. the container last: a .excp that exists is complete
+        tmp_files = _tmp_name(base + ".files")
+        try:
+            files, skipped = _copy_files(d, tmp_files)
+            _install_dir(tmp_files, base + ".files")
+        except BaseException:
+            _remove(tmp_files)
+            raise
+        sha = hashlib.sha256(blob).hexdigest()
+        orig = full_bytes(tensors)
+        entry = {"step": step, "excp": f"checkpoint-{step}.excp", "first": first,
+                 "original_bytes": orig, "compressed_bytes": len(blob), "ratio": orig / len(blob),
+                 "files_bytes": sum(f["bytes"] for f in files),
+                 "compress_s": round(ct, 3), "verify_decode_s": round(dt, 3),
+                 **_summ(stats)}
+        side = {"format": CKPT_FORMAT, "version": FORMAT_VERSION, "step": step, "source": d,
+                "excp": entry["excp"], "excp_sha256": sha, "excp_bytes": len(blob),
+                "ref": None if first else {"step": prev_step, "excp_sha256": prev_sha},
+                "weights": layout, "optimizer": skeleton, "files_dir": f"checkpoint-{step}.files",
+                "files": files, "not_copied": skipped,
+                "modes": _mode_counts(stats)}
+        _atomic_json(base + ".json", side)
+        _atomic_write(base + ".excp", blob)
+        chain_doc["steps"].append(step)
+        chain_doc["checkpoints"].append(entry)
+        chain_doc["original_bytes"] += orig
+        chain_doc["compressed_bytes"] += len(blob)
+        chain_doc["ratio"] = chain_doc["original_bytes"] / chain_doc["compressed_bytes"]
+        chain_doc["complete"] = step == ckpts[-1][0]
+        _atomic_json(os.path.join(dest, CHAIN_FILE), chain_doc)
+        prev_sha, prev_step = sha, step
+        tag = "first, lossless" if first else ("residual, bit-exact" if lossless else "lossy residual")
+        bar.write(f"step {step}: {_fmt_bytes(orig)} -> {_fmt_bytes(len(blob))} ({orig / len(blob):.2f}x, {tag}; "
+                  f"weights kept {100 * entry['weight_kept']:.1f}%)", file=out)
+        del tensors, blob
+    bar.close()
+    print(f"total: {len(ckpts)} checkpoint(s), {_fmt_bytes(chain_doc['original_bytes'])} -> "
+          f"{_fmt_bytes(chain_doc['compressed_bytes'])} ({chain_doc['ratio']:.2f}x) in {dest}", file=out)
+    return 0
+
+
+def _mode_counts(stats: list[dict]) -> dict:
+    out: dict[str, dict[str, int]] = {}
+    for s in stats:
+        out.setdefault(s["kind"], {}).setdefault(s["mode"], 0)
+        out[s["kind"]][s["mode"]] += 1
+    return out
+
+
+# ---------------------------------------------------------------------------------------- restore
+def cmd_restore(args, out=None) -> int:
+    out = sys.stdout if out is None else out
+    from tqdm import tqdm
+
+    from .excp import decode_checkpoint
+
+    src, dest = os.path.abspath(args.out), os.path.abspath(args.restored)
+    if not os.path.isdir(src):
+        raise SourceError(f"{src}: no such folder (an lmcbench-excp compress output)")
+    doc = _read_json(os.path.join(src, CHAIN_FILE), "the chain description written by lmcbench-excp compress")
+    if not isinstance(doc, dict) or doc.get("format") != CHAIN_FORMAT:
+        raise SourceError(f"{os.path.join(src, CHAIN_FILE)}: not an lmcbench-excp chain description")
+    steps = doc.get("steps")
+    if not isinstance(steps, list) or not steps or any(type(s) is not int for s in steps) \
+            or steps != sorted(set(steps)):
+        raise SourceError(f"{os.path.join(src, CHAIN_FILE)}: bad or empty step list {steps!r}")
+    want = _parse_steps(args.steps)
+    if want is not None:
+        missing = sorted(set(want) - set(steps))
+        if missing:
+            raise ConfigError(f"--steps: step(s) {missing} are not in the chain; it holds {steps}")
+    targets = set(steps if want is None else want)
+    needed = steps[:steps.index(max(targets)) + 1]
+    # every file of every needed step must be there before anything is decoded or written
+    for s in needed:
+        for suffix, what in ((".excp", "the container"), (".json", "its restore record")):
+            p = os.path.join(src, f"checkpoint-{s}{suffix}")
+            if not os.path.isfile(p):
+                later = sorted(t for t in targets if t > s)
+                why = (f"; step(s) {later} are stored as residuals against it and cannot be restored without it"
+                       if later else "")
+                raise SourceError(f"{p}: missing ({what} of step {s} of the chain){why}")
+        if s in targets and not os.path.isdir(os.path.join(src, f"checkpoint-{s}.files")):
+            raise SourceError(f"{os.path.join(src, f'checkpoint-{s}.files')}: missing (the copied files of step {s})")
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise ConfigError(f"{dest}: RESTORED exists and is not a folder")
+    recorded = doc.get("source")
+    for s in sorted(targets):
+        p = os.path.join(dest, f"checkpoint-{s}")
+        if os.path.lexists(p):
+            if isinstance(recorded, str) and (_inside(p, recorded) or _inside(recorded, p)):
+                raise ConfigError(f"{p}: is (part of) the folder the chain was compressed from; restore elsewhere")
+            if not args.force:
+                raise ConfigError(f"{p}: already exists; use --force to replace it")
+    os.makedirs(dest, exist_ok=True)
+    if not doc.get("complete", True):
+        print(f"note: {CHAIN_FILE} says the compress run did not finish; restoring the steps it completed",
+              file=sys.stderr)
+
+    ref, prev_sha = None, None
+    bar = tqdm(needed, desc="restore", unit="ckpt", disable=None, file=sys.stderr)
+    for s in bar:
+        bar.set_postfix_str(f"step {s}")
+        p = os.path.join(src, f"checkpoint-{s}.excp")
+        side = _read_json(os.path.join(src, f"checkpoint-{s}.json"), f"the restore record of step {s}")
+        if not isinstance(side, dict) or side.get("format") != CKPT_FORMAT or side.get("step") != s:
+            raise SourceError(f"{os.path.join(src, f'checkpoint-{s}.json')}: not the restore record of step {s}")
+        with open(p, "rb") as f:
+            blob = f.read()
+        try:
+            recon = decode_checkpoint(blob, ref)
+        except ExCPFormatError as e:
+            raise ExCPFormatError(f"{p}: {_one_line(e)}") from None
+        sha = hashlib.sha256(blob).hexdigest()
+        if sha != side.get("excp_sha256"):
+            raise ExCPFormatError(f"{p}: does not match its restore record (sha256 differs: replaced or corrupt)")
+        link = side.get("ref")
+        if (link is None) != (prev_sha is None) or (link is not None and link.get("excp_sha256") != prev_sha):
+            raise ExCPFormatError(f"{p}: is not the successor of the previous step in this chain "
+                                  f"(its record links it to {link!r})")
+        ref, prev_sha = {n: r["weight"] for n, r in recon.items()}, sha
+        if s in targets:
+            _write_restored(src, dest, s, side, recon)
+            bar.write(f"step {s}: restored to {os.path.join(dest, f'checkpoint-{s}')}", file=out)
+        del recon, blob
+    bar.close()
+    print(f"restored {len(targets)} checkpoint(s) into {dest} (lossy reconstruction"
+          f"{', bit-exact settings' if doc.get('bit_exact') else ''})", file=out)
+    return 0
+
+
+def _write_restored(src: str, dest: str, step: int, side: dict, recon: dict) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    final = os.path.join(dest, f"checkpoint-{step}")
+    tmp = _tmp_name(final)
+    rec = os.path.join(src, f"checkpoint-{step}.json")
+    try:
+        shutil.copytree(os.path.join(src, f"checkpoint-{step}.files"), tmp)
+        for fi in side.get("files") or []:
+            p = os.path.join(tmp, *str(fi["path"]).split("/"))
+            if not os.path.isfile(p) or _sha256_file(p) != fi.get("sha256"):
+                raise SourceError(f"{os.path.join(src, f'checkpoint-{step}.files', fi['path'])}: missing or changed "
+                                  "since compress (sha256 differs)")
+        layout = side.get("weights") or {}
+        tensors = {}
+        for name, info in (layout.get("tensors") or {}).items():
+            if name not in recon:
+                raise ExCPFormatError(f"{rec}: tensor {name!r} is not in the container")
+            a = recon[name]["weight"]
+            if _np_dtype_name(a.dtype) != info.get("dtype") or list(a.shape) != info.get("shape"):
+                raise ExCPFormatError(f"{rec}: {name} decodes as {_np_dtype_name(a.dtype)}{list(a.shape)}, "
+                                      f"saved as {info.get('dtype')}{info.get('shape')}")
+            tensors[name] = _np_to_torch(a)
+        md = layout.get("metadata")
+        md = {**(md if isinstance(md, dict) and all(isinstance(v, str) for v in md.values()) else {}),
+              "format": "pt"}
+        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata=md)
+        del tensors
+        sk = side.get("optimizer")
+        if sk is not None:
+            torch.save(_rebuild_optimizer(sk, recon, rec), os.path.join(tmp, "optimizer.pt"))
+        _install_dir(tmp, final)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _rebuild_optimizer(sk: dict, recon: dict, rec: str) -> dict:
+    try:
+        state = {}
+        for slot in sk["state"]:
+            name = slot["name"]
+            if name not in recon:
+                raise ExCPFormatError(f"{rec}: Adam slot {slot['index']} belongs to {name!r}, not in the container")
+            st = {}
+            for key in slot["keys"]:
+                if key in slot["moments"]:
+                    a = recon[name].get(key)
+                    info = slot["moments"][key]
+                    if a is None or list(a.shape) != info["shape"]:
+                        raise ExCPFormatError(f"{rec}: the container has no {key} of shape {info['shape']} "
+                                              f"for {name}")
+                    t = _np_to_torch(a)
+                    if t.dtype != _torch_dtype(info["torch_dtype"]):
+                        t = t.to(_torch_dtype(info["torch_dtype"]))
+                    st[key] = t
+                else:
+                    sc = slot["scalars"][key]
+                    st[key] = _from_json(sc["value"], sc.get("type"))
+            state[int(slot["index"])] = st
+        groups = [_from_json(g, {"keys": t} if t else None)
+                  for g, t in zip(sk["param_groups"], sk["param_group_types"], strict=True)]
+        out = {"state": state, "param_groups": groups}
+        extra = _from_json(sk.get("extra") or {}, sk.get("extra_types"))
+        out.update(extra)
+        return out
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ExCPFormatError(f"{rec}: malformed optimizer skeleton ({type(e).__name__}: {_one_line(e)})") from None
+
+
+# ------------------------------------------------------------------------------------------- info
+def cmd_info(args, out=None) -> int:
+    out = sys.stdout if out is None else out
+    from . import excp
+
+    path = args.file
+    if not os.path.isfile(path):
+        raise SourceError(f"{path}: no such file")
+    with open(path, "rb") as f:
+        blob = f.read()
+    try:
+        payload, archiver = excp._unpack_container(blob)  # header, checksums and archive: the module's checks
+        (toc_len,) = struct.unpack_from("<I", payload, 0)
+        toc = json.loads(bytes(payload[4:4 + toc_len]).decode("utf-8"))
+        params = toc["params"]
+        rows = []
+        for p in params:
+            for e in p["arrays"]:
+                rows.append((str(p["name"]), str(e["kind"]), str(e["mode"]), str(e["dtype"]), list(e["shape"]),
+                             int(np.prod(e["shape"], dtype=np.int64)), sum(int(s[1]) for s in e["sections"]),
+                             e.get("bits")))
+        config = toc.get("config") or {}
+    except ExCPFormatError as e:
+        raise ExCPFormatError(f"{path}: {_one_line(e)}") from None
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise ExCPFormatError(f"{path}: malformed table of contents ({type(e).__name__})") from None
+    residual = any(k == "weight" and m != "raw" for _, k, m, *_ in rows)
+    print(f"{path}: ExCP v{toc.get('version')}, archiver {archiver}, {len(blob)} bytes "
+          f"(payload {len(payload)} bytes, table of contents {toc_len} bytes)", file=out)
+    print("config: " + ", ".join(f"{k}={v}" for k, v in config.items()), file=out)
+    print(f"{len(params)} parameter(s), {len(rows)} array(s); "
+          + ("a residual: decoding needs the previous checkpoint's reconstructed weights" if residual
+             else "self-contained: every weight stored whole (the first checkpoint of a chain)"), file=out)
+    print(f"{'kind':<11} {'mode':<6} {'arrays':>6} {'elements':>12} {'payload bytes':>14}", file=out)
+    agg: dict[tuple, list[int]] = {}
+    for _, k, m, _, _, n, b, _ in rows:
+        a = agg.setdefault((k, m), [0, 0, 0])
+        a[0] += 1
+        a[1] += n
+        a[2] += b
+    for (k, m), (c, n, b) in sorted(agg.items()):
+        print(f"{k:<11} {m:<6} {c:>6} {n:>12} {b:>14}", file=out)
+    if args.params:
+        print(file=out)
+        for name, k, m, dt, shape, n, b, bits in rows:
+            print(f"{name} {k}: {dt}{shape} {m}{'' if bits is None else f' {bits}-bit'} {b} bytes", file=out)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ parser
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="ExCP lossy compression (weight-momentum joint shrinking, Li et al. 2024) "
+                "of Hugging Face Trainer checkpoints, and their restore. The result is LOSSY unless pruning and "
+                "quantisation are switched off.",
+                epilog="Errors are reported in one line (exit status 2); LMCBENCH_DEBUG=1 shows the traceback.")
+    sub = p.add_subparsers(dest="command", metavar="{compress,restore,info}", parser_class=_Parser)
+    sub.required = True
+
+    c = sub.add_parser("compress", help="compress a Trainer output folder as one ExCP chain",
+                       description="Compress the checkpoint-<step>/ folders of SRC (or one such folder) in step "
+                       "order as ONE chain into OUT: checkpoint-<step>.excp (the first whole and lossless, each "
+                       "later one a residual against the reconstruction of the previous one), "
+                       "checkpoint-<step>.files/ (every other file of the folder, copied as is), "
+                       "checkpoint-<step>.json (the optimizer skeleton and weights layout the restore needs) and "
+                       "excp_chain.json (steps, configuration, sizes). SRC is never written to.")
+    c.add_argument("src", metavar="SRC", help="Trainer output folder, or one checkpoint-<step> folder")
+    c.add_argument("out", metavar="OUT", help="output folder (created if missing)")
+    c.add_argument("--steps", metavar="S1,S2,...", help="compress only these steps (default: all)")
+    c.add_argument("--force", action="store_true", help="replace an ExCP chain already in OUT")
+    g = c.add_argument_group("ExCP options (defaults: the codec's)")
+    for f in dataclasses.fields(ExCPConfig):
+        flag = "--" + f.name.replace("_", "-")
+        helptext = _FIELD_HELP.get(f.name, f.name)
+        if isinstance(f.default, bool):
+            g.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                           help=f"{helptext} (default: {'on' if f.default else 'off'})")
+        elif f.name == "archiver_level":
+            g.add_argument("--level", flag, dest=f.name, type=int, default=argparse.SUPPRESS, metavar="L",
+                           help=helptext)
+        else:
+            typ = type(f.default)
+            kw = {"choices": ["lzma", "zstd", "lmc", "none"]} if f.name == "archiver" else {}
+            g.add_argument(flag, dest=f.name, type=typ, default=argparse.SUPPRESS, metavar=f.name.upper()
+                           if not kw else None, help=f"{helptext} (default: {f.default})", **kw)
+
+    r = sub.add_parser("restore", help="decode an ExCP chain into checkpoint folders",
+                       description="Decode the chain in OUT in step order (each checkpoint against the previous "
+                       "reconstruction) and write RESTORED/checkpoint-<step>/: the copied files, model.safetensors "
+                       "(the reconstructed weights, same names and dtypes) and optimizer.pt (a torch optimizer "
+                       "state_dict: the reconstructed Adam moments in the original skeleton). Sharded or "
+                       ".bin weights are restored as a single model.safetensors.")
+    r.add_argument("out", metavar="OUT", help="an lmcbench-excp compress output folder")
+    r.add_argument("restored", metavar="RESTORED", help="folder to write checkpoint-<step>/ folders into")
+    r.add_argument("--steps", metavar="S1,S2,...", help="restore only these steps (the chain up to the last of "
+                   "them is decoded)")
+    r.add_argument("--force", action="store_true", help="replace checkpoint folders already in RESTORED")
+
+    i = sub.add_parser("info", help="summarise one .excp container",
+                       description="Print the table of contents of an .excp container: parameters, storage "
+                       "modes and bytes (no reference weights needed).")
+    i.add_argument("file", metavar="FILE.excp")
+    i.add_argument("--params", action="store_true", help="also list every stored array")
+    return p
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the exit status (0, or 2 for a reported error)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        cmd = {"compress": cmd_compress, "restore": cmd_restore, "info": cmd_info}[args.command]
+        return cmd(args)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except (LmcbenchError, OSError) as e:
+        if _debug():
+            raise
+        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if _debug():
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
