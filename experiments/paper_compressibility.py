@@ -103,6 +103,7 @@ def render(run_dir: str, out_dir: str) -> str:
         first = xs.sort_values("step").groupby(["dtype", "kind"]).head(1)
         tab = pd.concat([first.assign(when="first"), last.assign(when="last")])
         tab = tab.set_index(["dtype", "kind", "when"])[["step", "elements changed", "bytes changed", "bits changed"]]
+        tab = tab.sort_index()
         tab = tab.map(lambda v: f"{v:.3f}" if isinstance(v, float) else v)
         tab.index = [" / ".join(map(str, i)) for i in tab.index]
         lines += ["## What changes between consecutive checkpoints (XOR)", "", md_table(tab, "dtype / kind"), ""]
@@ -131,12 +132,22 @@ def _grid(n_rows, n_cols, w=3.6, h=2.7):
     return fig, axes
 
 
+def _empty(ax, df, dtype, kind) -> bool:
+    """Blank a panel with no data (e.g. the Adam moments of a bf16 cast that was applied to weights only)."""
+    if ((df["dtype"] == dtype) & (df["kind"] == kind)).any():
+        return False
+    ax.axis("off")
+    return True
+
+
 def _plot_ratio(rs, path):
     dtypes, kinds = list(dict.fromkeys(rs["dtype"])), _kinds(rs)
     fig, axes = _grid(len(dtypes), len(kinds))
     for i, d in enumerate(dtypes):
         for j, k in enumerate(kinds):
             ax = axes[i][j]
+            if _empty(ax, rs, d, k):
+                continue
             for label, g in rs[(rs["dtype"] == d) & (rs["kind"] == k)].groupby("codec", sort=False):
                 ax.plot(g["step"], g["ratio"], marker=".", label=label)
             ax.set_title(f"{k} ({d})", fontsize=9)
@@ -157,6 +168,8 @@ def _plot_entropy(e, tr, path):
     for i, d in enumerate(dtypes):
         for j, k in enumerate(kinds):
             ax = axes[i][j]
+            if _empty(ax, e, d, k):
+                continue
             for st, g in e[(e["dtype"] == d) & (e["kind"] == k)].groupby("stream", sort=False):
                 ax.plot(g["step"], g["bits_per_byte"], marker=".", label=st)
             ax.set_ylim(0, 8.2)
@@ -178,6 +191,8 @@ def _plot_xor(xs, path):
     for i, d in enumerate(dtypes):
         for j, k in enumerate(kinds):
             ax = axes[i][j]
+            if _empty(ax, xs, d, k):
+                continue
             g = xs[(xs["dtype"] == d) & (xs["kind"] == k)].sort_values("step")
             for col in ("elements changed", "bytes changed", "bits changed"):
                 ax.plot(g["step"], g[col], marker=".", label=col)
