@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from lmcbench.errors import ConfigError
-from lmcbench.lossy.excp import ExCPConfig, decode_checkpoint, encode_checkpoint
+from lmcbench.lossy.excp import ExCPConfig, decode_checkpoint
 from lmcbench.lossy.run import Chain, _opts, full_bytes, load_triples
 from lmcbench.sources import tinygpt
 from lmcbench.sources.tinygpt import TRAIN_DEFAULTS, Trainer

@@ -147,7 +147,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
     from omegaconf import OmegaConf
 
     from ..sources import get_source
-    from ..sources.tinygpt import Trainer, TinyGPTSource, ensure_series
+    from ..sources.tinygpt import TinyGPTSource, ensure_series
 
     c = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
     excp_cfg, ro = _opts(c)

@@ -275,7 +275,6 @@ class Trainer:
         Only tensors and plain values are loaded (``weights_only=True``); ``rng_state.pth`` is not read (the
         training run draws nothing from the global RNGs after initialising the model).
         """
-        import torch
 
         ckpt_dir = os.path.abspath(os.path.expanduser(str(ckpt_dir)))
         if not os.path.isdir(ckpt_dir):
