@@ -13,6 +13,7 @@ import shutil
 import sys
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -194,6 +195,9 @@ def _plot_sweep(sw, path):
     ax.set_xlabel("ratio (full fp32 checkpoint / ExCP)")
     ax.set_ylabel("held-out loss change of the reconstruction (%)")
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.tick_params(axis="x", which="minor", labelsize=7)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("ExCP sweep: alpha, beta, bits (lossy)", fontsize=10)
