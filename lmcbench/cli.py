@@ -164,11 +164,7 @@ def run_task(cfg, out_dir: str) -> dict:
     t0 = time.time()
     summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr),
                          restrict=restrict)
-    env.update(summary)
-    env["seconds"] = round(time.time() - t0, 1)
-    env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    with open(os.path.join(out_dir, "environment.json"), "w") as f:
-        json.dump(env, f, indent=1, default=str)
+    _write_environment(env, summary, t0, out_dir)
     rep = cfg.get("report", {}) or {}
     if rep.get("enabled", True) or rep.get("print_summary", True):
         records = load_records(out_dir)  # read once for the report and the printed summary
@@ -176,17 +172,30 @@ def run_task(cfg, out_dir: str) -> dict:
             print(f"report: {render(out_dir, out_dir, figures=rep.get('figures', True), records=records)}")
         if rep.get("print_summary", True):
             print(summary_text(records))
-    name = cfg.get("experiment_name")
-    if name:
-        results = os.path.join(str(cfg.get("results_dir") or os.path.join(REPO, "results")), name)
-        render_experiment(name, out_dir, results)
-        print(f"experiment {name}: {os.path.join(results, 'report.md')}")
+    _render_preset(cfg, out_dir)
     print(f"records: {os.path.join(out_dir, 'records.csv')} ({summary['rows']} rows, "
           f"{summary['failed']} failed round trips)")
     if summary["failed"]:
         print(f"lmcbench: warning: {summary['failed']} measurement(s) did not round-trip; see the 'error' column",
               file=sys.stderr)
     return summary
+
+
+def _write_environment(env: dict, summary: dict, t0: float, out_dir: str) -> None:
+    env.update(summary)
+    env["seconds"] = round(time.time() - t0, 1)
+    env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    with open(os.path.join(out_dir, "environment.json"), "w") as f:
+        json.dump(env, f, indent=1, default=str)
+
+
+def _render_preset(cfg, out_dir: str) -> None:
+    """An experiment preset's run is rendered by experiments/<name>.py into <results_dir>/<name>/."""
+    name = cfg.get("experiment_name")
+    if name:
+        results = os.path.join(str(cfg.get("results_dir") or os.path.join(REPO, "results")), name)
+        render_experiment(name, out_dir, results)
+        print(f"experiment {name}: {os.path.join(results, 'report.md')}")
 
 
 def run_excp_task(cfg, out_dir: str) -> dict:
@@ -204,16 +213,8 @@ def run_excp_task(cfg, out_dir: str) -> dict:
     env = environment(cfg, source, {})
     t0 = time.time()
     summary = run_excp(c, out_dir, log=lambda m: print(m, file=sys.stderr))
-    env.update({k: v for k, v in summary.items() if not isinstance(v, (list, dict))})
-    env["seconds"] = round(time.time() - t0, 1)
-    env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    with open(os.path.join(out_dir, "environment.json"), "w") as f:
-        json.dump(env, f, indent=1, default=str)
-    name = cfg.get("experiment_name")
-    if name:
-        results = os.path.join(str(cfg.get("results_dir") or os.path.join(REPO, "results")), name)
-        render_experiment(name, out_dir, results)
-        print(f"experiment {name}: {os.path.join(results, 'report.md')}")
+    _write_environment(env, {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, t0, out_dir)
+    _render_preset(cfg, out_dir)
     print(f"excp (lossy): {os.path.join(out_dir, 'summary.json')}: ratio_full {summary['ratio_full']:.1f}x, "
           f"final eval loss {summary['final_eval_loss_compressed']:.4f} vs {summary['final_eval_loss_baseline']:.4f}")
     return summary
