@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import lzma
 import math
 import struct
+import warnings
 import zlib
 
 import ml_dtypes
@@ -14,6 +17,7 @@ import pytest
 from lmcbench.errors import ConfigError, LmcbenchError
 from lmcbench.lossy import (
     ExCPConfig,
+    ExCPError,
     ExCPFormatError,
     decode_checkpoint,
     dequantize,
@@ -96,6 +100,7 @@ def freeze(tree):
 
 def payload_of(blob):
     payload, _ = excp._unpack_container(blob)
+    payload = bytes(payload)  # a view into the blob when it has no archiver
     (toc_len,) = struct.unpack("<I", payload[:4])
     return json.loads(payload[4:4 + toc_len]), payload[4 + toc_len:]
 
@@ -147,7 +152,7 @@ def test_config_defaults_and_from_dict():
     {"archiver": "lzma", "archiver_level": 10}, {"archiver": "zstd", "archiver_level": 0},
     {"archiver": "lmc", "archiver_level": 3}, {"archiver": "none", "archiver_level": 1},
     {"quantize": "yes"}, {"prune_weights": 1}, {"kmeans_iters": -1}, {"samples_per_centroid": 0},
-    {"seed": -3},
+    {"seed": -3}, {"archiver": ["lzma"]}, {"archiver": {"lzma": 1}},
 ])
 def test_config_rejects(bad):
     with pytest.raises(ConfigError) as ei:
@@ -599,6 +604,20 @@ def _entry(toc, name, kind):
     lambda t: _entry(t, "c", "weight").__setitem__("dtype", "object"),
     lambda t: _entry(t, "c", "weight").__setitem__("dtype", "int32"),  # 4-byte items: length mismatch
     lambda t: _entry(t, "c", "weight").__setitem__("mode", "pickle"),
+    # TOC values of the wrong JSON type, used as dict keys or compared before their type was checked
+    lambda t: _entry(t, "c", "weight").__setitem__("mode", ["raw"]),
+    lambda t: _entry(t, "c", "weight").__setitem__("mode", {"raw": 1}),
+    lambda t: _entry(t, "a", "weight").__setitem__("mode", ["quant"]),
+    lambda t: _entry(t, "a", "exp_avg").__setitem__("kind", ["exp_avg"]),
+    lambda t: _entry(t, "a", "exp_avg").__setitem__("kind", {"exp_avg": 1}),
+    lambda t: _entry(t, "c", "weight").__setitem__("dtype", ["int64"]),
+    lambda t: _entry(t, "c", "weight").__setitem__("dtype", {"int64": 1}),
+    lambda t: _entry(t, "b", "exp_avg").__setitem__("positions", ["mask"]),
+    lambda t: _entry(t, "b", "exp_avg").__setitem__("positions", {"mask": 1}),
+    lambda t: _entry(t, "a", "weight").__setitem__("exponent", [0]),
+    lambda t: t.__setitem__("format", ["excp"]),
+    lambda t: t.__setitem__("version", [1]),
+    lambda t: t["params"][0].__setitem__("name", ["a"]),
     lambda t: _entry(t, "c", "weight").__setitem__("sections", [[0, 10**12]]),
     lambda t: _entry(t, "c", "weight").__setitem__("sections", []),
     lambda t: _entry(t, "a", "weight").__setitem__("bits", 9),
@@ -689,3 +708,253 @@ def test_bad_json_and_archiver_errors():
     # an archive of the wrong kind
     lz = excp._pack_container(payload, "lzma", 1)[excp.HEADER_SIZE:]
     expect_format_error(raw_container(lz, excp._ARCHIVERS["zstd"], len(payload), zlib.crc32(payload)))
+
+
+def _toc_nodes(node, path=()):
+    yield path
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _toc_nodes(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _toc_nodes(v, path + (i,))
+
+
+def test_toc_type_fuzz(chain2):
+    """Every TOC node (objects and lists included) replaced by a value of another JSON type: the decoder checks
+    types before it hashes, compares or indexes with a value, so the answer is data or ExCPFormatError."""
+    toc, data = payload_of(chain2["blob2"])
+    paths = [p for p in _toc_nodes(toc) if p and p[0] != "config"]
+    assert len(paths) > 100
+    for path in paths:
+        for val in ([], {}, ["quant"], {"weight": 1}, None, True, 1.5, "x"):
+            t = json.loads(json.dumps(toc))
+            node = t
+            for p in path[:-1]:
+                node = node[p]
+            node[path[-1]] = val
+            try:
+                decode_checkpoint(repack(t, data), chain2["ref"])
+            except ExCPFormatError as e:
+                assert "\n" not in str(e)
+
+
+# ------------------------------------------------------------------------- centroid scale (exponent)
+@contextlib.contextmanager
+def fp_strict():
+    """Floating-point exceptions and warnings are errors."""
+    with np.errstate(all="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        yield
+
+
+@fp_strict()
+def test_exponent_range_and_scaled_table_are_checked():
+    ref = {"w": np.ones(4, np.float32)}
+    assert (excp.EXPONENT_MIN, excp.EXPONENT_MAX) == (-163, 113)
+    for e in (114, 200, -164, -200):  # outside what the encoder emits
+        assert "exponent" in expect_format_error(_quant_payload([0, 1, 2, 1], [0.5, 2.0], [4], exponent=e), ref)
+    # in range, but 2**15 * 2**113 overflows float32
+    assert "finite" in expect_format_error(_quant_payload([0, 1, 2, 1], [0.5, 32768.0], [4], exponent=113), ref)
+    # in range, but both centroids underflow to 0: the scaled table is not strictly increasing
+    assert "increasing" in expect_format_error(_quant_payload([0, 1, 2, 1], [1.0, 2.0], [4], exponent=-163), ref)
+    # the extremes themselves decode, without a floating-point warning
+    w = decode_checkpoint(_quant_payload([0, 1, 2, 1], [0.5, 32752.0], [4], exponent=113), ref)["w"]["weight"]
+    assert np.all(np.isfinite(w)) and w[2] == np.float32(32752.0 * 2.0 ** 113)
+    w = decode_checkpoint(_quant_payload([0, 1, 2, 1], [16384.0, 32768.0], [4], exponent=-163),
+                          {"w": np.zeros(4, np.float32)})["w"]["weight"]
+    assert w.tolist() == [0.0, 2.0 ** -149, 2.0 ** -148, 2.0 ** -149]
+
+
+def test_forged_exponent_on_an_encoded_blob():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(64).astype(np.float32)
+    w = ref + rng.standard_normal(64).astype(np.float32) * np.float32(1e-3)
+    blob, _, _ = encode_checkpoint({"a": {"weight": w}}, {"a": ref}, ExCPConfig(archiver="none", prune_weights=False))
+    toc, data = payload_of(blob)
+    assert _entry(toc, "a", "weight")["mode"] == "quant"
+    for e in (200, 114, -164):
+        _entry(toc, "a", "weight")["exponent"] = e
+        with fp_strict():
+            assert "exponent" in expect_format_error(repack(toc, data), {"a": ref})
+
+
+def test_extreme_magnitudes_encode_to_finite_tables():
+    """Residuals near float32's largest value (exponent 113, where a float16 centroid of 2**15 would overflow)
+    and subnormal ones (exponent near -163) round-trip without a floating-point warning."""
+    rng = np.random.default_rng(0)
+    fmax = np.finfo(np.float32).max
+    big = (fmax * (1 - rng.random(200) * 2e-4)).astype(np.float32) * np.where(np.arange(200) % 2, 1, -1).astype(
+        np.float32)
+    tiny = (rng.standard_normal(200) * 1e-44).astype(np.float32)
+    zero = np.zeros(200, np.float32)
+    cfg = ExCPConfig(archiver="none", prune_weights=False)
+    with fp_strict():
+        blob, rec, stats = encode_checkpoint({"big": {"weight": big}, "tiny": {"weight": tiny}},
+                                             {"big": zero, "tiny": zero}, cfg)
+        dec = decode_checkpoint(blob, {"big": zero, "tiny": zero})
+    assert [s["mode"] for s in stats] == ["quant", "quant"]
+    toc, _ = payload_of(blob)
+    assert _entry(toc, "big", "weight")["exponent"] == 113 and _entry(toc, "tiny", "weight")["exponent"] < -150
+    assert_same_tree(dec, rec)
+    assert np.all(np.isfinite(dec["big"]["weight"])) and stats[0]["rel_l2"] < 1e-3
+
+
+# --------------------------------------------------------------------------- archive and payload bounds
+def _padded_payload(n: int) -> bytes:
+    """An n-byte payload whose table of contents is valid JSON made mostly of whitespace (rejected only
+    after parsing: it lacks the expected top-level keys)."""
+    toc = b"{" + b" " * (n - 4 - len(b'{"format":1}')) + b'"format":1}'
+    return struct.pack("<I", len(toc)) + toc
+
+
+def test_max_payload_bytes_refuses_before_allocating():
+    import tracemalloc
+
+    n = 8 << 20
+    blob = excp._pack_container(_padded_payload(n), "zstd", 3)
+    assert len(blob) < 4096
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        with pytest.raises(ExCPFormatError, match="limit"):
+            decode_checkpoint(blob, max_payload_bytes=1 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 10, peak
+    assert "top-level keys" in expect_format_error(blob)  # the default limit lets it through to the parser
+    with pytest.raises(ExCPFormatError, match="top-level keys"):
+        decode_checkpoint(blob, max_payload_bytes=n)
+    for bad in (-1, 1.5, "big", True, None):
+        with pytest.raises(ExCPError) as ei:
+            decode_checkpoint(blob, max_payload_bytes=bad)
+        assert not isinstance(ei.value, ExCPFormatError) and "max_payload_bytes" in str(ei.value)
+
+
+@pytest.mark.parametrize("archiver", ARCHIVERS)
+def test_decoding_keeps_one_copy_of_the_payload(archiver):
+    """The payload is decompressed into one buffer (no parts + join) and the table of contents is decoded from
+    it directly (no bytes copy before the str); without an archiver the blob itself is parsed in place."""
+    import tracemalloc
+
+    n = 8 << 20
+    blob = excp._pack_container(_padded_payload(n), archiver, {"lzma": 1, "zstd": 3}.get(archiver))
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        assert "top-level keys" in expect_format_error(blob)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the TOC as a str (n) plus, when archived, the payload (n)
+    assert peak < (1.25 if archiver == "none" else 2.25) * n, peak / n
+
+
+def _xz_with_dict_byte(data: bytes, dict_byte: int) -> bytes:
+    """An xz stream of ``data`` whose LZMA2 dictionary size property is forged (block header CRC fixed)."""
+    x = bytearray(lzma.compress(data, format=lzma.FORMAT_XZ, filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 4096}]))
+    hs = (x[12] + 1) * 4  # the block header follows the 12-byte stream header
+    bh = x[12:12 + hs]
+    assert bh[1] & 0xC0 == 0 and bh[2] == 0x21 and bh[3] == 1  # no size fields; one filter, LZMA2, 1 property byte
+    bh[4] = dict_byte
+    bh[-4:] = struct.pack("<I", zlib.crc32(bytes(bh[:-4])))
+    x[12:12 + hs] = bh
+    return bytes(x)
+
+
+def test_lzma_decoder_memory_is_limited(chain2):
+    payload, _ = excp._unpack_container(chain2["blob2"])
+    payload = bytes(payload)
+    ok = _xz_with_dict_byte(payload, 18)  # 4 KiB... 2 MiB dictionaries: a valid archive
+    assert_same_tree(decode_checkpoint(raw_container(ok, 1, len(payload), zlib.crc32(payload)), chain2["ref"]),
+                     chain2["rec2"])
+    forged = _xz_with_dict_byte(payload, 34)  # a 512 MiB dictionary: over the decoder's 256 MiB limit
+    msg = expect_format_error(raw_container(forged, 1, len(payload), zlib.crc32(payload)), chain2["ref"])
+    assert "memory limit" in msg
+    # preset 9 (64 MiB dictionary, the default level) fits the limit
+    blob, rec, _ = encode_checkpoint(chain2["t2"], chain2["ref"], ExCPConfig(archiver="lzma", archiver_level=9))
+    assert_same_tree(decode_checkpoint(blob, chain2["ref"]), rec)
+
+
+def test_zstd_archive_is_exactly_one_frame(chain2):
+    import zstandard
+
+    payload, _ = excp._unpack_container(chain2["blob2"])
+    payload = bytes(payload)
+    frame = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(payload)
+    skippable = struct.pack("<II", 0x184D2A50, 5) + b"hello"
+
+    def blob(archived):
+        return raw_container(archived, 2, len(payload), zlib.crc32(payload))
+
+    assert_same_tree(decode_checkpoint(blob(frame), chain2["ref"]), chain2["rec2"])
+    for archived in (frame + skippable, skippable + frame, frame + b"junk",
+                     frame + zstandard.ZstdCompressor().compress(b"a second frame"),
+                     frame + zstandard.ZstdCompressor(write_content_size=True).compress(b"")):
+        expect_format_error(blob(archived), chain2["ref"])
+
+
+# ------------------------------------------------------------------------------------------- run.py
+def test_chain_handles_scalar_parameters():
+    from lmcbench.lossy.run import Chain, _same
+
+    chain = Chain(ExCPConfig(archiver="none"))
+    for v in (2.5, 2.75, 3.0):
+        t = {"logit_scale": {"weight": np.array(v, np.float32), "exp_avg": np.array(v / 10, np.float32),
+                             "exp_avg_sq": np.array(v / 100, np.float32)},
+             "w": {"weight": np.full((3, 2), v, np.float32)}}
+        blob, recon, *_ = chain.add(t)
+        assert recon["logit_scale"]["weight"].shape == () and recon["logit_scale"]["weight"] == np.float32(v)
+    a = {"p": {"weight": np.array(1.0, np.float32), "exp_avg": None}}
+    assert _same(a, {"p": {"weight": np.array(1.0, np.float32), "exp_avg": None}})
+    assert not _same(a, {"p": {"weight": np.array([1.0], np.float32), "exp_avg": None}})  # shape differs
+    assert not _same(a, {"p": {"weight": np.array(1.0, np.float32).view(np.int32), "exp_avg": None}})
+    assert not _same(a, {"p": {"weight": np.array(1.0, np.float32), "exp_avg": np.zeros(())}})
+    assert not _same(a, {"q": a["p"]})
+    assert not _same({"p": {"weight": np.float32([0.0])}}, {"p": {"weight": np.float32([-0.0])}})
+
+
+@pytest.mark.parametrize("lossless", [False, True])
+def test_experiment_rows_are_lossy_only_when_the_config_is(tmp_path, monkeypatch, lossless):
+    """run_excp labels a row lossy from the configuration (pruning or quantisation on), not from the method."""
+    import csv
+
+    import lmcbench.sources
+    from lmcbench.lossy import run
+    from lmcbench.sources import tinygpt
+
+    rng = np.random.default_rng(0)
+    steps = [10, 20, 30]
+    series, prev = {}, None
+    for s in steps:
+        prev = make_checkpoint(rng, base=prev) if prev is not None else make_checkpoint(rng)
+        series[f"ckpt-{s}"] = {n: d for n, d in prev.items() if n in ("a", "b", "d")}  # fp32 parameters
+
+    class Series(tinygpt.TinyGPTSource):
+        def __init__(self):  # noqa: D107 - no training, no cache: the checkpoints above
+            self.train_opts, self.path, self.steps = {}, "series", None
+
+        def checkpoints(self):
+            return [(s, f"ckpt-{s}") for s in steps]
+
+    monkeypatch.setattr(lmcbench.sources, "get_source", lambda c: Series())
+    monkeypatch.setattr(tinygpt, "ensure_series", lambda *a: None)
+    monkeypatch.setattr(run, "load_triples", lambda d: series[d])
+    monkeypatch.setattr(run, "_eval_arrays", lambda opts, weights, n: 1.0)
+    monkeypatch.setattr(run, "_archivers", lambda *a: None)
+    ex = {"resume_every": 100, "archiver": "none"}
+    if lossless:
+        ex.update(prune_weights=False, prune_moments=False, quantize=False)
+    summary = run.run_excp({"source": {}, "excp": ex}, str(tmp_path), log=lambda *a: None)
+    with open(tmp_path / "excp_checkpoints.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert summary["lossy"] is (not lossless) and summary["ratio_full"] > 0
+    for r in rows:
+        later_excp = r["method"] == "excp"
+        assert r["lossy"] == str(later_excp and not lossless), r
+    assert sum(r["method"] == "excp" for r in rows) == 4  # steps 20 and 30 of both runs
+    with open(tmp_path / "excp_tensors.csv") as f:
+        trows = [r for r in csv.DictReader(f) if r["method"] == "excp"]
+    assert {r["lossy"] for r in trows if r["step"] != "10"} == {str(not lossless)}
+    assert {r["lossy"] for r in trows if r["step"] == "10"} == {"False"}  # the first of the chain: raw

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -38,7 +38,8 @@ def tree_hashes(root) -> dict:
 
 
 def copied_names(ckpt_dir) -> list[str]:
-    return sorted(n for n in os.listdir(ckpt_dir) if not any(fnmatch.fnmatchcase(n, p) for p in cli.EXCLUDED))
+    """Files of a model.safetensors checkpoint folder that compress copies (all but the weights and optimizer)."""
+    return sorted(n for n in os.listdir(ckpt_dir) if n not in ("model.safetensors", "optimizer.pt"))
 
 
 def ok(args, capsys=None):
@@ -180,6 +181,77 @@ def test_sharded_and_bin_sources_restore_to_one_safetensors(tmp_path, weights, b
                 if n.endswith(".bin") and n.startswith("pytorch_model") or n.endswith(".index.json")]
 
 
+def test_weight_files_that_were_not_read_are_copied(tmp_path, capsys):
+    """Only the weight files the weights were read from are replaced: a stale pytorch_model.bin (or a leftover
+    index) next to model.safetensors comes back as it was."""
+    make_trainer_folder(tmp_path / "src", steps=(10, 20))
+    for step in (10, 20):
+        d = tmp_path / "src" / f"checkpoint-{step}"
+        torch.save({"stale": torch.zeros(3)}, d / "pytorch_model.bin")
+        (d / "pytorch_model.bin.index.json").write_text('{"weight_map": {}}')
+        (d / "model-00001-of-00002.safetensors").write_bytes(b"not read")
+    ok(["compress", tmp_path / "src", tmp_path / "out", *EXACT])
+    side = json.loads((tmp_path / "out" / "checkpoint-20.json").read_text())
+    assert side["weights"]["files"] == ["model.safetensors"]
+    assert sorted(side["not_copied"]) == ["model.safetensors", "optimizer.pt"]
+    ok(["restore", tmp_path / "out", tmp_path / "rest"])
+    for step in (10, 20):
+        src, d = tmp_path / "src" / f"checkpoint-{step}", tmp_path / "rest" / f"checkpoint-{step}"
+        assert sorted(os.listdir(d)) == sorted(os.listdir(src))
+        for n in ("pytorch_model.bin", "pytorch_model.bin.index.json", "model-00001-of-00002.safetensors"):
+            assert (d / n).read_bytes() == (src / n).read_bytes(), n
+        assert (d / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+
+
+def test_scalar_parameter_compresses_restores_and_loads(tmp_path, capsys):
+    """A 0-dim parameter (like CLIP's logit_scale) with Adam state: compress, restore, AdamW.load_state_dict."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = torch.nn.Module()
+    model.w = torch.nn.Parameter(torch.randn(40, 30))
+    model.logit_scale = torch.nn.Parameter(torch.tensor(2.5))
+
+    def adamw(m):
+        return torch.optim.AdamW(m.named_parameters(), lr=1e-2)
+
+    opt = adamw(model)
+    orig = {}
+    for step in (1, 2, 3):
+        loss = (model.w.sum(0) * model.logit_scale).pow(2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        d = tmp_path / "src" / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+                  str(d / "model.safetensors"), metadata={"format": "pt"})
+        torch.save(opt.state_dict(), d / "optimizer.pt")
+        (d / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+        orig[step] = torch.load(d / "optimizer.pt", weights_only=True)
+    ok(["compress", tmp_path / "src", tmp_path / "out"], capsys)
+    ok(["restore", tmp_path / "out", tmp_path / "rest"], capsys)
+    for step in (1, 2, 3):
+        d = tmp_path / "rest" / f"checkpoint-{step}"
+        w = load_file(str(d / "model.safetensors"))
+        assert w["logit_scale"].shape == () and w["logit_scale"].dtype == torch.float32
+        osd = torch.load(d / "optimizer.pt", weights_only=True)
+        assert osd["param_groups"] == orig[step]["param_groups"]
+        for slot, st in orig[step]["state"].items():
+            for k, t in st.items():
+                assert osd["state"][slot][k].dtype == t.dtype and osd["state"][slot][k].shape == t.shape, (slot, k)
+        m2 = torch.nn.Module()
+        m2.w = torch.nn.Parameter(torch.zeros(40, 30))
+        m2.logit_scale = torch.nn.Parameter(torch.tensor(0.0))
+        m2.load_state_dict(w)
+        o2 = adamw(m2)
+        o2.load_state_dict(osd)
+        assert o2.state[m2.logit_scale]["exp_avg"].shape == ()
+    # the first checkpoint of the chain is lossless, the scalar included
+    assert torch.equal(load_file(str(tmp_path / "rest" / "checkpoint-1" / "model.safetensors"))["logit_scale"],
+                       load_file(str(tmp_path / "src" / "checkpoint-1" / "model.safetensors"))["logit_scale"])
+
+
 def test_interrupted_compress_leaves_only_complete_checkpoints(series, tmp_path, monkeypatch, capsys):
     real, calls = cli._read_checkpoint, []
 
@@ -220,6 +292,37 @@ def test_corrupt_container_is_one_line(lossy, tmp_path, capsys):
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("lmcbench-excp: error: "), r.stderr
     assert "checkpoint-20.excp" in r.stderr
+
+
+def _forged_toc_container(toc_text: bytes) -> bytes:
+    from lmcbench.lossy import excp
+
+    return excp._pack_container(struct.pack("<I", len(toc_text)) + toc_text, "none", None)
+
+
+def test_info_rejects_hostile_tables_of_contents_in_one_line(lossy, tmp_path, capsys):
+    from lmcbench.lossy import excp
+
+    payload, _ = excp._unpack_container((lossy[0] / "checkpoint-20.excp").read_bytes())
+    payload = bytes(payload)
+    (toc_len,) = struct.unpack_from("<I", payload)
+    toc, data = json.loads(payload[4:4 + toc_len]), payload[4 + toc_len:]
+    cases = {"deep": _forged_toc_container(b"[" * 100_000 + b"]" * 100_000)}
+    for label, shape in (("huge", [2**70]), ("wraps", [2**40, 2**40]), ("negative", [-1, 4])):
+        t = json.loads(json.dumps(toc))
+        t["params"][0]["arrays"][0]["shape"] = shape
+        cases[label] = excp._pack_container(excp._build_payload(t, [data]), "none", None)
+    t = json.loads(json.dumps(toc))
+    t["params"][0]["arrays"][0]["mode"] = ["quant"]
+    cases["mode"] = excp._pack_container(excp._build_payload(t, [data]), "none", None)
+    for label, blob in cases.items():
+        p = tmp_path / f"{label}.excp"
+        p.write_bytes(blob)
+        msg = fail(["info", p], capsys)
+        assert f"{label}.excp" in msg, msg
+    # a valid container still prints its summary
+    cap = ok(["info", lossy[0] / "checkpoint-20.excp"], capsys)
+    assert "config: alpha=5e-05" in cap.out and "archiver=lzma" in cap.out
 
 
 def test_missing_middle_step_is_named(lossy, tmp_path, capsys):

@@ -10,7 +10,8 @@ Commands
     Decodes the chain in order and writes ``RESTORED/checkpoint-<step>/`` folders a Trainer (and lmcbench)
     can read: the copied files, ``model.safetensors`` and ``optimizer.pt``.
 ``lmcbench-excp info FILE.excp [--params]``
-    The container's table of contents (parameters, modes, bytes); no reference weights needed.
+    The container's table of contents (parameters, modes, bytes), checked as the decoder checks it; no
+    reference weights needed.
 
 Output folder layout (``OUT``)
 ------------------------------
@@ -18,9 +19,11 @@ Output folder layout (``OUT``)
     The ExCP container (weights and Adam moments); written last, under a temporary name renamed into place,
     so a ``.excp`` that exists is complete.
 ``checkpoint-<step>.files/``
-    Every file of the checkpoint folder, as is, except the weights (``model.safetensors``,
-    ``model-*.safetensors`` and its index, ``pytorch_model*.bin`` and its index) and ``optimizer.pt``:
-    trainer_state.json, scheduler.pt, rng_state.pth, config.json, training_args.bin, tokenizer files...
+    Every file of the checkpoint folder, as is, except the weight files the container replaces (the ones the
+    weights were read from: ``model.safetensors``, or the shards and the index that was used, or
+    ``pytorch_model.bin``...) and ``optimizer.pt``: trainer_state.json, scheduler.pt, rng_state.pth,
+    config.json, training_args.bin, tokenizer files, and any other weight file that was not read (a stale
+    ``pytorch_model.bin`` next to ``model.safetensors`` comes back as it was).
 ``checkpoint-<step>.json``
     What the restore needs that the container does not hold: the optimizer state-dict skeleton
     (``param_groups`` as JSON with the keys that were tuples or 0-dim tensors recorded in
@@ -46,7 +49,6 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 import sys
 
 import numpy as np
@@ -59,9 +61,9 @@ CHAIN_FILE = "excp_chain.json"
 CHAIN_FORMAT = "lmcbench-excp-chain"
 CKPT_FORMAT = "lmcbench-excp-checkpoint"
 FORMAT_VERSION = 1
-# files of a checkpoint folder that the container replaces (everything else is copied as is)
-EXCLUDED = ("model.safetensors", "model-*.safetensors", "model.safetensors.index.json",
-            "pytorch_model*.bin", "pytorch_model.bin.index.json", "optimizer.pt")
+# a checkpoint folder's files that the container replaces are the weight files actually read (see
+# _replaced_files) and this one; everything else is copied as is
+OPTIMIZER_FILE = "optimizer.pt"
 MOMENTS = ("exp_avg", "exp_avg_sq")
 _OWN_FILES = ("checkpoint-*.excp", "checkpoint-*.json", "checkpoint-*.files", CHAIN_FILE)
 
@@ -244,7 +246,7 @@ def _from_json(v, desc):
 def _np_to_torch(a: np.ndarray):
     import torch
 
-    a = np.ascontiguousarray(a)
+    a = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-dim array 1-dim
     if not a.flags.writeable:
         a = a.copy()
     special = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
@@ -327,7 +329,7 @@ def _read_checkpoint(d: str) -> tuple[dict, dict, dict | None]:
     }
     tensors = {n: {"weight": a, "exp_avg": None, "exp_avg_sq": None} for n, a in weights.items()}
 
-    opt_path = os.path.join(d, "optimizer.pt")
+    opt_path = os.path.join(d, OPTIMIZER_FILE)
     if not os.path.exists(opt_path):
         return tensors, layout, None
     opt = torch_load(opt_path)
@@ -379,14 +381,23 @@ def _read_checkpoint(d: str) -> tuple[dict, dict, dict | None]:
     return tensors, layout, skeleton
 
 
-def _copy_files(d: str, dest: str) -> tuple[list[dict], list[str]]:
-    """Copy every file of ``d`` except the weights and optimizer.pt into ``dest``; returns
-    (copied files with size and sha256, names left out)."""
+def _replaced_files(layout: dict) -> set[str]:
+    """Names (in the checkpoint folder) of the files the container and the restore record replace: the weight
+    files the weights were read from, the shard index that was used, and optimizer.pt."""
+    names = set(layout["files"]) | {OPTIMIZER_FILE}
+    if layout.get("index"):
+        names.add(layout["index"])
+    return names
+
+
+def _copy_files(d: str, dest: str, exclude) -> tuple[list[dict], list[str]]:
+    """Copy every file of ``d`` except the names in ``exclude`` (see :func:`_replaced_files`) into ``dest``;
+    returns (copied files with size and sha256, names left out)."""
     os.makedirs(dest)
     skipped = []
     for name in sorted(os.listdir(d)):
         p = os.path.join(d, name)
-        if any(fnmatch.fnmatchcase(name, pat) for pat in EXCLUDED):
+        if name in exclude:
             skipped.append(name)
         elif os.path.isdir(p):
             shutil.copytree(p, os.path.join(dest, name))
@@ -456,7 +467,7 @@ def cmd_compress(args, out=None) -> int:
         # 1. the copied files, 2. the sidecar JSON, 3. the container last: a .excp that exists is complete
         tmp_files = _tmp_name(base + ".files")
         try:
-            files, skipped = _copy_files(d, tmp_files)
+            files, skipped = _copy_files(d, tmp_files, _replaced_files(layout))
             _install_dir(tmp_files, base + ".files")
         except BaseException:
             _remove(tmp_files)
@@ -666,25 +677,22 @@ def cmd_info(args, out=None) -> int:
     with open(path, "rb") as f:
         blob = f.read()
     try:
-        payload, archiver = excp._unpack_container(blob)  # header, checksums and archive: the module's checks
-        (toc_len,) = struct.unpack_from("<I", payload, 0)
-        toc = json.loads(bytes(payload[4:4 + toc_len]).decode("utf-8"))
-        params = toc["params"]
-        rows = []
-        for p in params:
-            for e in p["arrays"]:
-                rows.append((str(p["name"]), str(e["kind"]), str(e["mode"]), str(e["dtype"]), list(e["shape"]),
-                             int(np.prod(e["shape"], dtype=np.int64)), sum(int(s[1]) for s in e["sections"]),
-                             e.get("bits")))
-        config = toc.get("config") or {}
+        # header, checksums, archive and the whole table of contents: the decoder's own checks
+        payload, archiver = excp._unpack_container(blob)
+        toc, toc_len, data = excp._parse_toc(payload)
+        params = excp._check_toc(toc, len(data))
+        rows = [(name, e.kind, e.mode, e.dtype_name, list(e.shape), e.numel, sum(ln for _, ln in e.sections),
+                 e.bits) for name, entries in params for e in entries]
+        config = ", ".join(f"{k}={v if v is None or isinstance(v, (str, int, float)) else excp._short(v)}"
+                           for k, v in toc["config"].items())
     except ExCPFormatError as e:
         raise ExCPFormatError(f"{path}: {_one_line(e)}") from None
-    except (struct.error, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+    except (RecursionError, OverflowError, ValueError, TypeError) as e:  # not expected after the checks above
         raise ExCPFormatError(f"{path}: malformed table of contents ({type(e).__name__})") from None
     residual = any(k == "weight" and m != "raw" for _, k, m, *_ in rows)
     print(f"{path}: ExCP v{toc.get('version')}, archiver {archiver}, {len(blob)} bytes "
           f"(payload {len(payload)} bytes, table of contents {toc_len} bytes)", file=out)
-    print("config: " + ", ".join(f"{k}={v}" for k, v in config.items()), file=out)
+    print("config: " + config, file=out)
     print(f"{len(params)} parameter(s), {len(rows)} array(s); "
           + ("a residual: decoding needs the previous checkpoint's reconstructed weights" if residual
              else "self-contained: every weight stored whole (the first checkpoint of a chain)"), file=out)

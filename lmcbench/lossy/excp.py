@@ -28,12 +28,16 @@ Algorithm (per parameter tensor)
    typically 1e-12..1e-6, below float16's smallest subnormal (6e-8), so plain float16 centroids would
    flush it to zero. With ``scale_centroids`` each table carries a power-of-two exponent ``e``
    (``max|x| * 2**-e`` lies in [2**14, 2**15)) and a centroid decodes to ``float32(c16) * 2**e``
-   (``np.ldexp``): float16 precision, float32 range. ``scale_centroids=False`` stores plain float16
-   (values clipped to +-65504) and decodes ``float32(c16)``.
-5. Final archiver over the whole packed payload: ``lzma`` (xz, the 7-Zip stand-in), ``zstd``, ``lmc``
-   (our lossless codec, on the payload as a uint8 array) or ``none``.
+   (``np.ldexp``): float16 precision, float32 range. ``e`` lies in [-163, 113] (``EXPONENT_MIN``,
+   ``EXPONENT_MAX``: from the smallest float32 subnormal to the largest float32); at ``e = 113`` (values
+   within 0.03 % of float32's maximum) centroids are clipped to +-32752 so that no scaled centroid rounds
+   to inf. ``scale_centroids=False`` stores plain float16 (values clipped to +-65504) and decodes
+   ``float32(c16)``.
+5. Final archiver over the whole packed payload: ``lzma`` (xz, the 7-Zip stand-in), ``zstd`` (one frame
+   with its content size), ``lmc`` (our lossless codec, on the payload as a uint8 array) or ``none``.
 6. Reconstruction: ``W_t = W_ref + dequant(dW)`` (float32 add, only where the index is non-zero, so a
-   pruned position keeps the exact bits of ``W_ref``); moments are the dequantised ``m`` and ``v``.
+   pruned position keeps the exact bits of ``W_ref``; a sum beyond float32's range is inf, silently);
+   moments are the dequantised ``m`` and ``v``.
 
 Special cases
 -------------
@@ -64,7 +68,7 @@ off    size  field
 =====  ====  ===========================================================
 0      4     magic ``b"ExCP"``
 4      1     format version, 1
-5      1     archiver id: 0 none, 1 lzma (xz container), 2 zstd, 3 lmc
+5      1     archiver id: 0 none, 1 lzma (xz container), 2 zstd (exactly one frame), 3 lmc
 6      2     reserved, 0
 8      8     ``raw_len``: payload length after un-archiving
 16     8     ``archived_len``: bytes that follow the header (the blob ends there exactly)
@@ -90,16 +94,27 @@ as the weight). An entry is ``{"kind", "dtype", "shape", "mode", "sections": [[o
   indices); sections ``[positions, values]`` with ``count`` float32 values. Weights: ``W_ref`` with the
   values written at the positions; moments: zeros with the values written.
 * ``quant`` -- float32; fields ``bits`` (2..8), ``n_centroids`` (1..2**bits-1, the table may be shorter
-  than 2**bits-1 after dropping float16 duplicates) and ``exponent`` (the centroid scale, 0 when
-  unscaled); sections ``[centroids, indices]``: ``n_centroids`` strictly increasing finite float16 values,
-  then ``ceil(numel*bits/8)`` bytes of indices packed MSB first (for bits=4: two per byte, the first in
-  the high nibble), pad bits zero, every index <= ``n_centroids``.
+  than 2**bits-1 after dropping float16 duplicates) and ``exponent`` (the centroid scale, an integer in
+  [-163, 113], 0 when unscaled); sections ``[centroids, indices]``: ``n_centroids`` float16 values whose
+  scaled float32 table ``float32(c16) * 2**exponent`` is finite and strictly increasing, then
+  ``ceil(numel*bits/8)`` bytes of indices packed MSB first (for bits=4: two per byte, the first in the
+  high nibble), pad bits zero, every index <= ``n_centroids``.
 
 The decoder treats a blob as hostile: every length, offset, shape, type and index is checked before it is
-used, and any problem raises one-line :class:`ExCPFormatError`. Allocations are bounded by the blob (the
-payload is decompressed incrementally up to ``raw_len``, itself capped at ``MAX_PAYLOAD_BYTES``; with
-``lmc`` the declared size must match lmc's own chunk table), by the caller's reference weights, or by a
-section's length.
+used (every TOC value's JSON type before it is compared, hashed or used as a key), and any problem raises
+one-line :class:`ExCPFormatError`; decoding raises no floating-point warning. Memory:
+
+* ``decode_checkpoint(..., max_payload_bytes=MAX_PAYLOAD_BYTES)`` (32 GiB by default) bounds what a blob
+  may expand to: a header declaring a larger ``raw_len`` is refused before anything is allocated.
+* The payload is un-archived into one buffer of exactly ``raw_len`` bytes (never more, no second copy):
+  ``lzma`` is decoded in 1 MiB steps into a preallocated ``bytearray`` under a decoder memory limit of
+  ``LZMA_MEMLIMIT`` = 256 MiB (``memlimit``; preset 9 needs about 65 MiB, a forged dictionary size that
+  needs more is a format error), and must end exactly where the archive does; ``zstd`` must be exactly one
+  frame (nothing before or after it, skippable frames included) whose content size is ``raw_len``, decoded
+  in one pass into a buffer of that size; with ``lmc`` the declared size must match lmc's own chunk table
+  and it decodes into a preallocated ``bytearray``; ``none`` is parsed in place, without a copy.
+* The table of contents is decoded to a ``str`` straight from the payload buffer (no bytes copy).
+* Array allocations are bounded by the caller's reference weights or by a section's length.
 
 Configuration (:class:`ExCPConfig`)
 -----------------------------------
@@ -145,7 +160,13 @@ MAGIC = b"ExCP"
 VERSION = 1
 _HEADER = struct.Struct("<4sBBHQQII")
 HEADER_SIZE = _HEADER.size  # 32
-MAX_PAYLOAD_BYTES = 1 << 35  # 32 GiB: the largest payload a blob may declare
+MAX_PAYLOAD_BYTES = 1 << 35  # 32 GiB: default for the largest payload a blob may declare (decode_checkpoint)
+LZMA_MEMLIMIT = 256 << 20  # memory limit of the xz decoder (preset 9 needs about 65 MiB)
+# the centroid-scale exponents the encoder can emit: frexp(x)[1] - 15 for the smallest non-zero float32
+# (2**-149, frexp exponent -148) and the largest (just below 2**128, frexp exponent 128)
+EXPONENT_MIN, EXPONENT_MAX = -148 - 15, 128 - 15  # -163, 113
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_CHUNK = 1 << 20  # lzma decompression step (output bytes per call; the bytes in flight are a few times this)
 _LMC_CHUNK = 131072  # chunk size (elements) used for the lmc archiver; the decoder requires it
 _ARCHIVERS = {"none": 0, "lzma": 1, "zstd": 2, "lmc": 3}
 _ARCHIVER_NAMES = {v: k for k, v in _ARCHIVERS.items()}
@@ -196,7 +217,7 @@ class ExCPConfig:
         for name in ("prune_weights", "prune_moments", "quantize", "scale_centroids"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"excp: {name} must be true or false, got {getattr(self, name)!r}")
-        if self.archiver not in _ARCHIVERS:
+        if not isinstance(self.archiver, str) or self.archiver not in _ARCHIVERS:
             raise ConfigError(f"excp: unknown archiver {self.archiver!r} (known: {', '.join(_ARCHIVERS)})")
         if self.archiver in _LEVELS:
             if self.archiver_level is not None:
@@ -419,7 +440,8 @@ class Quantized:
 def _centroid_table(centroids16: np.ndarray, exponent: int) -> np.ndarray:
     """Dequantisation table, float32: [0, c_1 * 2**e, ..., c_K * 2**e]."""
     t = np.zeros(centroids16.size + 1, np.float32)
-    t[1:] = np.ldexp(centroids16.astype(np.float32), int(exponent))
+    with np.errstate(over="ignore", under="ignore"):  # the caller checks the table (inf / merged entries)
+        t[1:] = np.ldexp(centroids16.astype(np.float32), int(exponent))
     return t
 
 
@@ -444,6 +466,8 @@ def quantize(x, bits: int = 4, *, iters: int = 25, samples_per_centroid: int = 2
     if scale_centroids:
         exponent = math.frexp(float(np.max(np.abs(vals))))[1] - 15  # max|x| * 2**-e in [2**14, 2**15)
         c16 = np.unique(np.ldexp(c, -exponent).astype(np.float16))
+        if exponent >= EXPONENT_MAX:  # 2**15 * 2**113 is inf in float32: the largest float16 below 2**15
+            c16 = np.unique(np.clip(c16, np.float16(-32752), np.float16(32752)))
     else:
         exponent = 0
         c16 = np.unique(np.clip(c, -65504.0, 65504.0).astype(np.float16))
@@ -783,8 +807,20 @@ def _pack_container(payload: bytes, archiver: str, level: int | None) -> bytes:
 
 
 # ------------------------------------------------------------------------------------- decoding
-def _unpack_container(blob) -> tuple[bytes, str]:
-    """Check the header and both checksums, un-archive; returns (payload, archiver name)."""
+def _check_limit(max_payload_bytes) -> int:
+    if isinstance(max_payload_bytes, bool) or not isinstance(max_payload_bytes, (int, np.integer)) \
+            or max_payload_bytes < 0:
+        raise ExCPError(f"max_payload_bytes must be a non-negative integer, got {_short(max_payload_bytes)}")
+    return int(max_payload_bytes)
+
+
+def _unpack_container(blob, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> tuple[bytes | bytearray | memoryview, str]:
+    """Check the header and both checksums, un-archive; returns (payload, archiver name).
+
+    The payload is bytes-like: one buffer of exactly the declared length (a ``bytearray`` or ``bytes`` for
+    an archived blob, a read-only ``memoryview`` into ``blob`` for archiver ``none``). A declared length
+    above ``max_payload_bytes`` is refused before anything is allocated."""
+    limit = _check_limit(max_payload_bytes)
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise ExCPFormatError(f"expected a bytes-like blob, got {type(blob).__name__}")
     try:
@@ -806,15 +842,15 @@ def _unpack_container(blob) -> tuple[bytes, str]:
         what = "truncated" if arch_len > len(mv) - HEADER_SIZE else "trailing bytes in"
         raise ExCPFormatError(f"{what} blob: header declares {arch_len} archived bytes, "
                               f"{len(mv) - HEADER_SIZE} follow it")
-    if raw_len > MAX_PAYLOAD_BYTES:
-        raise ExCPFormatError(f"declared payload of {raw_len} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte limit")
-    archived = bytes(mv[HEADER_SIZE:])
+    if raw_len > limit:
+        raise ExCPFormatError(f"declared payload of {raw_len} bytes exceeds the {limit}-byte limit")
+    archived = mv[HEADER_SIZE:].toreadonly()  # a view: no copy of the blob
     if zlib.crc32(archived) != arch_crc:
         raise ExCPFormatError("checksum mismatch in the archived data (corrupt blob)")
     name = _ARCHIVER_NAMES[arch]
     try:
         payload = _unarchive(name, archived, raw_len)
-    except ExCPFormatError:
+    except (ExCPFormatError, MemoryError):  # MemoryError: the declared size itself cannot be allocated
         raise
     except Exception as e:  # noqa: BLE001 - third-party decompressors raise anything on hostile input
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
@@ -826,29 +862,23 @@ def _unpack_container(blob) -> tuple[bytes, str]:
     return payload, name
 
 
-def _unarchive(name: str, archived: bytes, raw_len: int) -> bytes:
+def _unarchive(name: str, archived: memoryview, raw_len: int):
+    """The payload of ``archived``: one buffer of at most ``raw_len`` bytes (plus one bounded chunk in flight)."""
     if name == "none":
         return archived
     if name == "lzma":
-        d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
-        out = d.decompress(archived, max_length=raw_len + 1)
-        if len(out) > raw_len or not d.eof or d.unused_data:
-            raise ExCPFormatError("lzma archive does not end where the payload does")
-        return out
+        return _unlzma(archived, raw_len)
     if name == "zstd":
         import zstandard
+        if bytes(archived[:4]) != _ZSTD_MAGIC:
+            raise ExCPFormatError("zstd archive is corrupt: it does not start with a zstd data frame")
         fp = zstandard.get_frame_parameters(archived)
         if fp.content_size != raw_len:
             raise ExCPFormatError(f"zstd frame declares {fp.content_size} bytes, the header {raw_len}")
-        parts, total = [], 0
-        with zstandard.ZstdDecompressor().stream_reader(archived, read_across_frames=False) as r:
-            while total <= raw_len:
-                chunk = r.read(min(1 << 24, raw_len + 1 - total))
-                if not chunk:
-                    break
-                parts.append(chunk)
-                total += len(chunk)
-        return b"".join(parts)
+        # one frame with a known content size is decoded straight into one buffer of that size; anything
+        # after the frame (a second frame, a skippable frame, garbage) is an error
+        return zstandard.ZstdDecompressor().decompress(archived, max_output_size=raw_len, read_across_frames=False,
+                                                       allow_extra_data=False)
     if name == "lmc":
         import lmc
         info = lmc.info(archived)
@@ -857,8 +887,40 @@ def _unarchive(name: str, archived: bytes, raw_len: int) -> bytes:
                 or info["chunk_size"] != _LMC_CHUNK:
             raise ExCPFormatError(f"lmc archive header ({info['dtype']}, shape {shape}) does not match "
                                   f"a {raw_len}-byte payload")
-        return np.asarray(lmc.decompress(archived)).tobytes()
+        buf = bytearray(raw_len)
+        lmc.decompress(archived, out=np.frombuffer(buf, np.uint8))
+        return buf
     raise ExCPFormatError(f"unknown archiver {name!r}")  # pragma: no cover
+
+
+def _unlzma(archived: memoryview, raw_len: int) -> bytearray:
+    """xz stream -> bytearray(raw_len), fed and drained in bounded chunks, under :data:`LZMA_MEMLIMIT`."""
+    buf = bytearray(raw_len)
+    d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=LZMA_MEMLIMIT)
+    pos = fed = 0
+    try:
+        while not d.eof:
+            if d.needs_input:
+                if fed >= len(archived):
+                    break  # truncated stream
+                chunk = archived[fed:fed + _CHUNK]
+                fed += len(chunk)
+            else:
+                chunk = b""
+            out = d.decompress(chunk, max_length=min(_CHUNK, raw_len + 1 - pos))
+            if pos + len(out) > raw_len:
+                raise ExCPFormatError(f"lzma archive holds more than the {raw_len} payload bytes the header declares")
+            buf[pos:pos + len(out)] = out
+            pos += len(out)
+            if not out and not chunk and not d.eof and not d.needs_input:
+                break  # no progress (not expected from liblzma): reported below
+    except (lzma.LZMAError, MemoryError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ExCPFormatError(f"lzma archive is corrupt or needs more than the {LZMA_MEMLIMIT >> 20} MiB "
+                              f"decoder memory limit ({msg})") from None
+    if not d.eof or d.unused_data or fed != len(archived) or pos != raw_len:
+        raise ExCPFormatError("lzma archive does not end where the payload does")
+    return buf
 
 
 def _fail(where: str, msg: str):
@@ -873,10 +935,15 @@ def _toc_int(d: dict, key: str, lo: int, hi: int, where: str) -> int:
 
 
 def _short(x) -> str:
-    s = repr(x)
+    try:
+        s = repr(x)
+    except RecursionError:  # a deeply nested JSON value
+        return f"a deeply nested {type(x).__name__}"
     return s if len(s) <= 60 else s[:57] + "..."
 
 
+_TOC_KEYS = {"format", "version", "config", "params"}
+_BASE_KEYS = {"kind", "dtype", "shape", "mode", "sections"}
 _ENTRY_KEYS = {
     "raw": set(),
     "zero": set(),
@@ -884,53 +951,85 @@ _ENTRY_KEYS = {
     "quant": {"bits", "n_centroids", "exponent"},
 }
 _N_SECTIONS = {"raw": 1, "zero": 0, "exact": 2, "quant": 2}
+_POSITION_WIDTH = {"mask": None, "u32": 4, "u64": 8}
 
 
-def _decode_payload(payload, refs) -> dict:
-    """Parse and validate a payload; ``refs``: name -> float32 reference (or None) / None for no refs."""
-    mv = memoryview(payload)
+@dataclass(frozen=True)
+class _TocEntry:
+    """One array of the table of contents, every field type- and range-checked against the data region."""
+
+    where: str
+    kind: str
+    mode: str
+    dtype_name: str
+    shape: tuple
+    numel: int
+    sections: tuple  # ((offset, length), ...) relative to the data region
+    count: int | None = None  # exact
+    positions: str | None = None  # exact
+    bits: int | None = None  # quant
+    n_centroids: int | None = None  # quant
+    exponent: int | None = None  # quant
+
+    @property
+    def dtype(self) -> np.dtype:
+        return _DTYPES[self.dtype_name]
+
+
+def _parse_toc(payload) -> tuple[dict, int, memoryview]:
+    """``(toc, toc_len, data)`` of a payload: the parsed table of contents (its top level checked) and a view of
+    the data region. The JSON text is decoded straight from the payload buffer (no intermediate copy)."""
+    mv = memoryview(payload).cast("B")
     if len(mv) < 4:
         raise ExCPFormatError(f"payload of {len(mv)} bytes is too short for its table of contents")
-    (toc_len,) = struct.unpack("<I", mv[:4])
+    (toc_len,) = struct.unpack_from("<I", mv, 0)
     if toc_len > len(mv) - 4:
         raise ExCPFormatError(f"table of contents length {toc_len} exceeds the {len(mv) - 4} payload bytes")
     try:
-        toc = json.loads(bytes(mv[4:4 + toc_len]).decode("utf-8"))
+        toc = json.loads(str(mv[4:4 + toc_len], "utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise ExCPFormatError(f"table of contents is not valid JSON ({type(e).__name__})") from None
-    data = mv[4 + toc_len:]
-    if not isinstance(toc, dict) or set(toc) != {"format", "version", "config", "params"}:
+    if not isinstance(toc, dict) or set(toc) != _TOC_KEYS:
         raise ExCPFormatError("table of contents lacks or has unexpected top-level keys")
-    if toc["format"] != "excp" or toc["version"] != VERSION or type(toc["version"]) is not int:
+    if not isinstance(toc["format"], str) or toc["format"] != "excp" or type(toc["version"]) is not int \
+            or toc["version"] != VERSION:
         raise ExCPFormatError(f"table of contents has format {_short(toc['format'])} version {_short(toc['version'])}")
     if not isinstance(toc["config"], dict) or not isinstance(toc["params"], list):
         raise ExCPFormatError("table of contents: config must be an object and params a list")
+    return toc, toc_len, mv[4 + toc_len:]
+
+
+def _check_toc(toc: dict, data_len: int) -> list[tuple[str, list[_TocEntry]]]:
+    """Validate every parameter and entry of a table of contents (from :func:`_parse_toc`) against a data region
+    of ``data_len`` bytes: types before any use, ranges, the section layout and the section lengths each mode
+    implies. Returns ``[(name, [entry, ...]), ...]``; raises :class:`ExCPFormatError`."""
     cursor = 0
-    out = {}
+    out, seen = [], set()
     for i, p in enumerate(toc["params"]):
         if not isinstance(p, dict) or set(p) != {"name", "arrays"} or not isinstance(p["name"], str) \
                 or not isinstance(p["arrays"], list):
             raise ExCPFormatError(f"table of contents: parameter #{i} is malformed")
-        name = p["name"]
-        if name in out:
+        name, arrays = p["name"], p["arrays"]
+        if name in seen:
             _fail(name, "parameter listed twice")
-        arrays = {k: None for k in KINDS}
-        if not p["arrays"] or not isinstance(p["arrays"][0], dict) or p["arrays"][0].get("kind") != "weight":
+        seen.add(name)
+        if not arrays or not isinstance(arrays[0], dict) or arrays[0].get("kind") != "weight":
             _fail(name, "the weight entry must come first")
-        if len(p["arrays"]) > len(KINDS):
+        if len(arrays) > len(KINDS):
             _fail(name, "too many arrays")
-        wshape = None
-        for e in p["arrays"]:
-            where = f"{name}.{e.get('kind') if isinstance(e, dict) else '?'}"
+        entries, kinds, wshape = [], set(), None
+        for j, e in enumerate(arrays):
             if not isinstance(e, dict):
-                _fail(where, "entry is not an object")
+                _fail(f"{name}[{j}]", "entry is not an object")
             kind = e.get("kind")
-            if kind not in KINDS or arrays[kind] is not None:
-                _fail(where, "unknown or repeated array kind")
+            if not isinstance(kind, str) or kind not in KINDS or kind in kinds:
+                _fail(f"{name}[{j}]", f"unknown or repeated array kind {_short(kind)}")
+            kinds.add(kind)
+            where = f"{name}.{kind}"
             mode = e.get("mode")
-            if mode not in _ENTRY_KEYS:
+            if not isinstance(mode, str) or mode not in _ENTRY_KEYS:
                 _fail(where, f"unknown mode {_short(mode)}")
-            if set(e) != {"kind", "dtype", "shape", "mode", "sections"} | _ENTRY_KEYS[mode]:
+            if set(e) != _BASE_KEYS | _ENTRY_KEYS[mode]:
                 _fail(where, f"unexpected fields for mode {mode}")
             shape = e["shape"]
             if not isinstance(shape, list) or len(shape) > 32 \
@@ -949,109 +1048,138 @@ def _decode_payload(payload, refs) -> dict:
             secs = e["sections"]
             if not isinstance(secs, list) or len(secs) != _N_SECTIONS[mode]:
                 _fail(where, f"mode {mode} needs {_N_SECTIONS[mode]} sections")
-            views = []
+            sections = []
             for s in secs:
                 if not isinstance(s, list) or len(s) != 2 or any(type(x) is not int for x in s):
                     _fail(where, f"bad section {_short(s)}")
                 off, ln = s
-                if off != cursor or ln < 0 or off + ln > len(data):
+                if off != cursor or ln < 0 or off + ln > data_len:
                     _fail(where, f"section [{off}, {ln}] is out of place (expected offset {cursor}, "
-                                 f"{len(data)} data bytes)")
-                views.append(data[off:off + ln])
+                                 f"{data_len} data bytes)")
+                sections.append((off, ln))
                 cursor = off + ln
-            base = None
-            if mode != "raw" and kind == "weight":
-                r = None if refs is None else refs.get(name)
-                if r is None:
-                    _fail(name, "stored as a residual but no reference weight was given")
-                base = _as_float32_ref(r, name, shape, ExCPFormatError)
-            arrays[kind] = _decode_entry(where, e, mode, shape, numel, _DTYPES[dt], views, base)
+            fields = {}
+            if mode == "raw":
+                need = numel * _DTYPES[dt].itemsize
+                if sections[0][1] != need:
+                    _fail(where, f"raw section holds {sections[0][1]} bytes, shape {shape} of {dt} needs {need}")
+            elif mode == "exact":
+                count = _toc_int(e, "count", 1, numel, where)
+                pk = e["positions"]
+                if not isinstance(pk, str) or pk not in _POSITION_WIDTH:
+                    _fail(where, f"unknown positions encoding {_short(pk)}")
+                width = _POSITION_WIDTH[pk]
+                need = (numel + 7) // 8 if width is None else count * width
+                if sections[0][1] != need:
+                    what = f"{numel} positions" if width is None else f"{count} {pk} positions"
+                    _fail(where, f"position {'mask' if width is None else 'list'} holds {sections[0][1]} bytes, "
+                                 f"{what} need {need}")
+                if sections[1][1] != 4 * count:
+                    _fail(where, f"value section holds {sections[1][1]} bytes, {count} float32 values need "
+                                 f"{4 * count}")
+                fields = {"count": count, "positions": pk}
+            elif mode == "quant":
+                bits = _toc_int(e, "bits", 2, 8, where)
+                k = _toc_int(e, "n_centroids", 1, (1 << bits) - 1, where)
+                exponent = _toc_int(e, "exponent", EXPONENT_MIN, EXPONENT_MAX, where)
+                if sections[0][1] != 2 * k:
+                    _fail(where, f"centroid section holds {sections[0][1]} bytes, {k} float16 centroids need {2 * k}")
+                need = (numel * bits + 7) // 8
+                if sections[1][1] != need:
+                    _fail(where, f"index section holds {sections[1][1]} bytes, {numel} indices of {bits} bits "
+                                 f"need {need}")
+                fields = {"bits": bits, "n_centroids": k, "exponent": exponent}
+            entries.append(_TocEntry(where, kind, mode, dt, tuple(shape), numel, tuple(sections), **fields))
             if kind == "weight":
                 wshape = shape
-        out[name] = arrays
-    if cursor != len(data):
-        raise ExCPFormatError(f"{len(data) - cursor} unaccounted bytes after the last section")
+        out.append((name, entries))
+    if cursor != data_len:
+        raise ExCPFormatError(f"{data_len - cursor} unaccounted bytes after the last section")
     return out
 
 
-def _decode_entry(where, e, mode, shape, numel, dt, views, base) -> np.ndarray:
-    if mode == "raw":
-        if len(views[0]) != numel * dt.itemsize:
-            _fail(where, f"raw section holds {len(views[0])} bytes, shape {shape} of {dt} needs {numel * dt.itemsize}")
+def _decode_payload(payload, refs) -> dict:
+    """Parse and validate a payload; ``refs``: name -> float32 reference (or None) / None for no refs."""
+    toc, _, data = _parse_toc(payload)
+    params = _check_toc(toc, len(data))
+    out = {}
+    for name, entries in params:
+        arrays = {k: None for k in KINDS}
+        for e in entries:
+            base = None
+            if e.mode != "raw" and e.kind == "weight":
+                r = None if refs is None else refs.get(name)
+                if r is None:
+                    _fail(name, "stored as a residual but no reference weight was given")
+                base = _as_float32_ref(r, name, e.shape, ExCPFormatError)
+            arrays[e.kind] = _decode_entry(e, [data[off:off + ln] for off, ln in e.sections], base)
+        out[name] = arrays
+    return out
+
+
+def _decode_entry(e: _TocEntry, views: list, base) -> np.ndarray:
+    """One array from its checked TOC entry and section views (``base``: the float32 reference of a weight)."""
+    where, shape, numel, dt = e.where, e.shape, e.numel, e.dtype
+    if e.mode == "raw":
         a = np.frombuffer(views[0], dtype=_le(dt)).astype(dt).reshape(shape)
         if dt == np.bool_ and numel and np.frombuffer(views[0], np.uint8).max() > 1:
             _fail(where, "bool array holds bytes other than 0 and 1")
         return a
-    # base is the float32 reference for weights, zeros for moments; its size is checked or bounded
-    if base is not None:
-        out = base.ravel().copy()
-    else:
-        out = None
-    if mode == "zero":
+    # base is the float32 reference for weights, None (zeros) for moments; its shape was checked
+    out = base.ravel().copy() if base is not None else None
+    if e.mode == "zero":
         return (out if out is not None else np.zeros(numel, np.float32)).reshape(shape)
-    if mode == "exact":
-        count = _toc_int(e, "count", 1, numel, where)
-        pk = e["positions"]
+    if e.mode == "exact":
         pbuf, vbuf = views
-        if pk == "mask":
-            if len(pbuf) != (numel + 7) // 8:
-                _fail(where, f"position mask holds {len(pbuf)} bytes, {numel} positions need {(numel + 7) // 8}")
+        if e.positions == "mask":
             bits = np.unpackbits(np.frombuffer(pbuf, np.uint8))
             if bits[numel:].any():
                 _fail(where, "non-zero pad bits after the position mask")
             pos = np.flatnonzero(bits[:numel])
-            if pos.size != count:
-                _fail(where, f"position mask marks {pos.size} positions, count says {count}")
-        elif pk in ("u32", "u64"):
-            width = 4 if pk == "u32" else 8
-            if len(pbuf) != count * width:
-                _fail(where, f"position list holds {len(pbuf)} bytes, {count} {pk} positions need {count * width}")
-            pos = np.frombuffer(pbuf, "<u4" if width == 4 else "<u8")
+            if pos.size != e.count:
+                _fail(where, f"position mask marks {pos.size} positions, count says {e.count}")
+        else:
+            pos = np.frombuffer(pbuf, "<u4" if e.positions == "u32" else "<u8")
             if pos.size and (np.any(pos[1:] <= pos[:-1]) or int(pos[-1]) >= numel):
                 _fail(where, "positions are not strictly increasing within the array")
             pos = pos.astype(np.intp)
-        else:
-            _fail(where, f"unknown positions encoding {_short(pk)}")
-        if len(vbuf) != 4 * count:
-            _fail(where, f"value section holds {len(vbuf)} bytes, {count} float32 values need {4 * count}")
         if out is None:
             out = np.zeros(numel, np.float32)
         out[pos] = np.frombuffer(vbuf, "<f4")
         return out.reshape(shape)
     # quant
-    bits = _toc_int(e, "bits", 2, 8, where)
-    k = _toc_int(e, "n_centroids", 1, (1 << bits) - 1, where)
-    exponent = _toc_int(e, "exponent", -200, 200, where)
     cbuf, ibuf = views
-    if len(cbuf) != 2 * k:
-        _fail(where, f"centroid section holds {len(cbuf)} bytes, {k} float16 centroids need {2 * k}")
     c16 = np.frombuffer(cbuf, "<f2").astype(np.float16)
-    c32 = c16.astype(np.float32)
-    if not np.all(np.isfinite(c32)) or np.any(c32[1:] <= c32[:-1]):
-        _fail(where, "centroids are not finite and strictly increasing")
-    if len(ibuf) != (numel * bits + 7) // 8:
-        _fail(where, f"index section holds {len(ibuf)} bytes, {numel} indices of {bits} bits need "
-                     f"{(numel * bits + 7) // 8}")
+    table = _centroid_table(c16, e.exponent)  # [0, c_1 * 2**e, ...], over/underflow left to the check below
+    if not np.all(np.isfinite(table)) or np.any(table[2:] <= table[1:-1]):
+        _fail(where, f"centroids are not finite and strictly increasing (after scaling by 2**{e.exponent})")
     try:
-        idx = unpack_bits(ibuf, bits, numel)
-        vals = dequantize(idx, c16, exponent)
+        idx = unpack_bits(ibuf, e.bits, numel)
     except ExCPFormatError as err:
         _fail(where, str(err))
+    if idx.size and int(idx.max()) > e.n_centroids:
+        _fail(where, f"quantisation index {int(idx.max())} points past the {e.n_centroids}-entry centroid table")
+    vals = table[idx]
     if out is None:
         return vals.reshape(shape)
-    nz = idx != 0
-    out[nz] = out[nz] + vals[nz]
+    # W_ref + dequant(dW) only where the index is non-zero (a pruned position keeps W_ref's exact bits);
+    # the float32 sum of a finite reference and a finite centroid may round to inf: that is the value
+    with np.errstate(over="ignore", invalid="ignore"):
+        np.add(out, vals, out=out, where=idx != 0)
     return out.reshape(shape)
 
 
-def decode_checkpoint(blob, ref_weights=None) -> dict:
+def decode_checkpoint(blob, ref_weights=None, *, max_payload_bytes: int = MAX_PAYLOAD_BYTES) -> dict:
     """Decode a blob from :func:`encode_checkpoint`; returns name -> {"weight", "exp_avg", "exp_avg_sq"}.
 
     ``ref_weights`` must hold the same reference weights the encoder was given (name -> array) for every
     parameter stored as a residual; wrong shapes or a missing reference raise :class:`ExCPFormatError`,
-    as does anything wrong with the blob.
+    as does anything wrong with the blob. ``max_payload_bytes`` bounds what the blob may expand to: a blob
+    that declares a larger payload is refused before anything is allocated (default
+    :data:`MAX_PAYLOAD_BYTES`, 32 GiB; a value that is not a non-negative integer raises :class:`ExCPError`).
     """
+    limit = _check_limit(max_payload_bytes)
     if ref_weights is not None and not isinstance(ref_weights, Mapping):
         raise ExCPFormatError(f"ref_weights must be a mapping name -> array, got {type(ref_weights).__name__}")
-    payload, _ = _unpack_container(blob)
+    payload, _ = _unpack_container(blob, limit)
     return _decode_payload(payload, ref_weights)

@@ -99,8 +99,23 @@ def _summ(stats: list[dict]) -> dict:
 
 
 def _same(a: dict, b: dict) -> bool:
-    return all(np.array_equal(a[n][k].view(np.uint8), b[n][k].view(np.uint8))
-               for n in a for k in a[n] if a[n][k] is not None)
+    """Bit-exact equality of two decoded checkpoints: same names and kinds, and per array the same dtype, shape
+    and bytes (0-dim arrays such as a scalar parameter included)."""
+    def same(x, y) -> bool:
+        if x is None or y is None:
+            return x is None and y is None
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        return np.array_equal(np.ascontiguousarray(x).reshape(-1).view(np.uint8),
+                              np.ascontiguousarray(y).reshape(-1).view(np.uint8))
+
+    return a.keys() == b.keys() and all(a[n].keys() == b[n].keys() and all(same(a[n][k], b[n][k]) for k in a[n])
+                                        for n in a)
+
+
+def _is_lossy(cfg: ExCPConfig) -> bool:
+    """A residual is lossy unless pruning and quantisation are all off (then it is bit-exact)."""
+    return bool(cfg.prune_weights or cfg.prune_moments or cfg.quantize)
 
 
 class Chain:
@@ -170,7 +185,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
 
     def record(run, step, method, triples, chain, eval_loss=None, resumed=False, eval_recon=True):
         blob, recon, stats, ct, dt, first = chain.add(triples)
-        lossy = method == "excp" and not first
+        lossy = not first and _is_lossy(chain.cfg)  # the first of a chain is stored whole and lossless
         fb = full_bytes(triples)
         row = {"run": run, "step": step, "lossy": lossy, "method": method if not first else f"{method} (first, lossless)",
                "full_bytes": fb, "comp_bytes": len(blob), "ratio": fb / len(blob), "resumed_here": resumed,
@@ -253,10 +268,11 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
     # 3. the sweep, on the baseline's last checkpoints
     sweep_rows = _sweep(ckpts, excp_cfg, ro, opts, nb, out_dir, log)
 
-    lossy_comp = [r for r in comp_rows if r["lossy"]]
-    lossy_base = [r for r in base_rows if r["lossy"]]
+    # the ExCP rows after the first of each chain (lossy or not: the configuration may switch every lossy stage off)
+    lossy_comp = [r for r in comp_rows if r["method"] == "excp"]
+    lossy_base = [r for r in base_rows if r["method"] == "excp"]
     summary = {
-        "lossy": True,
+        "lossy": _is_lossy(excp_cfg),
         "config": excp_cfg.to_dict(), "resume_every": K, "eval_batches": nb,
         "n_params": _n_params(ckpts[0][1]),
         "steps": [s for s, _ in ckpts],
