@@ -34,7 +34,7 @@ def paper_table(ck: pd.DataFrame, summary: dict) -> pd.DataFrame:
     base = ck[ck["run"] == "baseline"]
     later = base[~base["method"].str.contains("first")]
     res = later[later["method"] == "residual+archiver"]
-    comp = ck[(ck["run"] == "compressed") & ck["lossy"]]
+    comp = ck[(ck["run"] == "compressed") & ~ck["method"].str.contains("first")]
     full = comp["full_bytes"].mean()
     arch = f"{summary['config']['archiver']}-{summary['config'].get('archiver_level') or 'default'}"
     rows = [("original (fp32 weights + both Adam moments)", full, summary["final_eval_loss_baseline"], "lossless"),

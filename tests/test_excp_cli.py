@@ -294,6 +294,19 @@ def test_corrupt_container_is_one_line(lossy, tmp_path, capsys):
     assert "checkpoint-20.excp" in r.stderr
 
 
+@pytest.mark.parametrize("field, value", [("optimizer", "garbage"), ("optimizer", {"slots": 7}), ("weights", "x"),
+                                          ("weights", {"tensors": "x"})])
+def test_malformed_restore_record_is_one_line(lossy, tmp_path, capsys, field, value):
+    out = tmp_path / "out"
+    shutil.copytree(lossy[0], out)
+    rec = out / "checkpoint-10.json"
+    doc = json.loads(rec.read_text())
+    doc[field] = value
+    rec.write_text(json.dumps(doc))
+    msg = fail(["restore", out, tmp_path / "rest"], capsys)
+    assert "checkpoint-10.json" in msg
+
+
 def _forged_toc_container(toc_text: bytes) -> bytes:
     from lmcbench.lossy import excp
 

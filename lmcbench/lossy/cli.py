@@ -586,7 +586,12 @@ def cmd_restore(args, out=None) -> int:
                                   f"(its record links it to {link!r})")
         ref, prev_sha = {n: r["weight"] for n, r in recon.items()}, sha
         if s in targets:
-            _write_restored(src, dest, s, side, recon)
+            try:
+                _write_restored(src, dest, s, side, recon)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+                # the record is our own JSON, but a hand-edited or forged one must still fail in one line
+                raise SourceError(f"{os.path.join(src, f'checkpoint-{s}.json')}: malformed restore record "
+                                  f"({type(e).__name__}: {_one_line(e)})") from None
             bar.write(f"step {s}: restored to {os.path.join(dest, f'checkpoint-{s}')}", file=out)
         del recon, blob
     bar.close()
