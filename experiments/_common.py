@@ -8,6 +8,9 @@ import os
 import pandas as pd
 
 from lmcbench.report import load_records, load_streams
+from lmcbench.sources import KINDS as _SOURCE_KINDS
+
+KINDS = [k for k in _SOURCE_KINDS if k != "other"]  # weights and the Adam moments, in report order
 
 MiB = 2**20
 GiB = 2**30

@@ -18,9 +18,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import finish, header, load_run, main, md_table  # noqa: E402
+from _common import KINDS, finish, header, load_run, main, md_table  # noqa: E402
+from lmcbench.report.plots import kinds_in  # noqa: E402
 
-KINDS = ["weight", "exp_avg", "exp_avg_sq"]
 MODES = {"delta": "XOR delta", "delta_sub": "subtraction delta", "reference": "adaptive (per-chunk XOR or not)"}
 HEADER_SLACK = 8  # bytes: the reference hash an LMC blob coded against a reference carries in its header
 
@@ -165,13 +165,8 @@ def render(run_dir: str, out_dir: str) -> str:
     return finish(run_dir, out_dir, lines, copy=("summary.csv", "environment.json"))
 
 
-def _kinds(df):
-    present = list(dict.fromkeys(df["kind"]))
-    return [k for k in KINDS if k in present] + [k for k in present if k not in KINDS]
-
-
 def _plot_lag_steps(bs, path):
-    pairs = [(d, k) for d in dict.fromkeys(bs["dtype"]) for k in _kinds(bs[bs["dtype"] == d])]
+    pairs = [(d, k) for d in dict.fromkeys(bs["dtype"]) for k in kinds_in(bs[bs["dtype"] == d])]
     modes = [m for m in MODES if m in set(bs["mode"])]
     if not pairs or not modes:
         return None
@@ -203,7 +198,7 @@ def _plot_lag_steps(bs, path):
 
 
 def _plot_changed(bs, cf, path):
-    pairs = [(d, k) for d in dict.fromkeys(bs["dtype"]) for k in _kinds(bs[bs["dtype"] == d])]
+    pairs = [(d, k) for d in dict.fromkeys(bs["dtype"]) for k in kinds_in(bs[bs["dtype"] == d])]
     m = bs[bs["mode"].isin(["delta", "delta_sub", "reference"])].merge(cf, on=["dtype", "kind", "lag", "step"])
     if m.empty:
         return None

@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import MiB, finish, header  # noqa: E402
+from _common import MiB, finish, header, md_table  # noqa: E402
 
 
 def _read(run_dir, name):
@@ -80,7 +80,7 @@ def render(run_dir: str, out_dir: str) -> str:
               f"{summary['final_eval_loss_compressed_live']:.4f})",
               f"- target (at least 25x, loss within 2%): {'met' if ok else 'NOT met'}", ""]
     if not ck.empty:
-        lines += ["## The paper's table", "", _md(paper_table(ck, summary)), ""]
+        lines += ["## The paper's table", "", md_table(paper_table(ck, summary)), ""]
     made = [_plot_curves(ck, os.path.join(out_dir, "loss_and_size.png"), summary)] if not ck.empty else []
     if not ck.empty:
         comp = ck[ck["run"] == "compressed"].copy()
@@ -98,7 +98,7 @@ def render(run_dir: str, out_dir: str) -> str:
                               "resumed_here": "resumed from recon."}).set_index("step")
         lines += ["## The compressed run, checkpoint by checkpoint", "",
                   "rel_l2 = ||x_rec - x|| / ||x|| per tensor, averaged weighted by size (for weights against W_t); "
-                  "kept = fraction of values left non-zero by pruning.", "", _md(t, "step"), ""]
+                  "kept = fraction of values left non-zero by pruning.", "", md_table(t, "step"), ""]
     if not sw.empty:
         s = sw.copy()
         s["loss change"] = (s["eval_loss_recon"] / s["eval_loss_orig"] - 1).map(lambda v: f"{100 * v:+.2f}%")
@@ -112,7 +112,7 @@ def render(run_dir: str, out_dir: str) -> str:
         lines += [f"## Sweep (one knob at a time, baseline run, checkpoints {sw['steps'].iloc[0]})", "",
                   "ratio = mean over the chain's lossy checkpoints; loss = the last checkpoint's weights as "
                   f"reconstructed, against the original's {sw['eval_loss_orig'].iloc[0]:.4f} (no training after "
-                  "the reconstruction).", "", _md(s, "knob"), ""]
+                  "the reconstruction).", "", md_table(s, "knob"), ""]
         made.append(_plot_sweep(sw, os.path.join(out_dir, "sweep.png")))
     if not ar.empty:
         a = ar.copy()
@@ -121,7 +121,7 @@ def render(run_dir: str, out_dir: str) -> str:
         a["comp_bytes"] = (a["comp_bytes"] / MiB).map(lambda v: f"{v:.2f}")
         a = a[["archiver", "comp_bytes", "ratio", "seconds"]].rename(columns={"comp_bytes": "MiB"}).set_index("archiver")
         lines += [f"## The archiver's share (the same ExCP payload of step {int(ar['step'].iloc[0])}, single thread)",
-                  "", _md(a, "archiver"), ""]
+                  "", md_table(a, "archiver"), ""]
     made = [m for m in made if m]
     lines += ["## Figures", ""] + [f"![{m}]({m})" for m in made] + [""]
     for name in ("excp_checkpoints.csv", "excp_sweep.csv", "excp_archivers.csv", "summary.json"):
@@ -129,12 +129,6 @@ def render(run_dir: str, out_dir: str) -> str:
             shutil.copy(os.path.join(run_dir, name), os.path.join(out_dir, name))
     _per_kind(run_dir, out_dir)
     return finish(run_dir, out_dir, lines)
-
-
-def _md(df: pd.DataFrame, index_name: str = "") -> str:
-    from _common import md_table
-
-    return md_table(df, index_name)
 
 
 def _per_kind(run_dir, out_dir):

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, MiB, finish, header, load_run, main, md_table  # noqa: E402
+from _common import KINDS, GiB, MiB, finish, header, load_run, main, md_table  # noqa: E402
 
 # (row label, codec option, pipeline)
 ROWS = [("LMC, 1 thread", "lmc", "raw"), ("LMC, all threads", "lmc_mt", "raw"),
@@ -25,7 +25,6 @@ ROWS = [("LMC, 1 thread", "lmc", "raw"), ("LMC, all threads", "lmc_mt", "raw"),
         ("zstd-3, byte-grouped", "zstd", "bytegroup"), ("bz2-9, byte-grouped", "bz2", "bytegroup"),
         ("memcpy (ceiling)", "memcpy", "raw")]
 PAPER_PER_CORE = {"compress": 2.78 / 16, "decompress": 3.76 / 16}  # GiB/s per core, LMC paper, 16 cores
-KINDS = ["weight", "exp_avg", "exp_avg_sq"]
 
 
 def _agg(part: pd.DataFrame) -> pd.Series:

@@ -19,15 +19,10 @@ import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import finish, header, load_run, main, md_table  # noqa: E402
+from lmcbench.report.plots import kinds_in  # noqa: E402
 
-KINDS = ["weight", "exp_avg", "exp_avg_sq"]
 RATIO_ROWS = [("LMC", "lmc", "raw"), ("zstd-3, byte-grouped", "zstd", "bytegroup"),
               ("zstd-3, XOR delta + byte-grouped", "zstd", "delta_bytegroup")]
-
-
-def _kinds(df):
-    present = list(dict.fromkeys(df["kind"]))
-    return [k for k in KINDS if k in present] + [k for k in present if k not in KINDS]
 
 
 def ratio_by_step(df: pd.DataFrame) -> pd.DataFrame:
@@ -141,7 +136,7 @@ def _empty(ax, df, dtype, kind) -> bool:
 
 
 def _plot_ratio(rs, path):
-    dtypes, kinds = list(dict.fromkeys(rs["dtype"])), _kinds(rs)
+    dtypes, kinds = list(dict.fromkeys(rs["dtype"])), kinds_in(rs)
     fig, axes = _grid(len(dtypes), len(kinds))
     for i, d in enumerate(dtypes):
         for j, k in enumerate(kinds):
@@ -163,7 +158,7 @@ def _plot_ratio(rs, path):
 
 
 def _plot_entropy(e, tr, path):
-    dtypes, kinds = list(dict.fromkeys(e["dtype"])), _kinds(e)
+    dtypes, kinds = list(dict.fromkeys(e["dtype"])), kinds_in(e)
     fig, axes = _grid(len(dtypes), len(kinds))
     for i, d in enumerate(dtypes):
         for j, k in enumerate(kinds):
@@ -186,7 +181,7 @@ def _plot_entropy(e, tr, path):
 
 
 def _plot_xor(xs, path):
-    dtypes, kinds = list(dict.fromkeys(xs["dtype"])), _kinds(xs)
+    dtypes, kinds = list(dict.fromkeys(xs["dtype"])), kinds_in(xs)
     fig, axes = _grid(len(dtypes), len(kinds))
     for i, d in enumerate(dtypes):
         for j, k in enumerate(kinds):
@@ -210,7 +205,7 @@ def _plot_xor(xs, path):
 
 
 def _plot_bits(xor, path):
-    pairs = [(d, k) for d in dict.fromkeys(xor["dtype"]) for k in _kinds(xor[xor["dtype"] == d])]
+    pairs = [(d, k) for d in dict.fromkeys(xor["dtype"]) for k in kinds_in(xor[xor["dtype"] == d])]
     fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 3.6), squeeze=False)
     for ax, (d, k) in zip(axes[0], pairs):
         m, steps = bit_positions(xor, d, k)

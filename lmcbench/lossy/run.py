@@ -21,7 +21,6 @@ lossless ``records.csv``.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ import time
 
 import numpy as np
 
+from ..bench.runner import CsvAppender
 from ..errors import ConfigError
 from .excp import ExCPConfig, decode_checkpoint, encode_checkpoint
 
@@ -93,7 +93,6 @@ def _summ(stats: list[dict]) -> dict:
         # the numel-weighted mean of the per-tensor relative L2 errors
         out[f"{kind}_rel_l2"] = sum(x["rel_l2"] * x["numel"] for x in s if np.isfinite(x["rel_l2"])) / n
         out[f"{kind}_kept"] = sum(x["kept_fraction"] * x["numel"] for x in s) / n
-    out["weight_kept"] = out.pop("weight_kept")
     out["moment_kept"] = (out.pop("exp_avg_kept") + out.pop("exp_avg_sq_kept")) / 2
     return out
 
@@ -179,8 +178,8 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
         raise ConfigError("experiment=excp needs a series of at least 2 checkpoints")
     os.makedirs(out_dir, exist_ok=True)
     K, nb = ro["resume_every"], ro["eval_batches"]
-    ck_out = _Csv(os.path.join(out_dir, "excp_checkpoints.csv"), CKPT_COLUMNS)
-    t_out = _Csv(os.path.join(out_dir, "excp_tensors.csv"), TENSOR_COLUMNS)
+    ck_out = CsvAppender(os.path.join(out_dir, "excp_checkpoints.csv"), CKPT_COLUMNS)
+    t_out = CsvAppender(os.path.join(out_dir, "excp_tensors.csv"), TENSOR_COLUMNS)
     log(f"excp: {len(ckpts)} checkpoints of {source.path}; {excp_cfg}")
 
     def record(run, step, method, triples, chain, eval_loss=None, resumed=False, eval_recon=True):
@@ -194,7 +193,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
             row["eval_loss_recon"] = _eval_arrays(opts, {n: r["weight"] for n, r in recon.items()}, nb)
         elif eval_recon:
             row["eval_loss_recon"] = eval_loss
-        ck_out.write(row)
+        ck_out.write([row])
         t_out.write([{"run": run, "step": step, "method": method, "lossy": lossy, **s} for s in stats])
         return recon, row
 
@@ -204,6 +203,8 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
     base_rows, early_rows, early, prev_triples = [], {}, {}, None
     for i, (step, d) in enumerate(ckpts):
         triples = load_triples(d)
+        if i == 0:
+            n_params = int(sum(t["weight"].size for t in triples.values()))
         ev = _eval_arrays(opts, {n: t["weight"] for n, t in triples.items()}, nb)
         if i == len(ckpts) - 1:
             _archivers(triples, base_chain.ref, excp_cfg, step, out_dir, log)
@@ -235,7 +236,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
         if i < K or (i == K and resume):
             # identical to the baseline run until the first resume: its rows and reconstruction are reused
             row = {**early_rows[i], "run": "compressed", "resumed_here": resume}
-            ck_out.write(row)
+            ck_out.write([row])
             comp_rows.append(row)
             if i in early:  # the chain's state after this checkpoint
                 chain.ref = {n: r["weight"] for n, r in early[i].items()}
@@ -274,7 +275,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
     summary = {
         "lossy": _is_lossy(excp_cfg),
         "config": excp_cfg.to_dict(), "resume_every": K, "eval_batches": nb,
-        "n_params": _n_params(ckpts[0][1]),
+        "n_params": n_params,
         "steps": [s for s, _ in ckpts],
         "ratio_full": float(np.mean([r["ratio"] for r in lossy_comp])),
         "ratio_full_total": float(sum(r["full_bytes"] for r in lossy_comp) / sum(r["comp_bytes"] for r in lossy_comp)),
@@ -307,7 +308,7 @@ def _archivers(triples: dict, ref: dict, cfg: ExCPConfig, step: int, out_dir: st
     payload, _, _ = encode_checkpoint(triples, ref, ExCPConfig.from_dict({**cfg.to_dict(), "archiver": "none",
                                                                           "archiver_level": None}))
     fb = full_bytes(triples)
-    out = _Csv(os.path.join(out_dir, "excp_archivers.csv"), ["step", "archiver", "level", "comp_bytes", "ratio",
+    out = CsvAppender(os.path.join(out_dir, "excp_archivers.csv"), ["step", "archiver", "level", "comp_bytes", "ratio",
                                                             "seconds"])
     for name, level in ARCHIVERS:
         t0 = time.perf_counter()
@@ -322,8 +323,8 @@ def _archivers(triples: dict, ref: dict, cfg: ExCPConfig, step: int, out_dir: st
 
             n = len(lmc.compress(np.frombuffer(payload, np.uint8), threads=1))
         sec = time.perf_counter() - t0
-        out.write({"step": step, "archiver": name, "level": "" if level is None else level, "comp_bytes": n,
-                   "ratio": fb / n, "seconds": round(sec, 3)})
+        out.write([{"step": step, "archiver": name, "level": "" if level is None else level, "comp_bytes": n,
+                   "ratio": fb / n, "seconds": round(sec, 3)}])
         log(f"excp archiver {name}{'' if level is None else '-' + str(level)}: {fb / n:.1f}x in {sec:.1f} s")
     out.close()
 
@@ -341,10 +342,6 @@ def _resume(src_dir: str, recon: dict, out_dir: str, opts: dict):
     return Trainer.from_checkpoint(path, opts)
 
 
-def _n_params(ckpt_dir: str) -> int:
-    t = load_triples(ckpt_dir)
-    return int(sum(v["weight"].size for v in t.values()))
-
 
 def _sweep(ckpts, base_cfg: ExCPConfig, ro: dict, opts: dict, nb: int, out_dir: str, log) -> list[dict]:
     sw = ro["sweep"]
@@ -359,7 +356,7 @@ def _sweep(ckpts, base_cfg: ExCPConfig, ro: dict, opts: dict, nb: int, out_dir: 
     data = [load_triples(d) for _, d in tail]
     orig_eval = _eval_arrays(opts, {n: t["weight"] for n, t in data[-1].items()}, nb)
     rows = []
-    out = _Csv(os.path.join(out_dir, "excp_sweep.csv"), SWEEP_COLUMNS)
+    out = CsvAppender(os.path.join(out_dir, "excp_sweep.csv"), SWEEP_COLUMNS)
     for knob, cfg in points:
         chain = Chain(cfg)
         per, sizes, last_recon = [], [], None
@@ -377,27 +374,12 @@ def _sweep(ckpts, base_cfg: ExCPConfig, ro: dict, opts: dict, nb: int, out_dir: 
                "eval_loss_recon": _eval_arrays(opts, {n: r["weight"] for n, r in last_recon.items()}, nb),
                "eval_loss_orig": orig_eval,
                **{k: float(np.mean([s[k] for s in summ])) for k in summ[0]}}
-        out.write(row)
+        out.write([row])
         rows.append(row)
         log(f"excp sweep {knob}: alpha {cfg.alpha:g} beta {cfg.beta:g} bits {cfg.bits}: {row['ratio']:.1f}x, "
             f"recon eval {row['eval_loss_recon']:.4f} (original {orig_eval:.4f})")
     out.close()
     return rows
-
-
-class _Csv:
-    def __init__(self, path, columns):
-        self._f = open(path, "w", newline="")
-        self._w = csv.DictWriter(self._f, fieldnames=columns, extrasaction="ignore")
-        self._w.writeheader()
-
-    def write(self, rows):
-        for r in ([rows] if isinstance(rows, dict) else rows):
-            self._w.writerow(r)
-        self._f.flush()
-
-    def close(self):
-        self._f.close()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,12 +11,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from ..sources import KINDS as KIND_ORDER  # noqa: E402
 from . import aggregate, comparable  # noqa: E402
 
-KIND_ORDER = ["weight", "exp_avg", "exp_avg_sq", "other"]
 
-
-def _kinds(df):
+def kinds_in(df) -> list[str]:
+    """The kinds present in ``df``: weights, the Adam moments and other in that order, then any else met."""
     ks = list(dict.fromkeys(df["kind"]))
     return [k for k in KIND_ORDER if k in ks] + [k for k in ks if k not in KIND_ORDER]
 
@@ -25,7 +25,7 @@ def ratio_vs_step(df: pd.DataFrame, path: str) -> bool:
     ok = df[df["verified"] & df["comp_bytes"].notna() & (df["codec"] != "memcpy")]
     if ok.empty or ok["step"].nunique() < 2:
         return False
-    kinds, transforms = _kinds(ok), list(dict.fromkeys(ok["transform"]))
+    kinds, transforms = kinds_in(ok), list(dict.fromkeys(ok["transform"]))
     fig, axes = plt.subplots(len(kinds), len(transforms), figsize=(3.2 * len(transforms), 2.6 * len(kinds)),
                              sharex=True, squeeze=False)
     codecs = list(dict.fromkeys(ok["codec_label"]))
@@ -108,7 +108,7 @@ def entropy_vs_step(streams: pd.DataFrame | None, path: str) -> bool:
     transforms = [t for t in dict.fromkeys(s["transform"]) if s[s["transform"] == t]["stream"].nunique() > 1]
     if not transforms:
         return False
-    kinds = _kinds(s)
+    kinds = kinds_in(s)
     fig, axes = plt.subplots(len(kinds), len(transforms), figsize=(3.4 * len(transforms), 2.6 * len(kinds)),
                              sharex=True, sharey=True, squeeze=False)
     for i, kind in enumerate(kinds):
