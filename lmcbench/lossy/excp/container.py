@@ -139,7 +139,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError, LmcbenchError
+from ...errors import ConfigError, LmcbenchError
 
 __all__ = [
     "ExCPConfig", "ExCPError", "ExCPFormatError", "Quantized",
