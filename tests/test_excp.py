@@ -134,6 +134,21 @@ def chain2():
     return {"t1": t1, "rec1": rec1, "t2": t2, "ref": ref, "blob2": blob2, "rec2": rec2, "stats2": stats2}
 
 
+# ------------------------------------------------------------------------------------------ package
+def test_public_api_is_the_package_all():
+    """lmcbench.lossy re-exports exactly lmcbench.lossy.excp.__all__ (sorted); ``excp.quantize`` is the function
+    (the submodule of the same name is lmcbench.lossy.excp.quantize in sys.modules only)."""
+    import sys
+
+    import lmcbench.lossy as lossy
+
+    assert lossy.__all__ == sorted(excp.__all__)
+    for name in excp.__all__:
+        assert getattr(lossy, name) is getattr(excp, name), name
+    assert callable(excp.quantize) and excp.quantize is quantize
+    assert sys.modules["lmcbench.lossy.excp.quantize"].quantize is quantize
+
+
 # ------------------------------------------------------------------------------------------- config
 def test_config_defaults_and_from_dict():
     c = ExCPConfig()
