@@ -105,6 +105,59 @@ def test_vector_encodes_to_the_same_bytes(name):
         f"{name}: the {archiver} library reproduces the frozen archive, so the blob must be identical"
 
 
+def spec_decode(blob: bytes, refs: dict | None) -> dict:
+    """A second reader, written from FORMAT.md alone (no lmcbench code), for well-formed blobs."""
+    import zlib
+
+    import ml_dtypes
+
+    magic, version, arch_id, reserved, raw_len, archived_len, raw_crc, archived_crc = HEADER.unpack(blob[:32])
+    assert (magic, version, reserved, archived_len) == (b"ExCP", 1, 0, len(blob) - 32)
+    assert zlib.crc32(blob[32:]) == archived_crc
+    p = payload(blob, ["none", "lzma", "zstd", "lmc"][arch_id])
+    assert len(p) == raw_len and zlib.crc32(p) == raw_crc
+    (toc_len,) = struct.unpack_from("<I", p, 0)
+    toc = json.loads(p[4:4 + toc_len].decode("utf-8"))
+    data = p[4 + toc_len:]
+    assert (toc["format"], toc["version"]) == ("excp", 1)
+    out = {}
+    for param in toc["params"]:
+        arrays = {k: None for k in mv.KINDS}
+        for e in param["arrays"]:
+            shape, numel = tuple(e["shape"]), int(np.prod(e["shape"], dtype=np.int64))
+            secs = [data[o:o + n] for o, n in e["sections"]]
+            if e["mode"] == "raw":
+                dt = np.dtype(getattr(ml_dtypes, e["dtype"], None) or e["dtype"])
+                a = np.frombuffer(secs[0], dt.newbyteorder("<") if dt.kind in "biufc" else dt).astype(dt)
+                arrays[e["kind"]] = a.reshape(shape)
+                continue
+            base = refs[param["name"]].astype(np.float32).ravel().copy() if e["kind"] == "weight" else None
+            a = base if base is not None else np.zeros(numel, np.float32)
+            if e["mode"] == "exact":
+                if e["positions"] == "mask":
+                    pos = np.flatnonzero(np.unpackbits(np.frombuffer(secs[0], np.uint8))[:numel])
+                else:
+                    pos = np.frombuffer(secs[0], "<u4" if e["positions"] == "u32" else "<u8").astype(np.int64)
+                a[pos] = np.frombuffer(secs[1], "<f4")
+            elif e["mode"] == "quant":
+                b = e["bits"]
+                table = np.concatenate([[np.float32(0)], np.ldexp(np.frombuffer(secs[0], "<f2").astype(np.float32),
+                                                                  e["exponent"])]).astype(np.float32)
+                bitstream = np.unpackbits(np.frombuffer(secs[1], np.uint8))[:numel * b].reshape(numel, b)
+                idx = bitstream.astype(np.int64) @ (1 << np.arange(b - 1, -1, -1))
+                vals = table[idx]
+                a = np.where(idx != 0, a + vals, a) if base is not None else vals
+            arrays[e["kind"]] = a.astype(np.float32).reshape(shape)
+        out[param["name"]] = arrays
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(VECTORS))
+def test_format_md_reader_agrees(name):
+    """FORMAT.md is enough to read every vector: an independent reader gives the same arrays."""
+    assert_bit_exact(spec_decode(blob_of(name), reference(name)), expected(name))
+
+
 def test_vectors_cover_the_format():
     """Every mode, position encoding, packing width, archiver and centroid scale appears in some vector."""
     seen = set()
