@@ -25,7 +25,7 @@ from .config import (
     _short,
 )
 from .prune import prune_moment_mask, prune_weight_mask
-from .quantize import _centroid_table, pack_bits, quantize, unpack_bits
+from .kmeans import _centroid_table, pack_bits, quantize, unpack_bits
 
 
 # ---------------------------------------------------------------------------------------- dtypes
