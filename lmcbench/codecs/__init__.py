@@ -24,6 +24,7 @@ _LAZY = {
     "memcpy": "lmcbench.codecs.basic", "bz2": "lmcbench.codecs.basic", "lzma": "lmcbench.codecs.basic",
     "zstd": "lmcbench.codecs.basic", "lz4": "lmcbench.codecs.basic", "brotli": "lmcbench.codecs.basic",
     "zipnn": "lmcbench.codecs.peers", "openzl": "lmcbench.codecs.peers", "lmc": "lmcbench.codecs.lmc",
+    "z4ai": "lmcbench.codecs.peers", "blosc2": "lmcbench.codecs.peers", "pcodec": "lmcbench.codecs.peers",
 }
 
 

@@ -15,6 +15,12 @@ The third-party libraries are imported lazily (in methods), so this module impor
   stream is a 3-byte struct, which OpenZL's Huffman graph does not take, so it is first transposed into its
   three byte lanes, each Huffman-coded.) ``graph="generic"`` uses OpenZL's generic ``Compress`` graph on the
   typed numeric input instead. The frame records the element width and count, so no header of our own is needed.
+* ``z4ai`` — z4ai 0.2: sign/exponent/mantissa field split (bf16, fp16, fp32) or byte planes (fp64), each plane
+  the smallest of zstd (long-distance matching) and rANS. Through the ``reference`` pipeline it is
+  ``z4ai.compress_delta`` (XOR with the reference, then the same codec on the XOR).
+* ``blosc2`` — python-blosc2's ``compress2``: the shuffle (byte-grouping) or bit-shuffle filter with the array's
+  itemsize as ``typesize``, then zstd, lz4, ... — what HDF5/PyTables/Zarr users get. A byte codec: any dtype.
+* ``pcodec`` — pcodec's standalone format (``simple_compress``): numeric codec for float16/32/64 (no bfloat16).
 """
 
 from __future__ import annotations
@@ -223,4 +229,236 @@ class OpenZL(Codec):
         return outs[0].content.as_nparray()  # keeps the decoder's buffer alive; decode() views it as uint8
 
 
-__all__ = ["ZipNN", "OpenZL"]
+# --------------------------------------------------------------------------------------------------------------
+# z4ai
+# --------------------------------------------------------------------------------------------------------------
+
+def _z4ai_dtypes() -> dict[np.dtype, str]:
+    """numpy dtype -> z4ai dtype code, for the float formats z4ai 0.2 splits into fields or byte planes."""
+    import ml_dtypes
+
+    return {np.dtype(ml_dtypes.bfloat16): "bf16", np.dtype("<f2"): "fp16", np.dtype("<f4"): "fp32",
+            np.dtype("<f8"): "fp64"}
+
+
+def _check_threads(codec, threads, lo=0):
+    if isinstance(threads, bool) or not isinstance(threads, int) or not lo <= threads <= 256:
+        raise ConfigError(f"{codec}: threads must be an integer in [{lo}, 256], got {threads!r}")
+    return threads
+
+
+@register_codec
+class Z4AI(Codec):
+    """z4ai (PyPI ``z4ai``): field split / byte planes, then zstd-LDM or rANS per plane; a codec-level XOR delta.
+
+    ``threads``: z4ai's ``threads`` argument (0 = all cores, 1 = single-threaded, n = n workers). z4ai 0.2 honours
+    it only partly: ``compress(threads=1)`` compresses the planes one after another, but each plane's zstd pass,
+    its block and rANS pools and the best-of side passes are still sized by ``os.cpu_count()``, so on a machine
+    with many cores a "1-thread" z4ai row may use more than one (its ``compress_cpu_s`` shows it).
+    ``compress_delta(threads=t)`` hands ``t`` to zstd as its worker count and keeps one plane worker.
+    """
+
+    codec_id = "z4ai"
+
+    def __init__(self, threads: int = 1):
+        super().__init__(threads=_check_threads("z4ai", threads))
+
+    @classmethod
+    def check_installed(cls):
+        import z4ai  # noqa: F401
+
+    @property
+    def label(self):
+        t = self._params["threads"]
+        return "z4ai" if t == 1 else f"z4ai-{t or 'all'}t"
+
+    @property
+    def version(self):
+        return _dist_version("z4ai")
+
+    @property
+    def threads(self):
+        t = self._params["threads"]
+        return t if t > 0 else (os.cpu_count() or 1)
+
+    def check_applicable(self, arr):
+        dt = np.asarray(arr).dtype if not isinstance(arr, np.dtype) else arr
+        if dt not in _z4ai_dtypes():
+            raise NotApplicable(
+                f"z4ai: dtype {_dtype_name(dt)}{' (big-endian)' if _not_native(dt) else ''} is not supported; "
+                "z4ai 0.2 compresses little-endian bfloat16, float16, float32 and float64 only")
+
+    def _encode(self, arr):
+        import z4ai
+
+        self.check_applicable(arr)
+        # tobytes(): z4ai takes bytes (it would copy any other buffer to bytes itself), and this private copy
+        # is all it ever sees of the caller's array
+        return z4ai.compress(arr.tobytes(), dtype=_z4ai_dtypes()[arr.dtype], threads=self._params["threads"])
+
+    def _decode(self, buf):
+        import z4ai
+
+        return z4ai.decompress(buf if isinstance(buf, bytes) else bytes(buf))
+
+    # the ``reference`` pipeline: z4ai.compress_delta XORs the whole buffer with the reference
+    supports_reference = True
+
+    def _check_reference(self, arr, reference):
+        if reference.dtype != arr.dtype or reference.nbytes != arr.nbytes:
+            raise ValueError(f"z4ai: the reference ({_dtype_name(reference.dtype)}, {reference.nbytes} bytes) does "
+                             f"not match the array ({_dtype_name(arr.dtype)}, {arr.nbytes} bytes)")
+
+    def _encode_ref(self, arr, reference):
+        import z4ai
+
+        self.check_applicable(arr)
+        self._check_reference(arr, reference)
+        # compress_delta copies both arrays to bytes (ndarray.tobytes) before XOR-ing them
+        return z4ai.compress_delta(arr, reference, dtype=_z4ai_dtypes()[arr.dtype], threads=self._params["threads"])
+
+    def _decode_ref(self, buf, reference):
+        import z4ai
+
+        out = z4ai.decompress_delta(buf if isinstance(buf, bytes) else bytes(buf), reference)
+        return np.frombuffer(out, np.uint8)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Blosc2
+# --------------------------------------------------------------------------------------------------------------
+
+_BLOSC2_CNAMES = ("blosclz", "lz4", "lz4hc", "zlib", "zstd")
+_BLOSC2_SHUFFLES = ("noshuffle", "shuffle", "bitshuffle")
+_BLOSC2_MAX_TYPESIZE = 255  # the shuffle filters' limit
+
+
+def _blosc2_filter(blosc2, shuffle: str):
+    return {"noshuffle": blosc2.Filter.NOFILTER, "shuffle": blosc2.Filter.SHUFFLE,
+            "bitshuffle": blosc2.Filter.BITSHUFFLE}[shuffle]
+
+
+@register_codec
+class Blosc2(Codec):
+    """python-blosc2's ``compress2``: a shuffle filter over ``typesize`` = the array's itemsize, then a codec.
+
+    ``cname``: blosclz, lz4, lz4hc, zlib or zstd; ``clevel``: 0-9; ``shuffle``: ``noshuffle``, ``shuffle``
+    (byte-grouping: byte *j* of every element together, per block) or ``bitshuffle`` (bit *j* of every element);
+    ``threads``: blosc2's ``nthreads`` for both directions (null: all cores).
+
+    One call compresses at most ``blosc2.MAX_BUFFERSIZE`` bytes (2 GiB less 32); lmcbench slices tensors at
+    ``bench.chunk_mib`` (16 MiB), far below it, and a larger buffer is refused with a ``ValueError``.
+    """
+
+    codec_id = "blosc2"
+
+    def __init__(self, cname: str = "zstd", clevel: int = 5, shuffle: str = "shuffle", threads: int | None = 1):
+        if cname not in _BLOSC2_CNAMES:
+            raise ConfigError(f"blosc2: cname must be one of {', '.join(_BLOSC2_CNAMES)}, got {cname!r}")
+        if isinstance(clevel, bool) or not isinstance(clevel, int) or not 0 <= clevel <= 9:
+            raise ConfigError(f"blosc2: clevel must be an integer in [0, 9], got {clevel!r}")
+        if shuffle not in _BLOSC2_SHUFFLES:
+            raise ConfigError(f"blosc2: shuffle must be one of {', '.join(_BLOSC2_SHUFFLES)}, got {shuffle!r}")
+        if threads is not None:
+            _check_threads("blosc2", threads, lo=1)
+        super().__init__(cname=cname, clevel=clevel, shuffle=shuffle, threads=threads)
+
+    @classmethod
+    def check_installed(cls):
+        import blosc2  # noqa: F401
+
+    @property
+    def label(self):
+        p = self._params
+        t = p["threads"]
+        return f"blosc2-{p['shuffle']}-{p['cname']}-{p['clevel']}" + ("" if t == 1 else f"-{t or 'all'}t")
+
+    @property
+    def version(self):
+        return _dist_version("blosc2")
+
+    @property
+    def threads(self):
+        return self._params["threads"] or (os.cpu_count() or 1)
+
+    def _encode(self, arr):
+        import blosc2
+
+        if arr.nbytes > blosc2.MAX_BUFFERSIZE:
+            raise ValueError(f"blosc2: compress2 takes at most {blosc2.MAX_BUFFERSIZE} bytes in one call, got "
+                             f"{arr.nbytes}; compress it in slices (lmcbench: bench.chunk_mib) or use blosc2.SChunk")
+        typesize = arr.dtype.itemsize
+        if typesize > _BLOSC2_MAX_TYPESIZE:
+            raise NotApplicable(f"blosc2: itemsize {typesize} is over the shuffle filters' {_BLOSC2_MAX_TYPESIZE}")
+        p = self._params
+        # compress2 reads its source through the buffer protocol and never writes it (read-only arrays are fine)
+        return blosc2.compress2(arr.reshape(-1).view(np.uint8), codec=blosc2.Codec[p["cname"].upper()],
+                                clevel=p["clevel"], filters=[_blosc2_filter(blosc2, p["shuffle"])],
+                                filters_meta=[0], typesize=typesize, nthreads=self.threads)
+
+    def _decode(self, buf):
+        import blosc2
+
+        return blosc2.decompress2(buf, nthreads=self.threads)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# pcodec
+# --------------------------------------------------------------------------------------------------------------
+
+_PCODEC_DTYPES = (np.dtype("<f2"), np.dtype("<f4"), np.dtype("<f8"))
+
+
+@register_codec
+class Pcodec(Codec):
+    """pcodec (PyPI ``pcodec``) standalone format: ``simple_compress(arr, ChunkConfig(compression_level=level))``.
+
+    Numeric, single-threaded; float16, float32 and float64 here (pcodec has no bfloat16). ``level``: 0-12.
+    """
+
+    codec_id = "pcodec"
+
+    def __init__(self, level: int = 8):
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 12:
+            raise ConfigError(f"pcodec: level must be an integer in [0, 12], got {level!r}")
+        super().__init__(level=level)
+        self._config = None
+
+    @classmethod
+    def check_installed(cls):
+        import pcodec  # noqa: F401
+
+    @property
+    def label(self):
+        return f"pcodec-{self._params['level']}"
+
+    @property
+    def version(self):
+        return _dist_version("pcodec")
+
+    def check_applicable(self, arr):
+        dt = np.asarray(arr).dtype if not isinstance(arr, np.dtype) else arr
+        if dt not in _PCODEC_DTYPES:
+            raise NotApplicable(
+                f"pcodec: dtype {_dtype_name(dt)}{' (big-endian)' if _not_native(dt) else ''} is not supported "
+                "here; pcodec compresses little-endian float16, float32 and float64 (it has no bfloat16)")
+
+    def _encode(self, arr):
+        import pcodec
+        from pcodec import standalone
+
+        self.check_applicable(arr)
+        if self._config is None:
+            self._config = pcodec.ChunkConfig(compression_level=self._params["level"])
+        # a 1-D view; pcodec reads it and does not write it (read-only arrays are fine)
+        return standalone.simple_compress(arr.reshape(-1), self._config)
+
+    def _decode(self, buf):
+        from pcodec import standalone
+
+        out = standalone.simple_decompress(buf if isinstance(buf, bytes) else bytes(buf))
+        # no values: pcodec gives None (an empty standalone file records no dtype)
+        return b"" if out is None else out
+
+
+__all__ = ["ZipNN", "OpenZL", "Z4AI", "Blosc2", "Pcodec"]

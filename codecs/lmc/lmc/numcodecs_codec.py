@@ -1,12 +1,34 @@
 """numcodecs codec wrapper (registered as codec id ``"lmc"``).
 
 numcodecs is an optional dependency: importing this module requires it.
+
+It follows the numcodecs contract (checked with numcodecs' own test helpers in ``tests/test_numcodecs.py``):
+``encode`` takes any object exporting the buffer protocol and compresses its bytes as they lie in memory (a
+Fortran-ordered array in Fortran order), ``decode`` gives those bytes back, into ``out`` if one is given, and
+object arrays are refused with ``TypeError`` both ways. Element types lmc knows (floats including bfloat16 and
+float8, integers, bool) are coded with their own layout; datetime64/timedelta64 as int64; anything else (byte
+strings, big-endian numbers, structured types) as its raw bytes, so the round trip is always byte-exact.
 """
 import numpy as np
 from numcodecs.abc import Codec
-from numcodecs.compat import ensure_contiguous_ndarray, ndarray_copy
+from numcodecs.compat import ensure_contiguous_ndarray, ensure_ndarray, ndarray_copy
 
 from . import _core
+
+
+def _typed(arr):
+    """A view of ``arr``'s bytes with a dtype lmc codes, its own when lmc knows it."""
+    dt = arr.dtype
+    if dt.byteorder != ">":
+        try:
+            _core._dtype_code(dt)
+            return arr
+        except TypeError:
+            pass
+    if dt.fields is None and dt.subdtype is None and dt.itemsize in (2, 4, 8) and arr.nbytes:
+        # e.g. big-endian numbers: byte planes of the same bytes (lmc would byte-swap the array itself)
+        return arr.view(np.dtype(f"<u{dt.itemsize}"))
+    return arr.view(np.uint8)
 
 
 class LMC(Codec):
@@ -15,8 +37,9 @@ class LMC(Codec):
     Parameters
     ----------
     dtype : str, optional
-        Element dtype used when ``encode`` receives a raw buffer (numpy arrays
-        carry their own dtype).
+        Element dtype the bytes are read as: used when ``encode`` receives a raw buffer, and it overrides the
+        dtype of an array (its bytes are reinterpreted). Without it numpy arrays are coded by their own dtype
+        and other buffers as bytes.
     chunk_size : int, optional
         Elements per independent chunk.
     threads : int, optional
@@ -31,23 +54,38 @@ class LMC(Codec):
         self.threads = None if threads is None else int(threads)
 
     def encode(self, buf):
-        if isinstance(buf, np.ndarray):
-            arr = buf
-            if self.dtype is not None and arr.dtype != _core._as_dtype(self.dtype):
-                arr = np.ascontiguousarray(arr).reshape(-1).view(_core._as_dtype(self.dtype))
+        is_array = isinstance(buf, np.ndarray)
+        if is_array and buf.dtype.hasobject:
+            raise TypeError("lmc: object arrays cannot be encoded")
+        # a flat view in memory order (raises TypeError for object arrays, ValueError for non-contiguous ones)
+        flat = ensure_contiguous_ndarray(buf)
+        if self.dtype is not None:
+            dt = _core._as_dtype(self.dtype)
+            if flat.nbytes % dt.itemsize:
+                raise ValueError(f"lmc: {flat.nbytes} bytes are not a whole number of {self.dtype} elements")
+            arr = flat.view(np.uint8).view(dt)
+        elif is_array:
+            arr = _typed(flat)
+            # a C-ordered array keeps its shape in the blob; any other layout is coded as its flat memory
+            if buf.flags.c_contiguous and buf.dtype.kind not in "Mm" and arr.dtype == buf.dtype:
+                arr = arr.reshape(buf.shape)
         else:
-            if self.dtype is None:
-                arr = ensure_contiguous_ndarray(buf).reshape(-1).view(np.uint8)
-            else:
-                arr = np.frombuffer(memoryview(buf).cast("B"), _core._as_dtype(self.dtype))
+            arr = flat.view(np.uint8)
         return _core.compress(arr, threads=self.threads, chunk_size=self.chunk_size)
 
     def decode(self, buf, out=None):
-        if isinstance(buf, np.ndarray):
-            buf = np.ascontiguousarray(buf).reshape(-1).view(np.uint8)
-        dec = _core.decompress(buf, threads=self.threads)
+        if out is not None:
+            o = out if isinstance(out, np.ndarray) else ensure_ndarray(out)
+            if o.dtype.hasobject:
+                raise TypeError("lmc: cannot decode into an object array")
+        if isinstance(buf, np.ndarray) and buf.dtype.hasobject:
+            raise TypeError("lmc: cannot decode an object array")
+        blob = ensure_contiguous_ndarray(buf).view(np.uint8)
+        dec = _core.decompress(blob, threads=self.threads)
         if out is None:
             return dec
+        if ensure_ndarray(out).nbytes != dec.nbytes:
+            raise ValueError(f"lmc: out has {ensure_ndarray(out).nbytes} bytes, the data {dec.nbytes}")
         return ndarray_copy(dec, out)
 
     def get_config(self):
