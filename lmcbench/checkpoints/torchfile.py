@@ -1,88 +1,23 @@
-"""Readers for checkpoint files: safetensors (memory-mapped), PyTorch (``weights_only``, memory-mapped), npz.
+"""PyTorch files, read safely, and torch <-> numpy conversions.
 
-Each reader validates what it reads and raises :class:`SourceError` with one line naming the file.
-Nothing here unpickles arbitrary objects: PyTorch files are read with ``weights_only=True``.
+``torch.load`` always runs with ``weights_only=True`` (memory-mapped when the file is in the zip format): a file
+that needs arbitrary unpickling is refused. Each reader raises :class:`SourceError` with one line naming the file.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 import zipfile
+from typing import Callable
 
 import ml_dtypes
 import numpy as np
 
 from ..dtypes import BFLOAT16
 from ..errors import SourceError
-
-SAFETENSORS_DTYPES = {
-    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16), "BF16": BFLOAT16,
-    "I64": np.dtype(np.int64), "I32": np.dtype(np.int32), "I16": np.dtype(np.int16), "I8": np.dtype(np.int8),
-    "U64": np.dtype(np.uint64), "U32": np.dtype(np.uint32), "U16": np.dtype(np.uint16), "U8": np.dtype(np.uint8),
-    "BOOL": np.dtype(np.bool_),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-}
-_MAX_HEADER = 100 * 1024 * 1024
-
-
-def _check_file(path: str) -> int:
-    if not os.path.exists(path):
-        raise SourceError(f"{path}: no such file")
-    if not os.path.isfile(path):
-        raise SourceError(f"{path}: not a regular file")
-    size = os.path.getsize(path)
-    if size == 0:
-        raise SourceError(f"{path}: empty file")
-    return size
-
-
-def safetensors_index(path: str) -> dict[str, tuple[np.dtype, tuple, int, int]]:
-    """``name -> (dtype, shape, begin, end)`` (absolute file offsets), validated against the file size."""
-    size = _check_file(path)
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise SourceError(f"{path}: truncated safetensors file (no header length)")
-        (n,) = struct.unpack("<Q", head)
-        if n == 0 or n > _MAX_HEADER or 8 + n > size:
-            raise SourceError(f"{path}: not a safetensors file (header length {n} for a {size}-byte file)")
-        raw = f.read(n)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise SourceError(f"{path}: not a safetensors file (header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise SourceError(f"{path}: not a safetensors file (header is not a JSON object)")
-    base = 8 + n
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dt = SAFETENSORS_DTYPES[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            b, e = (int(v) for v in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise SourceError(f"{path}: malformed safetensors entry for {name!r}") from None
-        if any(d < 0 for d in shape) or not 0 <= b <= e:
-            raise SourceError(f"{path}: malformed safetensors entry for {name!r}")
-        if e - b != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
-            raise SourceError(f"{path}: tensor {name!r} has {e - b} bytes for shape {shape} of {info['dtype']}")
-        if base + e > size:
-            raise SourceError(f"{path}: truncated: tensor {name!r} ends at byte {base + e}, file has {size}")
-        out[name] = (dt, shape, base + b, base + e)
-    return out
-
-
-def safetensors_load(path: str, dtype: np.dtype, shape: tuple, begin: int, end: int) -> np.ndarray:
-    """One tensor as a read-only memory-mapped array: no copy; pages are read as they are touched, and the
-    mapping goes away with the array."""
-    if end == begin:
-        return np.zeros(shape, dtype)
-    mm = np.memmap(path, dtype=np.uint8, mode="r", offset=begin, shape=(end - begin,))
-    return np.asarray(mm).view(dtype).reshape(shape)
+from .fileio import check_file
+from .tensors import MOMENTS, TensorRef
 
 
 def torch_load(path: str):
@@ -91,7 +26,7 @@ def torch_load(path: str):
 
     import torch
 
-    _check_file(path)
+    check_file(path)
     try:
         is_zip = zipfile.is_zipfile(path)
     except OSError as e:
@@ -167,24 +102,88 @@ def torch_state_dict(path: str) -> dict:
     return flatten_tensors(obj)
 
 
-def npz_index(path: str) -> dict[str, tuple[np.dtype, tuple]]:
-    _check_file(path)
+
+
+def numpy_to_torch(a: np.ndarray):
+    """A numpy array as a CPU torch tensor sharing its memory where it can (bf16 and fp8 through their bits)."""
+    import torch
+
+    a = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-dim array 1-dim
+    if not a.flags.writeable:
+        a = a.copy()
+    special = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
+               "float8_e5m2": (np.uint8, torch.float8_e5m2)}
+    if a.dtype.name in special:
+        view, tdt = special[a.dtype.name]
+        return torch.from_numpy(a.view(view)).view(tdt)
+    return torch.from_numpy(a)
+
+
+def torch_dtype(name: str):
+    """``torch.float32`` from ``"torch.float32"`` or ``"float32"``."""
+    import torch
+
+    dt = getattr(torch, str(name).removeprefix("torch."), None)
+    if not isinstance(dt, torch.dtype):
+        raise SourceError(f"unknown torch dtype {name!r}")
+    return dt
+
+
+def load_torch_file(path: str, what: str):
+    """``torch.load(path, weights_only=True)`` (not memory-mapped: a training state to resume from) with any
+    failure turned into a one-line SourceError."""
+    import torch
+
+    if not os.path.isfile(path):
+        raise SourceError(f"{path}: missing ({what} is needed to resume training)")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            out = {}
-            for k in z.files:
-                # read only the .npy header of each member
-                with z.zip.open(k + ".npy" if k + ".npy" in z.zip.namelist() else k) as f:
-                    version = np.lib.format.read_magic(f)
-                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                            else np.lib.format.read_array_header_2_0)
-                    shape, fortran, dtype = read(f)
-                out[k] = (np.dtype(dtype), tuple(shape))
-            return out
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise SourceError(f"{path}: not a readable .npz file ({e})") from None
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - corrupt, truncated or unsafe pickles all end here
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise SourceError(f"{path}: cannot read {what} ({type(e).__name__}: {msg[:200]})") from None
 
 
-def npz_load(path: str, name: str) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as z:
-        return np.array(z[name], copy=True)
+# ------------------------------------------------------------------------------------ indexes of files
+def state_dict_refs(path: str, kind_of: Callable[[str], str] | None = None, obj=None) -> list[TensorRef]:
+    """Every tensor of a (possibly nested) state-dict file, in file order; ``kind_of(name)`` gives the kind
+    (default: weight). ``obj``: the file already loaded."""
+    obj = torch_load(path) if obj is None else obj
+    if not isinstance(obj, dict):
+        raise SourceError(f"{path}: expected a state dict, found {type(obj).__name__}")
+    return [TensorRef(name, kind_of(name) if kind_of else "weight", torch_dtype_to_numpy(t.dtype), tuple(t.shape),
+                      lambda n=name: torch_to_numpy(torch_state_dict(path)[n]), path)
+            for name, t in flatten_tensors(obj).items()]
+
+
+def is_optimizer_state(obj) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list)
+
+
+def load_optimizer(path: str) -> dict:
+    """An optimizer ``state_dict`` file (``state`` and ``param_groups``), read with ``weights_only=True``."""
+    obj = torch_load(path)
+    if not is_optimizer_state(obj):
+        raise SourceError(f"{path}: not an optimizer state dict (no 'state' and 'param_groups')")
+    return obj
+
+
+def optimizer_refs(path: str, opt: dict, names: dict) -> list[TensorRef]:
+    """The per-parameter tensors of an optimizer state (the 0-dim ``step`` counters left out): Adam's moments
+    as kinds ``exp_avg`` / ``exp_avg_sq`` named after their parameter (``names``: slot -> name, else
+    ``slot<k>``), any other tensor as kind ``other`` named ``<parameter>.<key>``."""
+    import torch
+
+    out = []
+    for slot, st in opt["state"].items():
+        if not isinstance(st, dict):
+            continue
+        for key, t in st.items():
+            if not isinstance(t, torch.Tensor) or t.dim() == 0:
+                continue  # the per-parameter 'step' counter
+            kind = key if key in MOMENTS else "other"
+            name = names.get(slot, f"slot{slot}")
+            if kind == "other":
+                name = f"{name}.{key}"
+            out.append(TensorRef(name, kind, torch_dtype_to_numpy(t.dtype), tuple(t.shape),
+                                 lambda s=slot, k=key: torch_to_numpy(load_optimizer(path)["state"][s][k]), path))
+    return out

@@ -1,185 +1,30 @@
-"""The embedded default series: a small GPT trained here, written as a Hugging Face Trainer folder.
+"""The tinygpt trainer: AdamW with a linear warm-up and cosine decay, seeded, checkpointing as a Hugging Face
+Trainer does (``checkpoint-<step>/`` with ``model.safetensors``, ``optimizer.pt`` with parameter names in the
+param groups, ``scheduler.pt``, ``rng_state.pth``, ``trainer_state.json``, ``config.json``; written by
+:mod:`lmcbench.checkpoints.trainer_write`).
 
-A GPT-2-style decoder (byte-level vocabulary, learned positions, pre-norm blocks, GELU MLP) is trained with
-PyTorch's AdamW on the Python standard library's own source files, a real text corpus present on every
-machine, seeded, with a linear warm-up and cosine decay. Every ``save_steps`` steps it writes
-``checkpoint-<step>/`` with ``model.safetensors`` (fp32), ``optimizer.pt`` (both Adam moments, parameter
-names in the param groups), ``scheduler.pt``, ``rng_state.pth``, ``trainer_state.json`` and ``config.json``.
-The folder is cached under ``cache_dir`` keyed by a hash of the training options and reused when complete.
-
-:class:`Trainer` is the same run, resumable: from a checkpoint folder (``Trainer.from_checkpoint``; the data
+:class:`Trainer` is the run, resumable: from a checkpoint folder (``Trainer.from_checkpoint``; the data
 generator is put back by replaying its draws, so it works for series written before it existed), or with
 weights and Adam moments swapped in by name (``load_state``), as the ExCP experiment does with reconstructed
-checkpoints. :func:`evaluate` / :func:`eval_checkpoint` give a deterministic held-out loss.
+checkpoints. :func:`train` is the whole run from scratch; :func:`evaluate` / :func:`eval_checkpoint` give a
+deterministic held-out loss.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import math
 import os
-import shutil
 import sys
-import sysconfig
 import time
 
+from ..checkpoints.safetensors import load_torch_weights
+from ..checkpoints.torchfile import load_torch_file
+from ..checkpoints.trainer_write import write_training_checkpoint
 from ..errors import ConfigError, SourceError
-from .hf_trainer import HFTrainerSource
-
-TRAIN_DEFAULTS = dict(n_layer=2, n_embd=128, n_head=4, block_size=128, batch_size=16, max_steps=800,
-                      save_steps=100, lr=1e-3, warmup_steps=80, min_lr_ratio=0.0, weight_decay=0.1,
-                      betas=(0.9, 0.95), seed=0, corpus_bytes=4_000_000)
-FORMAT_VERSION = 1
-
-
-def default_cache_dir() -> str:
-    return os.environ.get("LMCBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lmcbench")
-
-
-class TinyGPTSource(HFTrainerSource):
-    source_type = "tinygpt"
-
-    def __init__(self, cache_dir=None, train=None, path=None, **kw):
-        opts = dict(TRAIN_DEFAULTS)
-        for k, v in dict(train or {}).items():
-            if k not in TRAIN_DEFAULTS:
-                raise ConfigError(f"source.train: unknown option {k!r}; known: {', '.join(TRAIN_DEFAULTS)}")
-            want = type(TRAIN_DEFAULTS[k])
-            if k == "betas":
-                ok = isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(b, (int, float)) for b in v)
-                v = tuple(float(b) for b in v) if ok else v
-            elif want is float:
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-                v = float(v) if ok else v
-            else:
-                ok = isinstance(v, want) and not isinstance(v, bool)
-            if not ok:
-                raise ConfigError(f"source.train.{k}: expected {want.__name__}, got {v!r}")
-            opts[k] = v
-        if min(opts[k] for k in ("n_layer", "n_embd", "n_head", "block_size", "batch_size", "max_steps",
-                                 "corpus_bytes")) <= 0:
-            raise ConfigError("source.train: sizes and step counts must be positive")
-        if opts["n_embd"] % opts["n_head"]:
-            raise ConfigError("source.train: n_embd must be a multiple of n_head")
-        if opts["save_steps"] <= 0 or opts["max_steps"] < opts["save_steps"]:
-            raise ConfigError("source.train: need 0 < save_steps <= max_steps")
-        self.train_opts = opts
-        key = hashlib.sha256(json.dumps({**opts, "v": FORMAT_VERSION}, sort_keys=True).encode()).hexdigest()[:12]
-        root = os.path.expanduser(str(cache_dir)) if cache_dir else default_cache_dir()
-        folder = path or os.path.join(root, f"tinygpt-{key}")
-        super().__init__(path=folder, **kw)
-
-    def describe(self):
-        return f"tinygpt series at {self.path}"
-
-    def _index(self):
-        ensure_series(self.path, self.train_opts)
-        return super()._index()
-
-
-def ensure_series(folder: str, opts: dict) -> str:
-    """Train and write the series into ``folder`` unless a complete one is there."""
-    marker = os.path.join(folder, "lmcbench_series.json")
-    if os.path.exists(marker):
-        return folder
-    parent = os.path.dirname(folder) or "."
-    os.makedirs(parent, exist_ok=True)
-    tmp = f"{folder}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        info = train(tmp, opts)
-        with open(os.path.join(tmp, "lmcbench_series.json"), "w") as f:
-            json.dump({"options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}, **info},
-                      f, indent=1)
-        if os.path.exists(folder):  # an incomplete earlier attempt
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
-
-
-@functools.lru_cache(maxsize=2)
-def corpus(nbytes: int) -> bytes:
-    """The first ``nbytes`` of the standard library's ``.py`` files, in sorted path order (cached: it is
-    read again by every :class:`Trainer` and :func:`evaluate`)."""
-    root = sysconfig.get_paths()["stdlib"]
-    parts, total = [], 0
-    for dirpath, dirnames, filenames in sorted(os.walk(root)):
-        dirnames.sort()
-        if "site-packages" in dirpath or "test" in os.path.relpath(dirpath, root).split(os.sep)[0:1]:
-            continue
-        for fn in sorted(filenames):
-            if fn.endswith(".py"):
-                try:
-                    with open(os.path.join(dirpath, fn), "rb") as f:
-                        b = f.read()
-                except OSError:
-                    continue
-                parts.append(b)
-                total += len(b)
-                if total >= nbytes:
-                    return b"".join(parts)[:nbytes]
-    data = b"".join(parts)
-    if len(data) < 100_000:
-        raise SourceError(f"{root}: too little Python source for a training corpus ({len(data)} bytes)")
-    return data
-
-
-def build_model(opts):
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
-
-    class Block(nn.Module):
-        def __init__(self, d, h):
-            super().__init__()
-            self.h = h
-            self.ln_1 = nn.LayerNorm(d)
-            self.attn = nn.Module()
-            self.attn.c_attn = nn.Linear(d, 3 * d)
-            self.attn.c_proj = nn.Linear(d, d)
-            self.ln_2 = nn.LayerNorm(d)
-            self.mlp = nn.Module()
-            self.mlp.c_fc = nn.Linear(d, 4 * d)
-            self.mlp.c_proj = nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            b, t, d = x.shape
-            q, k, v = self.attn.c_attn(self.ln_1(x)).split(d, dim=2)
-            q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
-            x = x + self.attn.c_proj(y)
-            return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x))))
-
-    class TinyGPT(nn.Module):
-        def __init__(self, o):
-            super().__init__()
-            d = o["n_embd"]
-            self.transformer = nn.Module()
-            self.transformer.wte = nn.Embedding(256, d)
-            self.transformer.wpe = nn.Embedding(o["block_size"], d)
-            self.transformer.h = nn.ModuleList(Block(d, o["n_head"]) for _ in range(o["n_layer"]))
-            self.transformer.ln_f = nn.LayerNorm(d)
-            self.lm_head = nn.Linear(d, 256, bias=False)
-            for name, p in self.named_parameters():
-                if name.endswith("weight") and p.dim() == 2:
-                    std = 0.02 / math.sqrt(2 * o["n_layer"]) if name.endswith("c_proj.weight") else 0.02
-                    nn.init.normal_(p, 0.0, std)
-                elif name.endswith("bias"):
-                    nn.init.zeros_(p)
-
-        def forward(self, idx, targets):
-            t = idx.shape[1]
-            x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(t, device=idx.device))
-            for blk in self.transformer.h:
-                x = blk(x)
-            logits = self.lm_head(self.transformer.ln_f(x))
-            return F.cross_entropy(logits.view(-1, 256), targets.reshape(-1))
-
-    return TinyGPT(opts)
+from .config import TRAIN_DEFAULTS
+from .corpus import corpus
+from .model import build_model
 
 
 def lr_at(step: int, opts) -> float:
@@ -298,7 +143,7 @@ class Trainer:
         self._load_weights_file(os.path.join(ckpt_dir, "model.safetensors"))
 
         opt_path = os.path.join(ckpt_dir, "optimizer.pt")
-        sd = _load_torch_file(opt_path, "the optimizer state")
+        sd = load_torch_file(opt_path, "the optimizer state")
         try:
             self.opt.load_state_dict(sd)
         except Exception as e:  # noqa: BLE001 - any malformed state dict is a bad file
@@ -316,7 +161,7 @@ class Trainer:
                                   f"global_step {step} in trainer_state.json")
 
         sched_path = os.path.join(ckpt_dir, "scheduler.pt")
-        ssd = _load_torch_file(sched_path, "the scheduler state")
+        ssd = load_torch_file(sched_path, "the scheduler state")
         try:
             if not isinstance(ssd, dict) or int(ssd.get("last_epoch", -1)) != step:
                 raise ValueError(f"last_epoch {ssd.get('last_epoch') if isinstance(ssd, dict) else ssd!r} "
@@ -335,13 +180,7 @@ class Trainer:
         return self
 
     def _load_weights_file(self, path):
-        from safetensors.torch import load_file
-
-        try:
-            tensors = load_file(path)
-        except Exception as e:  # noqa: BLE001
-            raise SourceError(f"{path}: cannot read the weights ({type(e).__name__}: {e})") from None
-        self.load_state(tensors, None, None, what=path)
+        self.load_state(load_torch_weights(path), None, None, what=path)
 
     # ----------------------------------------------------------------------------------------- training
     def train_until(self, step: int, out_dir: str | None = None, save: bool = True, progress: bool = False
@@ -398,9 +237,13 @@ class Trainer:
 
     def save_checkpoint(self, out_dir: str) -> str:
         """Write ``out_dir/checkpoint-<step>/`` (same files as the training run); returns its path."""
-        from safetensors.torch import save_file
-
-        _save_checkpoint(out_dir, self.step, self.model, self.opt, self.sched, self.opts, self.log, save_file)
+        o = self.opts
+        state = {"global_step": self.step, "max_steps": o["max_steps"], "save_steps": o["save_steps"],
+                 "log_history": self.log}
+        config = {"model_type": "lmcbench-tinygpt", "architectures": ["TinyGPT"], "vocab_size": 256,
+                  "n_positions": o["block_size"], "n_embd": o["n_embd"], "n_layer": o["n_layer"], "n_head": o["n_head"],
+                  "torch_dtype": "float32"}
+        write_training_checkpoint(out_dir, self.step, self.model, self.opt, self.sched, state, config)
         return os.path.join(out_dir, f"checkpoint-{self.step}")
 
     # ----------------------------------------------------------------------------------------- state swap
@@ -510,14 +353,10 @@ def evaluate(model, opts: dict, n_batches: int = 32, val_data=None) -> float:
 def eval_checkpoint(ckpt_dir: str, opts: dict, n_batches: int = 32) -> float:
     """:func:`evaluate` the weights in ``ckpt_dir/model.safetensors`` (global RNG state left untouched)."""
     import torch
-    from safetensors.torch import load_file
 
     opts = {**TRAIN_DEFAULTS, **opts}
     path = os.path.join(os.path.expanduser(str(ckpt_dir)), "model.safetensors")
-    try:
-        tensors = load_file(path)
-    except Exception as e:  # noqa: BLE001
-        raise SourceError(f"{path}: cannot read the weights ({type(e).__name__}: {e})") from None
+    tensors = load_torch_weights(path)
     with torch.random.fork_rng(devices=[]):
         model = build_model(opts)
     params = dict(model.named_parameters())
@@ -532,39 +371,3 @@ def eval_checkpoint(ckpt_dir: str, opts: dict, n_batches: int = 32) -> float:
                                   f"these options give {tuple(p.shape)}")
             p.copy_(tensors[name])
     return evaluate(model, opts, n_batches)
-
-
-def _load_torch_file(path, what):
-    """``torch.load(path, weights_only=True)`` with any failure turned into a one-line SourceError."""
-    import torch
-
-    if not os.path.isfile(path):
-        raise SourceError(f"{path}: missing ({what} is needed to resume training)")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - corrupt, truncated or unsafe pickles all end here
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise SourceError(f"{path}: cannot read {what} ({type(e).__name__}: {msg[:200]})") from None
-
-
-def _save_checkpoint(out_dir, step, model, opt, sched, opts, log, save_file):
-    import random
-
-    import numpy as np
-    import torch
-
-    d = os.path.join(out_dir, f"checkpoint-{step}")
-    os.makedirs(d, exist_ok=True)
-    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()},
-              os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
-    torch.save(opt.state_dict(), os.path.join(d, "optimizer.pt"))
-    torch.save(sched.state_dict(), os.path.join(d, "scheduler.pt"))
-    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.get_rng_state()},
-               os.path.join(d, "rng_state.pth"))
-    with open(os.path.join(d, "trainer_state.json"), "w") as f:
-        json.dump({"global_step": step, "max_steps": opts["max_steps"], "save_steps": opts["save_steps"],
-                   "log_history": log}, f, indent=1)
-    cfg = {"model_type": "lmcbench-tinygpt", "architectures": ["TinyGPT"], "vocab_size": 256, "n_positions": opts["block_size"],
-           "n_embd": opts["n_embd"], "n_layer": opts["n_layer"], "n_head": opts["n_head"], "torch_dtype": "float32"}
-    with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
