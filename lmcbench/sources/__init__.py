@@ -104,6 +104,18 @@ class Source:
     def describe(self) -> str:
         return self.source_type
 
+    def _index_steps(self, located, refs) -> list[TensorEntry]:
+        """The entries of ``located`` (``[(step, file or folder)]``): ``refs(where)`` (format readers'
+        :class:`~lmcbench.checkpoints.TensorRef` s) for the selected steps; the other steps are listed with a
+        placeholder (name '') and never opened, so that a missing step can be named."""
+        entries = []
+        for step, where in located:
+            if self.steps is not None and step not in self.steps:
+                entries.append(TensorEntry(step, "", "weight", None, (), lambda: None, where))
+            else:
+                entries.extend(TensorEntry.of(step, r) for r in refs(where))
+        return entries
+
     # -- selection and iteration --------------------------------------------------------------------------
     def entries(self) -> list[TensorEntry]:
         """The selected entries, grouped tensor-major (all steps of a tensor in step order)."""

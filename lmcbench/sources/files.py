@@ -13,7 +13,7 @@ from ..checkpoints.tensors import TensorRef
 from ..checkpoints.torchfile import is_optimizer_state, optimizer_refs, state_dict_refs, torch_load
 from ..checkpoints.trainer_folder import slot_names
 from ..errors import ConfigError, SourceError
-from . import Source, TensorEntry
+from . import Source
 
 
 def kind_from_name(name: str) -> str:
@@ -59,27 +59,24 @@ class FilesSource(Source):
         return out
 
     def _index(self):
-        entries = []
-        for step, p in self.files():
-            if self.steps is not None and step not in self.steps:
-                entries.append(TensorEntry(step, "", "weight", None, (), lambda: None, p))
-                continue
-            low = p.lower()
-            if low.endswith(".safetensors"):
-                refs = safetensors_refs([p], kind_from_name)
-            elif low.endswith(".npz"):
-                refs = [TensorRef(name, kind_from_name(name), dt, shape, lambda p=p, n=name: npz_load(p, n), p)
-                        for name, (dt, shape) in npz_index(p).items()]
-            elif low.endswith((".pt", ".pth", ".bin")):
-                obj = torch_load(p)
-                refs = optimizer_refs(p, obj, slot_names(obj, [], None)) if is_optimizer_state(obj) \
-                    else state_dict_refs(p, kind_from_name, obj)
-            else:
-                raise SourceError(f"{p}: unknown checkpoint format (expected .safetensors, .pt, .bin or .npz)")
-            entries.extend(TensorEntry.of(step, r) for r in refs)
+        entries = self._index_steps(self.files(), self._refs)
         seen = set()
         for e in entries:
             if e.name and (e.step, e.key) in seen:
                 raise SourceError(f"{e.file}: tensor {e.name!r} ({e.kind}) appears twice at step {e.step}")
             seen.add((e.step, e.key))
         return entries  # with the unopened steps' placeholders (name ''), so missing steps can be named
+
+    @staticmethod
+    def _refs(p):
+        low = p.lower()
+        if low.endswith(".safetensors"):
+            return safetensors_refs([p], kind_from_name)
+        if low.endswith(".npz"):
+            return [TensorRef(name, kind_from_name(name), dt, shape, lambda p=p, n=name: npz_load(p, n), p)
+                    for name, (dt, shape) in npz_index(p).items()]
+        if low.endswith((".pt", ".pth", ".bin")):
+            obj = torch_load(p)
+            return optimizer_refs(p, obj, slot_names(obj, [], None)) if is_optimizer_state(obj) \
+                else state_dict_refs(p, kind_from_name, obj)
+        raise SourceError(f"{p}: unknown checkpoint format (expected .safetensors, .pt, .bin or .npz)")

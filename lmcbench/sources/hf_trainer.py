@@ -11,7 +11,7 @@ import os
 
 from ..checkpoints.trainer_folder import OPTIMIZER_FILE, folder_optimizer_refs, list_checkpoints, weight_refs
 from ..errors import SourceError
-from . import Source, TensorEntry
+from . import Source
 
 
 class HFTrainerSource(Source):
@@ -30,14 +30,10 @@ class HFTrainerSource(Source):
         return list_checkpoints(self.path)
 
     def _index(self):
-        entries = []
-        for step, d in self.checkpoints():
-            if self.steps is not None and step not in self.steps:
-                # still listed (so a missing step can be reported) but not opened
-                entries.append(TensorEntry(step, "", "weight", None, (), lambda: None, d))
-                continue
-            weights, order = weight_refs(d)
-            entries.extend(TensorEntry.of(step, r) for r in weights)
-            if os.path.exists(os.path.join(d, OPTIMIZER_FILE)) and (self.kinds is None or set(self.kinds) - {"weight"}):
-                entries.extend(TensorEntry.of(step, r) for r in folder_optimizer_refs(d, weights, order))
-        return entries  # with the unopened steps' placeholders (name ''), so missing steps can be named
+        return self._index_steps(self.checkpoints(), self._refs)
+
+    def _refs(self, d):
+        weights, order = weight_refs(d)
+        if os.path.exists(os.path.join(d, OPTIMIZER_FILE)) and (self.kinds is None or set(self.kinds) - {"weight"}):
+            return weights + folder_optimizer_refs(d, weights, order)
+        return weights
