@@ -203,7 +203,7 @@ def make_trainer_folder(root: Path, steps=(10, 20), named=True, weights="safeten
 
 
 def to_np(t) -> np.ndarray:
-    from lmcbench.sources.readers import torch_to_numpy
+    from lmcbench.checkpoints.torchfile import torch_to_numpy
 
     return torch_to_numpy(t)
 

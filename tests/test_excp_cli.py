@@ -15,10 +15,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmcbench.checkpoints.trainer_folder import load_triples
 from lmcbench.errors import ConfigError
 from lmcbench.lossy import cli
+from lmcbench.lossy.chain import full_bytes
 from lmcbench.lossy.cli import main
-from lmcbench.lossy.run import full_bytes, load_triples
 from lmcbench.sources.hf_trainer import HFTrainerSource
 
 from lmcbench_testlib import PARAM_NAMES, make_trainer_folder, tiny_model
@@ -253,7 +254,7 @@ def test_scalar_parameter_compresses_restores_and_loads(tmp_path, capsys):
 
 
 def test_interrupted_compress_leaves_only_complete_checkpoints(series, tmp_path, monkeypatch, capsys):
-    real, calls = cli._read_checkpoint, []
+    real, calls = cli.read_checkpoint, []
 
     def interrupt_second(d):
         calls.append(d)
@@ -261,7 +262,7 @@ def test_interrupted_compress_leaves_only_complete_checkpoints(series, tmp_path,
             raise KeyboardInterrupt
         return real(d)
 
-    monkeypatch.setattr(cli, "_read_checkpoint", interrupt_second)
+    monkeypatch.setattr(cli, "read_checkpoint", interrupt_second)
     assert main(["compress", str(series["src"]), str(tmp_path / "out")]) == 130
     capsys.readouterr()
     assert sorted(os.listdir(tmp_path / "out")) == ["checkpoint-10.excp", "checkpoint-10.files", "checkpoint-10.json",

@@ -12,11 +12,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from lmcbench import tinygpt
+from lmcbench.checkpoints.trainer_folder import load_triples
 from lmcbench.errors import ConfigError
+from lmcbench.lossy.chain import Chain, full_bytes
 from lmcbench.lossy.excp import ExCPConfig, decode_checkpoint
-from lmcbench.lossy.run import Chain, _opts, full_bytes, load_triples
-from lmcbench.sources import tinygpt
-from lmcbench.sources.tinygpt import TRAIN_DEFAULTS, Trainer
+from lmcbench.lossy.run import _opts
+from lmcbench.tinygpt import TRAIN_DEFAULTS, Trainer
 
 from lmcbench_testlib import run_cli, tiny_overrides
 
@@ -105,6 +107,7 @@ def test_experiment_options_are_checked(bad, msg):
         _opts({"excp": bad})
 
 
+@pytest.mark.slow
 def test_excp_end_to_end(e2e, tmp_path):
     args = tiny_overrides() + ["experiment=excp", "excp.resume_every=1", "excp.eval_batches=2",
                                "excp.sweep.steps=1", "excp.sweep.alpha=[1e-3]", "excp.sweep.beta=[]",

@@ -14,6 +14,8 @@ from lmcbench_testlib import REPO, codec_configs, pipeline_configs, run_cli
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+pytestmark = pytest.mark.slow  # a real Trainer run, then the CLI over every codec and pipeline
+
 
 @pytest.fixture(scope="module")
 def trainer_run(tmp_path_factory):

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from lmcbench.checkpoints import safetensors as st_format
+from lmcbench.checkpoints import torchfile
 from lmcbench.errors import ConfigError, LmcbenchError, SourceError
 from lmcbench.sources import TensorRecord, get_source
-from lmcbench.sources import readers
 
 from lmcbench_testlib import BF16, PARAM_NAMES, PARAM_SHAPES, make_trainer_folder, to_np
 
@@ -112,8 +113,8 @@ def test_hf_skips_other_files_and_never_unpickles(named_run, tmp_path, monkeypat
     run = tmp_path / "out"
     make_trainer_folder(run, steps=(10,), marker=marker)
     opened = []
-    real = readers.torch_load
-    monkeypatch.setattr("lmcbench.sources.hf_trainer.torch_load", lambda p: (opened.append(Path(p).name), real(p))[1])
+    real = torchfile.torch_load  # every PyTorch file any reader opens goes through it
+    monkeypatch.setattr(torchfile, "torch_load", lambda p: (opened.append(Path(p).name), real(p))[1])
     src = hf(run)
     for e in src.entries():
         src.load(e)
@@ -367,10 +368,10 @@ def test_folder_without_checkpoints(tmp_path):
 
 def test_missing_file(tmp_path):
     with pytest.raises(SourceError) as ei:
-        readers.safetensors_index(str(tmp_path / "step1.safetensors"))
+        st_format.safetensors_index(str(tmp_path / "step1.safetensors"))
     assert_one_line_error(ei, "step1.safetensors", "no such file")
     with pytest.raises(SourceError) as ei:
-        readers.torch_load(str(tmp_path / "step1.pt"))
+        torchfile.torch_load(str(tmp_path / "step1.pt"))
     assert_one_line_error(ei, "step1.pt", "no such file")
 
 

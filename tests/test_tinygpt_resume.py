@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from lmcbench import tinygpt
 from lmcbench.errors import ConfigError, SourceError
-from lmcbench.sources import tinygpt
-from lmcbench.sources.tinygpt import TRAIN_DEFAULTS, Trainer, eval_checkpoint, evaluate
+from lmcbench.tinygpt import TRAIN_DEFAULTS, Trainer, eval_checkpoint, evaluate
 
 # 4, 8, 12 are save steps and 14 is max_steps (not a multiple of save_steps)
 OPTS = dict(TRAIN_DEFAULTS, n_layer=1, n_embd=16, n_head=2, block_size=16, batch_size=4, max_steps=14,

@@ -46,14 +46,14 @@ import argparse
 import dataclasses
 import fnmatch
 import hashlib
-import json
 import os
-import shutil
 import sys
 
-import numpy as np
-
+from ..checkpoints.fileio import atomic_json, atomic_write, inside, install_dir, one_line, read_json, remove, tmp_name
+from ..checkpoints.trainer_folder import list_checkpoints, read_checkpoint, replaced_files
+from ..checkpoints.trainer_write import copy_files, write_checkpoint_folder
 from ..errors import ConfigError, LmcbenchError, SourceError
+from .chain import Chain, ChainDecoder, full_bytes, mode_counts, summarize
 from .excp import ExCPConfig, ExCPFormatError
 
 PROG = "lmcbench-excp"
@@ -61,10 +61,8 @@ CHAIN_FILE = "excp_chain.json"
 CHAIN_FORMAT = "lmcbench-excp-chain"
 CKPT_FORMAT = "lmcbench-excp-checkpoint"
 FORMAT_VERSION = 1
-# a checkpoint folder's files that the container replaces are the weight files actually read (see
-# _replaced_files) and this one; everything else is copied as is
-OPTIMIZER_FILE = "optimizer.pt"
-MOMENTS = ("exp_avg", "exp_avg_sq")
+# a checkpoint folder's files that the container replaces are the weight files actually read and optimizer.pt
+# (lmcbench.checkpoints.trainer_folder.replaced_files); everything else is copied as is
 _OWN_FILES = ("checkpoint-*.excp", "checkpoint-*.json", "checkpoint-*.files", CHAIN_FILE)
 
 _FIELD_HELP = {
@@ -98,79 +96,6 @@ def _debug() -> bool:
     return bool(os.environ.get("LMCBENCH_DEBUG"))
 
 
-def _one_line(e: BaseException) -> str:
-    msg = " ".join(str(e).split()) or type(e).__name__
-    return msg
-
-
-# ----------------------------------------------------------------------------------------- file helpers
-def _sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _tmp_name(path: str, tag: str = "tmp") -> str:
-    d, b = os.path.split(path)
-    return os.path.join(d, f".{b}.{tag}-{os.getpid()}")
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    """Write to a temporary name in the same folder, fsync, rename into place."""
-    tmp = _tmp_name(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def _atomic_json(path: str, obj) -> None:
-    _atomic_write(path, (json.dumps(obj, indent=1) + "\n").encode("utf-8"))
-
-
-def _remove(path: str) -> None:
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.remove(path)
-    except OSError:
-        pass
-
-
-def _install_dir(tmp: str, final: str) -> None:
-    """Move a fully written folder into place (replacing an older one only after the new one is complete)."""
-    old = None
-    if os.path.lexists(final):
-        old = _tmp_name(final, "old")
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old:
-        _remove(old)
-
-
-def _read_json(path: str, what: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise SourceError(f"{path}: missing ({what})") from None
-    except (OSError, ValueError) as e:
-        raise SourceError(f"{path}: cannot read {what} ({_one_line(e)})") from None
-
-
-def _inside(path: str, folder: str) -> bool:
-    p, f = os.path.realpath(path), os.path.realpath(folder)
-    return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
-
-
 def _parse_steps(s: str | None) -> list[int] | None:
     if s is None:
         return None
@@ -183,91 +108,9 @@ def _parse_steps(s: str | None) -> list[int] | None:
     return steps
 
 
-# ------------------------------------------------------------------------------------ torch <-> json
-def _torch_dtype(name: str):
-    import torch
-
-    dt = getattr(torch, str(name).removeprefix("torch."), None)
-    if not isinstance(dt, torch.dtype):
-        raise ExCPFormatError(f"unknown torch dtype {name!r}")
-    return dt
-
-
-def _to_json(x, where: str):
-    """A plain-JSON value and a type descriptor (None when the JSON value is the value itself).
-
-    Descriptors: ``{"torch_dtype": "torch.float32"}`` for a 0-dim tensor, ``{"tuple": true, "items": [...]}``
-    / ``{"items": [...]}`` for sequences, ``{"keys": {...}}`` for dicts (inner descriptors only where needed).
-    """
-    import torch
-
-    if x is None or isinstance(x, (bool, int, float, str)):
-        return x, None
-    if isinstance(x, torch.Tensor):
-        if x.dim() != 0 or x.is_complex():
-            raise SourceError(f"{where}: a tensor of shape {tuple(x.shape)} ({x.dtype}) cannot be kept in the "
-                              "JSON skeleton (only 0-dim real tensors are)")
-        return x.item(), {"torch_dtype": str(x.dtype)}
-    if isinstance(x, (list, tuple)):
-        vals, descs = zip(*[_to_json(v, where) for v in x]) if x else ((), ())
-        d = {}
-        if isinstance(x, tuple):
-            d["tuple"] = True
-        if any(v is not None for v in descs):
-            d["items"] = list(descs)
-        return list(vals), (d or None)
-    if isinstance(x, dict) and all(isinstance(k, str) for k in x):
-        out, keys = {}, {}
-        for k, v in x.items():
-            out[k], dk = _to_json(v, f"{where}.{k}")
-            if dk is not None:
-                keys[k] = dk
-        return out, ({"keys": keys} if keys else None)
-    raise SourceError(f"{where}: a {type(x).__name__} value cannot be kept in the JSON skeleton")
-
-
-def _from_json(v, desc):
-    """Inverse of :func:`_to_json`."""
-    import torch
-
-    if desc is None:
-        return v
-    if not isinstance(desc, dict):
-        raise ExCPFormatError(f"bad type descriptor {desc!r}")
-    if "torch_dtype" in desc:
-        return torch.tensor(v, dtype=_torch_dtype(desc["torch_dtype"]))
-    if "keys" in desc:
-        return {k: _from_json(x, desc["keys"].get(k)) for k, x in v.items()}
-    items = desc.get("items") or [None] * len(v)
-    seq = [_from_json(x, d) for x, d in zip(v, items)]
-    return tuple(seq) if desc.get("tuple") else seq
-
-
-def _np_to_torch(a: np.ndarray):
-    import torch
-
-    a = np.ascontiguousarray(a).reshape(a.shape)  # ascontiguousarray makes a 0-dim array 1-dim
-    if not a.flags.writeable:
-        a = a.copy()
-    special = {"bfloat16": (np.int16, torch.bfloat16), "float8_e4m3fn": (np.uint8, torch.float8_e4m3fn),
-               "float8_e5m2": (np.uint8, torch.float8_e5m2)}
-    if a.dtype.name in special:
-        view, tdt = special[a.dtype.name]
-        return torch.from_numpy(a.view(view)).view(tdt)
-    return torch.from_numpy(a)
-
-
-def _np_dtype_name(dt) -> str:
-    from ..dtypes import dtype_name
-
-    return dtype_name(dt)
-
-
 # ---------------------------------------------------------------------------------------- reading
 def _list_checkpoints(src: str, steps: list[int] | None) -> list[tuple[int, str]]:
-    from ..sources.hf_trainer import HFTrainerSource
-
-    ckpts = HFTrainerSource(path=src).checkpoints()
+    ckpts = list_checkpoints(os.path.abspath(os.path.expanduser(str(src))))
     if steps is not None:
         have = {s for s, _ in ckpts}
         missing = sorted(set(steps) - have)
@@ -275,143 +118,6 @@ def _list_checkpoints(src: str, steps: list[int] | None) -> list[tuple[int, str]
             raise SourceError(f"{src}: step(s) {missing} not found; available: {sorted(have)}")
         ckpts = [(s, d) for s, d in ckpts if s in set(steps)]
     return ckpts
-
-
-def _read_checkpoint(d: str) -> tuple[dict, dict, dict | None]:
-    """``(tensors, weights_layout, optimizer_skeleton)`` of one checkpoint folder.
-
-    tensors: name -> {"weight", "exp_avg", "exp_avg_sq"} (numpy, read-only views where possible); the
-    moments are matched to parameters with lmcbench's own slot naming (``slot_names``), the same the
-    ``hf_trainer`` source uses.
-    """
-    import torch
-
-    from ..sources.hf_trainer import HFTrainerSource, model_order, slot_names
-    from ..sources.readers import torch_load, torch_state_dict, torch_to_numpy
-
-    src = HFTrainerSource(path=d, kinds=["weight"])
-    wents = src.entries()
-    files = list(dict.fromkeys(e.file for e in wents))
-    fmt = "safetensors" if all(f.endswith(".safetensors") for f in files) else "torch"
-    weights: dict[str, np.ndarray] = {}
-    bins = {}
-    for e in wents:
-        if e.name in weights:
-            raise SourceError(f"{e.file}: tensor {e.name!r} appears twice in the weights")
-        if fmt == "safetensors":
-            weights[e.name] = src.load(e).array
-        else:
-            if e.file not in bins:
-                bins[e.file] = torch_state_dict(e.file)
-            weights[e.name] = torch_to_numpy(bins[e.file][e.name])
-    metadata = None
-    if fmt == "safetensors" and len(files) == 1:
-        try:
-            from safetensors import safe_open
-
-            with safe_open(files[0], framework="np") as f:
-                metadata = f.metadata()
-        except Exception as ex:  # noqa: BLE001 - already validated by the reader; anything here is a bad file
-            raise SourceError(f"{files[0]}: cannot read the safetensors metadata ({_one_line(ex)})") from None
-    index = None
-    single = {"safetensors": "model.safetensors", "torch": "pytorch_model.bin"}[fmt]
-    if [os.path.basename(f) for f in files] != [single] and os.path.exists(os.path.join(d, single + ".index.json")):
-        index = single + ".index.json"
-    file_of = {e.name: os.path.basename(e.file) for e in wents}
-    layout = {
-        "format": fmt,
-        "files": [os.path.basename(f) for f in files],
-        "index": index,
-        "metadata": metadata,
-        "tensors": {n: {"dtype": _np_dtype_name(a.dtype), "shape": list(a.shape),
-                        "file": file_of[n]}
-                    for n, a in weights.items()},
-    }
-    tensors = {n: {"weight": a, "exp_avg": None, "exp_avg_sq": None} for n, a in weights.items()}
-
-    opt_path = os.path.join(d, OPTIMIZER_FILE)
-    if not os.path.exists(opt_path):
-        return tensors, layout, None
-    opt = torch_load(opt_path)
-    if not (isinstance(opt, dict) and isinstance(opt.get("state"), dict)
-            and isinstance(opt.get("param_groups"), list)):
-        raise SourceError(f"{opt_path}: not an optimizer state dict (no 'state' and 'param_groups')")
-    order = [(e.name, tuple(e.shape)) for e in wents] if fmt == "torch" else model_order(d)
-    names = slot_names(opt, wents, order)
-    groups, group_types = [], []
-    for i, g in enumerate(opt["param_groups"]):
-        if not isinstance(g, dict):
-            raise SourceError(f"{opt_path}: param group {i} is not a dict")
-        v, desc = _to_json(g, f"{opt_path}: param_groups[{i}]")
-        groups.append(v)
-        group_types.append((desc or {}).get("keys", {}))
-    slots, seen = [], {}
-    for idx, st in opt["state"].items():
-        where = f"{opt_path}: state slot {idx!r}"
-        if type(idx) is not int or not isinstance(st, dict):
-            raise SourceError(f"{where}: expected an integer slot with a dict of state")
-        name = names.get(idx)
-        if name is None:
-            raise SourceError(f"{where}: cannot tell which parameter it belongs to (no param_names in the "
-                              "param groups and no unambiguous parameter order or shape)")
-        if name not in tensors:
-            raise SourceError(f"{where}: named {name!r}, which the weights file does not hold")
-        if name in seen:
-            raise SourceError(f"{where}: named {name!r} like slot {seen[name]}")
-        seen[name] = idx
-        scalars, moments = {}, {}
-        for key, t in st.items():
-            if not isinstance(key, str):
-                raise SourceError(f"{where}: non-string state key {key!r}")
-            if isinstance(t, torch.Tensor) and t.dim() > 0:
-                if key not in MOMENTS:
-                    raise SourceError(f"{where}: holds a tensor {key!r}; only Adam's exp_avg and exp_avg_sq "
-                                      "can be compressed (AdamW without amsgrad)")
-                a = torch_to_numpy(t)
-                tensors[name][key] = a
-                moments[key] = {"torch_dtype": str(t.dtype), "shape": list(t.shape)}
-            else:
-                v, desc = _to_json(t, f"{where}.{key}")
-                scalars[key] = {"value": v, **({"type": desc} if desc else {})}
-        slots.append({"index": idx, "name": name, "keys": list(st), "scalars": scalars, "moments": moments})
-    extra = {k: v for k, v in opt.items() if k not in ("state", "param_groups")}
-    extra_json, extra_desc = _to_json(extra, f"{opt_path}: top level")
-    skeleton = {"file": "optimizer.pt", "param_groups": groups, "param_group_types": group_types,
-                "state": slots, "extra": extra_json, "extra_types": extra_desc}
-    return tensors, layout, skeleton
-
-
-def _replaced_files(layout: dict) -> set[str]:
-    """Names (in the checkpoint folder) of the files the container and the restore record replace: the weight
-    files the weights were read from, the shard index that was used, and optimizer.pt."""
-    names = set(layout["files"]) | {OPTIMIZER_FILE}
-    if layout.get("index"):
-        names.add(layout["index"])
-    return names
-
-
-def _copy_files(d: str, dest: str, exclude) -> tuple[list[dict], list[str]]:
-    """Copy every file of ``d`` except the names in ``exclude`` (see :func:`_replaced_files`) into ``dest``;
-    returns (copied files with size and sha256, names left out)."""
-    os.makedirs(dest)
-    skipped = []
-    for name in sorted(os.listdir(d)):
-        p = os.path.join(d, name)
-        if name in exclude:
-            skipped.append(name)
-        elif os.path.isdir(p):
-            shutil.copytree(p, os.path.join(dest, name))
-        elif os.path.isfile(p):
-            shutil.copy2(p, os.path.join(dest, name))
-        else:
-            skipped.append(name)
-    files = []
-    for root, _, fs in os.walk(dest):
-        for f in sorted(fs):
-            p = os.path.join(root, f)
-            files.append({"path": os.path.relpath(p, dest).replace(os.sep, "/"), "bytes": os.path.getsize(p),
-                          "sha256": _sha256_file(p)})
-    return sorted(files, key=lambda x: x["path"]), skipped
 
 
 # --------------------------------------------------------------------------------------- compress
@@ -432,12 +138,10 @@ def cmd_compress(args, out=None) -> int:
     out = sys.stdout if out is None else out
     from tqdm import tqdm
 
-    from .run import Chain, _summ, full_bytes
-
     cfg = _config_from_args(args)
     src, dest = os.path.abspath(args.src), os.path.abspath(args.out)
     ckpts = _list_checkpoints(src, _parse_steps(args.steps))
-    if _inside(dest, src):
+    if inside(dest, src):
         raise ConfigError(f"{dest}: OUT is inside SRC; the source folder is never written to, choose another OUT")
     if os.path.exists(dest) and not os.path.isdir(dest):
         raise ConfigError(f"{dest}: OUT exists and is not a folder")
@@ -447,7 +151,7 @@ def cmd_compress(args, out=None) -> int:
             raise ConfigError(f"{dest}: already holds an ExCP chain ({', '.join(own[:3])}"
                               f"{', ...' if len(own) > 3 else ''}); use --force to replace it")
         for n in own + [n for n in os.listdir(dest) if n.startswith(".checkpoint-") or n.startswith(f".{CHAIN_FILE}")]:
-            _remove(os.path.join(dest, n))
+            remove(os.path.join(dest, n))
     os.makedirs(dest, exist_ok=True)
 
     lossless = not (cfg.prune_weights or cfg.prune_moments or cfg.quantize)
@@ -460,17 +164,17 @@ def cmd_compress(args, out=None) -> int:
     bar = tqdm(ckpts, desc="compress", unit="ckpt", disable=None, file=sys.stderr)
     for step, d in bar:
         bar.set_postfix_str(f"step {step}")
-        tensors, layout, skeleton = _read_checkpoint(d)
+        tensors, layout, skeleton = read_checkpoint(d)
         blob, recon, stats, ct, dt, first = chain.add(tensors)
         del recon
         base = os.path.join(dest, f"checkpoint-{step}")
         # 1. the copied files, 2. the sidecar JSON, 3. the container last: a .excp that exists is complete
-        tmp_files = _tmp_name(base + ".files")
+        tmp_files = tmp_name(base + ".files")
         try:
-            files, skipped = _copy_files(d, tmp_files, _replaced_files(layout))
-            _install_dir(tmp_files, base + ".files")
+            files, skipped = copy_files(d, tmp_files, replaced_files(layout))
+            install_dir(tmp_files, base + ".files")
         except BaseException:
-            _remove(tmp_files)
+            remove(tmp_files)
             raise
         sha = hashlib.sha256(blob).hexdigest()
         orig = full_bytes(tensors)
@@ -478,22 +182,22 @@ def cmd_compress(args, out=None) -> int:
                  "original_bytes": orig, "compressed_bytes": len(blob), "ratio": orig / len(blob),
                  "files_bytes": sum(f["bytes"] for f in files),
                  "compress_s": round(ct, 3), "verify_decode_s": round(dt, 3),
-                 **_summ(stats)}
+                 **summarize(stats)}
         side = {"format": CKPT_FORMAT, "version": FORMAT_VERSION, "step": step, "source": d,
                 "excp": entry["excp"], "excp_sha256": sha, "excp_bytes": len(blob),
                 "ref": None if first else {"step": prev_step, "excp_sha256": prev_sha},
                 "weights": layout, "optimizer": skeleton, "files_dir": f"checkpoint-{step}.files",
                 "files": files, "not_copied": skipped,
-                "modes": _mode_counts(stats)}
-        _atomic_json(base + ".json", side)
-        _atomic_write(base + ".excp", blob)
+                "modes": mode_counts(stats)}
+        atomic_json(base + ".json", side)
+        atomic_write(base + ".excp", blob)
         chain_doc["steps"].append(step)
         chain_doc["checkpoints"].append(entry)
         chain_doc["original_bytes"] += orig
         chain_doc["compressed_bytes"] += len(blob)
         chain_doc["ratio"] = chain_doc["original_bytes"] / chain_doc["compressed_bytes"]
         chain_doc["complete"] = step == ckpts[-1][0]
-        _atomic_json(os.path.join(dest, CHAIN_FILE), chain_doc)
+        atomic_json(os.path.join(dest, CHAIN_FILE), chain_doc)
         prev_sha, prev_step = sha, step
         tag = "first, lossless" if first else ("residual, bit-exact" if lossless else "lossy residual")
         bar.write(f"step {step}: {_fmt_bytes(orig)} -> {_fmt_bytes(len(blob))} ({orig / len(blob):.2f}x, {tag}; "
@@ -505,25 +209,15 @@ def cmd_compress(args, out=None) -> int:
     return 0
 
 
-def _mode_counts(stats: list[dict]) -> dict:
-    out: dict[str, dict[str, int]] = {}
-    for s in stats:
-        out.setdefault(s["kind"], {}).setdefault(s["mode"], 0)
-        out[s["kind"]][s["mode"]] += 1
-    return out
-
-
 # ---------------------------------------------------------------------------------------- restore
 def cmd_restore(args, out=None) -> int:
     out = sys.stdout if out is None else out
     from tqdm import tqdm
 
-    from .excp import decode_checkpoint
-
     src, dest = os.path.abspath(args.out), os.path.abspath(args.restored)
     if not os.path.isdir(src):
         raise SourceError(f"{src}: no such folder (an lmcbench-excp compress output)")
-    doc = _read_json(os.path.join(src, CHAIN_FILE), "the chain description written by lmcbench-excp compress")
+    doc = read_json(os.path.join(src, CHAIN_FILE), "the chain description written by lmcbench-excp compress")
     if not isinstance(doc, dict) or doc.get("format") != CHAIN_FORMAT:
         raise SourceError(f"{os.path.join(src, CHAIN_FILE)}: not an lmcbench-excp chain description")
     steps = doc.get("steps")
@@ -554,7 +248,7 @@ def cmd_restore(args, out=None) -> int:
     for s in sorted(targets):
         p = os.path.join(dest, f"checkpoint-{s}")
         if os.path.lexists(p):
-            if isinstance(recorded, str) and (_inside(p, recorded) or _inside(recorded, p)):
+            if isinstance(recorded, str) and (inside(p, recorded) or inside(recorded, p)):
                 raise ConfigError(f"{p}: is (part of) the folder the chain was compressed from; restore elsewhere")
             if not args.force:
                 raise ConfigError(f"{p}: already exists; use --force to replace it")
@@ -563,20 +257,20 @@ def cmd_restore(args, out=None) -> int:
         print(f"note: {CHAIN_FILE} says the compress run did not finish; restoring the steps it completed",
               file=sys.stderr)
 
-    ref, prev_sha = None, None
+    chain, prev_sha = ChainDecoder(), None
     bar = tqdm(needed, desc="restore", unit="ckpt", disable=None, file=sys.stderr)
     for s in bar:
         bar.set_postfix_str(f"step {s}")
         p = os.path.join(src, f"checkpoint-{s}.excp")
-        side = _read_json(os.path.join(src, f"checkpoint-{s}.json"), f"the restore record of step {s}")
+        side = read_json(os.path.join(src, f"checkpoint-{s}.json"), f"the restore record of step {s}")
         if not isinstance(side, dict) or side.get("format") != CKPT_FORMAT or side.get("step") != s:
             raise SourceError(f"{os.path.join(src, f'checkpoint-{s}.json')}: not the restore record of step {s}")
         with open(p, "rb") as f:
             blob = f.read()
         try:
-            recon = decode_checkpoint(blob, ref)
+            recon = chain.decode(blob)
         except ExCPFormatError as e:
-            raise ExCPFormatError(f"{p}: {_one_line(e)}") from None
+            raise ExCPFormatError(f"{p}: {one_line(e)}") from None
         sha = hashlib.sha256(blob).hexdigest()
         if sha != side.get("excp_sha256"):
             raise ExCPFormatError(f"{p}: does not match its restore record (sha256 differs: replaced or corrupt)")
@@ -584,14 +278,14 @@ def cmd_restore(args, out=None) -> int:
         if (link is None) != (prev_sha is None) or (link is not None and link.get("excp_sha256") != prev_sha):
             raise ExCPFormatError(f"{p}: is not the successor of the previous step in this chain "
                                   f"(its record links it to {link!r})")
-        ref, prev_sha = {n: r["weight"] for n, r in recon.items()}, sha
+        prev_sha = sha
         if s in targets:
             try:
                 _write_restored(src, dest, s, side, recon)
             except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
                 # the record is our own JSON, but a hand-edited or forged one must still fail in one line
                 raise SourceError(f"{os.path.join(src, f'checkpoint-{s}.json')}: malformed restore record "
-                                  f"({type(e).__name__}: {_one_line(e)})") from None
+                                  f"({type(e).__name__}: {one_line(e)})") from None
             bar.write(f"step {s}: restored to {os.path.join(dest, f'checkpoint-{s}')}", file=out)
         del recon, blob
     bar.close()
@@ -601,74 +295,9 @@ def cmd_restore(args, out=None) -> int:
 
 
 def _write_restored(src: str, dest: str, step: int, side: dict, recon: dict) -> None:
-    import torch
-    from safetensors.torch import save_file
-
-    final = os.path.join(dest, f"checkpoint-{step}")
-    tmp = _tmp_name(final)
-    rec = os.path.join(src, f"checkpoint-{step}.json")
-    try:
-        shutil.copytree(os.path.join(src, f"checkpoint-{step}.files"), tmp)
-        for fi in side.get("files") or []:
-            p = os.path.join(tmp, *str(fi["path"]).split("/"))
-            if not os.path.isfile(p) or _sha256_file(p) != fi.get("sha256"):
-                raise SourceError(f"{os.path.join(src, f'checkpoint-{step}.files', fi['path'])}: missing or changed "
-                                  "since compress (sha256 differs)")
-        layout = side.get("weights") or {}
-        tensors = {}
-        for name, info in (layout.get("tensors") or {}).items():
-            if name not in recon:
-                raise ExCPFormatError(f"{rec}: tensor {name!r} is not in the container")
-            a = recon[name]["weight"]
-            if _np_dtype_name(a.dtype) != info.get("dtype") or list(a.shape) != info.get("shape"):
-                raise ExCPFormatError(f"{rec}: {name} decodes as {_np_dtype_name(a.dtype)}{list(a.shape)}, "
-                                      f"saved as {info.get('dtype')}{info.get('shape')}")
-            tensors[name] = _np_to_torch(a)
-        md = layout.get("metadata")
-        md = {**(md if isinstance(md, dict) and all(isinstance(v, str) for v in md.values()) else {}),
-              "format": "pt"}
-        save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata=md)
-        del tensors
-        sk = side.get("optimizer")
-        if sk is not None:
-            torch.save(_rebuild_optimizer(sk, recon, rec), os.path.join(tmp, "optimizer.pt"))
-        _install_dir(tmp, final)
-    except BaseException:
-        _remove(tmp)
-        raise
-
-
-def _rebuild_optimizer(sk: dict, recon: dict, rec: str) -> dict:
-    try:
-        state = {}
-        for slot in sk["state"]:
-            name = slot["name"]
-            if name not in recon:
-                raise ExCPFormatError(f"{rec}: Adam slot {slot['index']} belongs to {name!r}, not in the container")
-            st = {}
-            for key in slot["keys"]:
-                if key in slot["moments"]:
-                    a = recon[name].get(key)
-                    info = slot["moments"][key]
-                    if a is None or list(a.shape) != info["shape"]:
-                        raise ExCPFormatError(f"{rec}: the container has no {key} of shape {info['shape']} "
-                                              f"for {name}")
-                    t = _np_to_torch(a)
-                    if t.dtype != _torch_dtype(info["torch_dtype"]):
-                        t = t.to(_torch_dtype(info["torch_dtype"]))
-                    st[key] = t
-                else:
-                    sc = slot["scalars"][key]
-                    st[key] = _from_json(sc["value"], sc.get("type"))
-            state[int(slot["index"])] = st
-        groups = [_from_json(g, {"keys": t} if t else None)
-                  for g, t in zip(sk["param_groups"], sk["param_group_types"], strict=True)]
-        out = {"state": state, "param_groups": groups}
-        extra = _from_json(sk.get("extra") or {}, sk.get("extra_types"))
-        out.update(extra)
-        return out
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise ExCPFormatError(f"{rec}: malformed optimizer skeleton ({type(e).__name__}: {_one_line(e)})") from None
+    write_checkpoint_folder(os.path.join(dest, f"checkpoint-{step}"), os.path.join(src, f"checkpoint-{step}.files"),
+                            side.get("files"), side.get("weights") or {}, side.get("optimizer"), recon,
+                            os.path.join(src, f"checkpoint-{step}.json"), error=ExCPFormatError)
 
 
 # ------------------------------------------------------------------------------------------- info
@@ -691,7 +320,7 @@ def cmd_info(args, out=None) -> int:
         config = ", ".join(f"{k}={v if v is None or isinstance(v, (str, int, float)) else excp._short(v)}"
                            for k, v in toc["config"].items())
     except ExCPFormatError as e:
-        raise ExCPFormatError(f"{path}: {_one_line(e)}") from None
+        raise ExCPFormatError(f"{path}: {one_line(e)}") from None
     except (RecursionError, OverflowError, ValueError, TypeError) as e:  # not expected after the checks above
         raise ExCPFormatError(f"{path}: malformed table of contents ({type(e).__name__})") from None
     residual = any(k == "weight" and m != "raw" for _, k, m, *_ in rows)
@@ -785,7 +414,7 @@ def main(argv=None) -> int:
     except (LmcbenchError, OSError) as e:
         if _debug():
             raise
-        print(f"{PROG}: error: {_one_line(e)}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if _debug():

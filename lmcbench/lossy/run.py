@@ -21,20 +21,50 @@ lossless ``records.csv``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..bench.runner import CsvAppender
+from ..checkpoints.trainer_folder import load_triples
 from ..errors import ConfigError
-from .excp import ExCPConfig, decode_checkpoint, encode_checkpoint
+from ..tinygpt.series import Series, ensure_series
+from .chain import Chain, full_bytes, weights_of
+from .chain import is_lossy as _is_lossy
+from .chain import same_checkpoint as _same  # noqa: F401 - the name tests import from here
+from .chain import summarize as _summ
+from .excp import ExCPConfig, encode_checkpoint
 
-RUN_DEFAULTS = {"resume_every": 5, "eval_batches": 32, "keep_checkpoints": False,
-                "sweep": {"steps": 4, "alpha": [], "beta": [], "bits": []}}
+
+@dataclass
+class SweepConfig:
+    """``excp.sweep``: one knob at a time around the main configuration, on the last ``steps`` checkpoints."""
+
+    steps: int = 4
+    alpha: list = field(default_factory=list)
+    beta: list = field(default_factory=list)
+    bits: list = field(default_factory=list)
+
+
+@dataclass
+class ExCPRunConfig:
+    """The experiment's own ``excp.*`` options (the codec's are :class:`ExCPConfig`): where their defaults are
+    written. ``conf/experiment/excp.yaml`` is a preset over these and :class:`ExCPConfig`; the overrides it
+    makes on purpose are listed in ``tests/test_config_defaults.py``."""
+
+    resume_every: int = 5
+    eval_batches: int = 32
+    keep_checkpoints: bool = False
+    sweep: SweepConfig = field(default_factory=SweepConfig)
+
+
+RUN_DEFAULTS = dataclasses.asdict(ExCPRunConfig())
 CKPT_COLUMNS = ["run", "step", "lossy", "method", "full_bytes", "comp_bytes", "ratio", "resumed_here",
                 "eval_loss", "eval_loss_recon", "weight_rel_l2", "exp_avg_rel_l2", "exp_avg_sq_rel_l2",
                 "weight_kept", "moment_kept", "compress_s", "decompress_s"]
@@ -65,84 +95,11 @@ def _opts(c: dict) -> tuple[ExCPConfig, dict]:
     return ExCPConfig.from_dict(ex), merged
 
 
-def load_triples(ckpt_dir: str) -> dict:
-    """name -> {weight, exp_avg, exp_avg_sq} (numpy, fp32) of one Trainer checkpoint folder, moments matched to
-    parameters by name."""
-    from ..sources.hf_trainer import HFTrainerSource
-
-    src = HFTrainerSource(path=ckpt_dir)
-    out: dict[str, dict] = {}
-    for e in src.entries():
-        if e.kind not in ("weight", "exp_avg", "exp_avg_sq"):
-            continue
-        out.setdefault(e.name, {"weight": None, "exp_avg": None, "exp_avg_sq": None})[e.kind] = \
-            np.array(src.load(e).array)
-    return {k: v for k, v in out.items() if v["weight"] is not None}
-
-
-def full_bytes(triples: dict) -> int:
-    return sum(a.nbytes for t in triples.values() for a in t.values() if a is not None)
-
-
-def _summ(stats: list[dict]) -> dict:
-    """Size-weighted reconstruction error and kept fractions of one checkpoint, per kind."""
-    out = {}
-    for kind in ("weight", "exp_avg", "exp_avg_sq"):
-        s = [x for x in stats if x["kind"] == kind]
-        n = sum(x["numel"] for x in s) or 1
-        # the numel-weighted mean of the per-tensor relative L2 errors
-        out[f"{kind}_rel_l2"] = sum(x["rel_l2"] * x["numel"] for x in s if np.isfinite(x["rel_l2"])) / n
-        out[f"{kind}_kept"] = sum(x["kept_fraction"] * x["numel"] for x in s) / n
-    out["moment_kept"] = (out.pop("exp_avg_kept") + out.pop("exp_avg_sq_kept")) / 2
-    return out
-
-
-def _same(a: dict, b: dict) -> bool:
-    """Bit-exact equality of two decoded checkpoints: same names and kinds, and per array the same dtype, shape
-    and bytes (0-dim arrays such as a scalar parameter included)."""
-    def same(x, y) -> bool:
-        if x is None or y is None:
-            return x is None and y is None
-        if x.dtype != y.dtype or x.shape != y.shape:
-            return False
-        return np.array_equal(np.ascontiguousarray(x).reshape(-1).view(np.uint8),
-                              np.ascontiguousarray(y).reshape(-1).view(np.uint8))
-
-    return a.keys() == b.keys() and all(a[n].keys() == b[n].keys() and all(same(a[n][k], b[n][k]) for k in a[n])
-                                        for n in a)
-
-
-def _is_lossy(cfg: ExCPConfig) -> bool:
-    """A residual is lossy unless pruning and quantisation are all off (then it is bit-exact)."""
-    return bool(cfg.prune_weights or cfg.prune_moments or cfg.quantize)
-
-
-class Chain:
-    """One ExCP chain: each checkpoint a residual against the previous reconstruction."""
-
-    def __init__(self, cfg: ExCPConfig):
-        self.cfg = cfg
-        self.ref = None
-
-    def add(self, triples: dict):
-        t0 = time.perf_counter()
-        blob, recon, stats = encode_checkpoint(triples, self.ref, self.cfg)
-        ct = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        dec = decode_checkpoint(blob, self.ref)
-        dt = time.perf_counter() - t0
-        if not _same(dec, recon):
-            raise RuntimeError("excp: the decoded checkpoint differs from the encoder's reconstruction")
-        first = self.ref is None
-        self.ref = {n: r["weight"] for n, r in recon.items()}
-        return blob, recon, stats, ct, dt, first
-
-
 def _eval_arrays(opts: dict, weights: dict, n_batches: int) -> float:
     """Held-out loss of a model given as name -> weight array."""
     import torch
 
-    from ..sources.tinygpt import build_model, evaluate
+    from ..tinygpt import build_model, evaluate
 
     state = torch.random.get_rng_state()
     try:
@@ -155,22 +112,25 @@ def _eval_arrays(opts: dict, weights: dict, n_batches: int) -> float:
     return float(evaluate(model, opts, n_batches=n_batches))
 
 
+def open_series(source: dict) -> Series:
+    """The tinygpt series a ``source`` config names (``cache_dir``, ``train``, ``path``, ``steps``; the
+    selection options do not apply to a whole-checkpoint codec); another source type is refused."""
+    if source.get("type") != "tinygpt":
+        raise ConfigError("experiment=excp resumes training, so it needs a tinygpt source (source=tinygpt or "
+                          "tinygpt_large); compress any Trainer folder with lmcbench-excp compress")
+    return Series.from_options(**{k: source.get(k) for k in ("cache_dir", "train", "path", "steps")})
+
+
 def run_excp(cfg, out_dir: str, log=print) -> dict:
     """The whole experiment; writes ``excp_checkpoints.csv``, ``excp_tensors.csv``, ``excp_sweep.csv`` and
     ``summary.json`` into ``out_dir``."""
     from omegaconf import OmegaConf
 
-    from ..sources import get_source
-    from ..sources.tinygpt import TinyGPTSource, ensure_series
-
     c = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
     excp_cfg, ro = _opts(c)
     lossless_cfg = ExCPConfig.from_dict({**excp_cfg.to_dict(), "prune_weights": False, "prune_moments": False,
                                          "quantize": False})
-    source = get_source(c["source"])
-    if not isinstance(source, TinyGPTSource):
-        raise ConfigError("experiment=excp resumes training, so it needs a tinygpt source (source=tinygpt or "
-                          "tinygpt_large); compress any Trainer folder with lmcbench-excp compress")
+    source = open_series(c["source"])
     opts = source.train_opts
     ensure_series(source.path, opts)
     ckpts = [(s, d) for s, d in source.checkpoints() if source.steps is None or s in source.steps]
@@ -190,7 +150,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
                "full_bytes": fb, "comp_bytes": len(blob), "ratio": fb / len(blob), "resumed_here": resumed,
                "eval_loss": eval_loss, "compress_s": round(ct, 3), "decompress_s": round(dt, 3), **_summ(stats)}
         if eval_recon and lossy:
-            row["eval_loss_recon"] = _eval_arrays(opts, {n: r["weight"] for n, r in recon.items()}, nb)
+            row["eval_loss_recon"] = _eval_arrays(opts, weights_of(recon), nb)
         elif eval_recon:
             row["eval_loss_recon"] = eval_loss
         ck_out.write([row])
@@ -205,7 +165,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
         triples = load_triples(d)
         if i == 0:
             n_params = int(sum(t["weight"].size for t in triples.values()))
-        ev = _eval_arrays(opts, {n: t["weight"] for n, t in triples.items()}, nb)
+        ev = _eval_arrays(opts, weights_of(triples), nb)
         if i == len(ckpts) - 1:
             _archivers(triples, base_chain.ref, excp_cfg, step, out_dir, log)
         recon, row = record("baseline", step, "excp", triples, base_chain, ev)
@@ -219,7 +179,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
         # (every resume_every-th checkpoint: it is slow and does not change along the run)
         if prev_triples is not None and (i % K == 0 or i == len(ckpts) - 1):
             res_chain = Chain(lossless_cfg)
-            res_chain.ref = {n: t["weight"] for n, t in prev_triples.items()}
+            res_chain.follow(prev_triples)
             record("baseline", step, "residual+archiver", triples, res_chain, ev, eval_recon=False)
         prev_triples = triples
         log(f"excp: baseline step {step}: eval {ev:.4f}, ExCP {row['ratio']:.1f}x "
@@ -239,7 +199,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
             ck_out.write([row])
             comp_rows.append(row)
             if i in early:  # the chain's state after this checkpoint
-                chain.ref = {n: r["weight"] for n, r in early[i].items()}
+                chain.follow(early[i])
             if resume:
                 log(f"excp: compressed run step {step}: as the baseline run; resuming from the reconstruction")
                 trainer = _resume(d, early[i], out_dir, opts)
@@ -251,7 +211,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
             trainer.train_until(step, out_dir=work, save=True)
             src_dir = os.path.join(work, f"checkpoint-{step}")
         triples = load_triples(src_dir)
-        ev = _eval_arrays(opts, {n: t["weight"] for n, t in triples.items()}, nb)
+        ev = _eval_arrays(opts, weights_of(triples), nb)
         recon, row = record("compressed", step, "excp", triples, chain, ev, resumed=resume)
         comp_rows.append(row)
         log(f"excp: compressed run step {step}: eval {ev:.4f}, recon eval {row['eval_loss_recon']:.4f}, "
@@ -332,10 +292,10 @@ def _archivers(triples: dict, ref: dict, cfg: ExCPConfig, step: int, out_dir: st
 def _resume(src_dir: str, recon: dict, out_dir: str, opts: dict):
     """Write the reconstruction as a checkpoint folder the trainer reads (the original's scheduler, step and
     data position; the reconstructed weights and moments), and resume training from that folder."""
-    from ..sources.tinygpt import Trainer
+    from ..tinygpt import Trainer
 
     live = Trainer.from_checkpoint(src_dir, opts)
-    live.load_state({n: r["weight"] for n, r in recon.items()}, {n: r["exp_avg"] for n, r in recon.items()},
+    live.load_state(weights_of(recon), {n: r["exp_avg"] for n, r in recon.items()},
                     {n: r["exp_avg_sq"] for n, r in recon.items()})
     path = live.save_checkpoint(os.path.join(out_dir, "reconstructed"))
     del live
@@ -354,7 +314,7 @@ def _sweep(ckpts, base_cfg: ExCPConfig, ro: dict, opts: dict, nb: int, out_dir: 
     points.insert(0, ("main", base_cfg))
     tail = ckpts[-(sw["steps"] + 1):]
     data = [load_triples(d) for _, d in tail]
-    orig_eval = _eval_arrays(opts, {n: t["weight"] for n, t in data[-1].items()}, nb)
+    orig_eval = _eval_arrays(opts, weights_of(data[-1]), nb)
     rows = []
     out = CsvAppender(os.path.join(out_dir, "excp_sweep.csv"), SWEEP_COLUMNS)
     for knob, cfg in points:
@@ -371,7 +331,7 @@ def _sweep(ckpts, base_cfg: ExCPConfig, ro: dict, opts: dict, nb: int, out_dir: 
                "steps": "/".join(str(s) for s, _ in tail[1:]),
                "ratio": float(np.mean([fb / sz for (fb, _), sz in zip(per, sizes)])),
                "ratio_total": sum(fb for fb, _ in per) / sum(sizes),
-               "eval_loss_recon": _eval_arrays(opts, {n: r["weight"] for n, r in last_recon.items()}, nb),
+               "eval_loss_recon": _eval_arrays(opts, weights_of(last_recon), nb),
                "eval_loss_orig": orig_eval,
                **{k: float(np.mean([s[k] for s in summ])) for k in summ[0]}}
         out.write([row])

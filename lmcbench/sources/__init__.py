@@ -15,10 +15,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from ..checkpoints.tensors import KINDS, TensorRef, load_checked
+from ..checkpoints.trainer_folder import parse_steps
 from ..dtypes import BFLOAT16, dtype_name, resolve
 from ..errors import ConfigError, SourceError
-
-KINDS = ("weight", "exp_avg", "exp_avg_sq", "other")
 
 
 @dataclass
@@ -31,6 +31,11 @@ class TensorEntry:
     loader: Callable[[], np.ndarray] = field(repr=False, compare=False)
     file: str = ""
     cast: tuple | None = None  # (from dtype, to dtype) applied when loaded
+
+    @classmethod
+    def of(cls, step: int, ref: TensorRef) -> "TensorEntry":
+        """The entry of a format reader's :class:`~lmcbench.checkpoints.TensorRef` at ``step``."""
+        return cls(step, ref.name, ref.kind, ref.dtype, ref.shape, ref.load, ref.file)
 
     @property
     def key(self) -> tuple:
@@ -62,13 +67,7 @@ class Source:
     def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, cast_kinds=None, **unknown):
         if unknown:
             raise ConfigError(f"source {self.source_type}: unknown option(s) {', '.join(sorted(unknown))}")
-        if steps is not None:
-            steps = [steps] if isinstance(steps, (int, str)) else steps
-            try:
-                steps = [int(s) for s in steps if not isinstance(s, bool)]
-            except (TypeError, ValueError):
-                raise ConfigError(f"source.steps: expected a list of integers, got {steps!r}") from None
-        self.steps = steps
+        self.steps = parse_steps(steps)
         try:
             self.include = re.compile(include) if include else None
             self.exclude = re.compile(exclude) if exclude else None
@@ -105,6 +104,18 @@ class Source:
     def describe(self) -> str:
         return self.source_type
 
+    def _index_steps(self, located, refs) -> list[TensorEntry]:
+        """The entries of ``located`` (``[(step, file or folder)]``): ``refs(where)`` (format readers'
+        :class:`~lmcbench.checkpoints.TensorRef` s) for the selected steps; the other steps are listed with a
+        placeholder (name '') and never opened, so that a missing step can be named."""
+        entries = []
+        for step, where in located:
+            if self.steps is not None and step not in self.steps:
+                entries.append(TensorEntry(step, "", "weight", None, (), lambda: None, where))
+            else:
+                entries.extend(TensorEntry.of(step, r) for r in refs(where))
+        return entries
+
     # -- selection and iteration --------------------------------------------------------------------------
     def entries(self) -> list[TensorEntry]:
         """The selected entries, grouped tensor-major (all steps of a tensor in step order)."""
@@ -138,15 +149,7 @@ class Source:
         return out
 
     def load(self, e: TensorEntry) -> TensorRecord:
-        try:
-            arr = e.loader()
-        except SourceError:
-            raise
-        except Exception as ex:  # noqa: BLE001 - any reader failure becomes one line naming the file
-            raise SourceError(f"{e.file or self.describe()}: cannot read tensor {e.name!r}: {ex}") from ex
-        if arr.dtype != e.dtype or tuple(arr.shape) != tuple(e.shape):
-            raise SourceError(f"{e.file}: tensor {e.name!r} is {dtype_name(arr.dtype)}{arr.shape}, "
-                              f"index said {dtype_name(e.dtype)}{e.shape}")
+        arr = load_checked(e.loader, e.name, e.dtype, e.shape, e.file, self.describe())
         cast = ""
         if e.cast is not None:
             arr = arr.astype(e.cast[1])

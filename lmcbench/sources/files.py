@@ -7,11 +7,13 @@ import glob
 import os
 import re
 
+from ..checkpoints.npz import npz_index, npz_load
+from ..checkpoints.safetensors import safetensors_refs
+from ..checkpoints.tensors import TensorRef
+from ..checkpoints.torchfile import is_optimizer_state, optimizer_refs, state_dict_refs, torch_load
+from ..checkpoints.trainer_folder import slot_names
 from ..errors import ConfigError, SourceError
-from . import Source, TensorEntry
-from .hf_trainer import slot_names
-from .readers import (flatten_tensors, npz_index, npz_load, safetensors_index, safetensors_load, torch_dtype_to_numpy, torch_load,
-                      torch_to_numpy)
+from . import Source
 
 
 def kind_from_name(name: str) -> str:
@@ -57,24 +59,7 @@ class FilesSource(Source):
         return out
 
     def _index(self):
-        entries = []
-        for step, p in self.files():
-            if self.steps is not None and step not in self.steps:
-                entries.append(TensorEntry(step, "", "weight", None, (), lambda: None, p))
-                continue
-            low = p.lower()
-            if low.endswith(".safetensors"):
-                for name, (dt, shape, b, e) in safetensors_index(p).items():
-                    entries.append(TensorEntry(step, name, kind_from_name(name), dt, shape,
-                                               lambda p=p, dt=dt, s=shape, b=b, e=e: safetensors_load(p, dt, s, b, e), p))
-            elif low.endswith(".npz"):
-                for name, (dt, shape) in npz_index(p).items():
-                    entries.append(TensorEntry(step, name, kind_from_name(name), dt, shape,
-                                               lambda p=p, n=name: npz_load(p, n), p))
-            elif low.endswith((".pt", ".pth", ".bin")):
-                entries.extend(self._torch(step, p))
-            else:
-                raise SourceError(f"{p}: unknown checkpoint format (expected .safetensors, .pt, .bin or .npz)")
+        entries = self._index_steps(self.files(), self._refs)
         seen = set()
         for e in entries:
             if e.name and (e.step, e.key) in seen:
@@ -82,25 +67,16 @@ class FilesSource(Source):
             seen.add((e.step, e.key))
         return entries  # with the unopened steps' placeholders (name ''), so missing steps can be named
 
-    def _torch(self, step, p):
-        import torch
-
-        obj = torch_load(p)
-        out = []
-        if isinstance(obj, dict) and isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list):
-            names = slot_names(obj, [], None)
-            for slot, st in obj["state"].items():
-                for key, t in (st.items() if isinstance(st, dict) else ()):
-                    if isinstance(t, torch.Tensor) and t.dim() > 0:
-                        kind = key if key in ("exp_avg", "exp_avg_sq") else "other"
-                        name = names.get(slot, f"slot{slot}") + ("" if kind != "other" else f".{key}")
-                        out.append(TensorEntry(step, name, kind, torch_dtype_to_numpy(t.dtype), tuple(t.shape),
-                                               lambda s=slot, k=key: torch_to_numpy(torch_load(p)["state"][s][k]), p))
-            return out
-        if not isinstance(obj, dict):
-            raise SourceError(f"{p}: expected a state dict, found {type(obj).__name__}")
-        for name, t in flatten_tensors(obj).items():
-            out.append(TensorEntry(step, name, kind_from_name(name), torch_dtype_to_numpy(t.dtype), tuple(t.shape),
-                                   lambda n=name: torch_to_numpy(flatten_tensors(torch_load(p))[n]),
-                                   p))
-        return out
+    @staticmethod
+    def _refs(p):
+        low = p.lower()
+        if low.endswith(".safetensors"):
+            return safetensors_refs([p], kind_from_name)
+        if low.endswith(".npz"):
+            return [TensorRef(name, kind_from_name(name), dt, shape, lambda p=p, n=name: npz_load(p, n), p)
+                    for name, (dt, shape) in npz_index(p).items()]
+        if low.endswith((".pt", ".pth", ".bin")):
+            obj = torch_load(p)
+            return optimizer_refs(p, obj, slot_names(obj, [], None)) if is_optimizer_state(obj) \
+                else state_dict_refs(p, kind_from_name, obj)
+        raise SourceError(f"{p}: unknown checkpoint format (expected .safetensors, .pt, .bin or .npz)")

@@ -1,0 +1,97 @@
+"""Plain file helpers shared by the format readers and writers: checks that name the file in one line, hashes,
+and writes that are atomic (a temporary name in the same folder, renamed into place)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+
+from ..errors import SourceError
+
+
+def one_line(e: BaseException) -> str:
+    """An exception's message on one line (its type name when it has none)."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def check_file(path: str) -> int:
+    """The size of a regular, non-empty file; otherwise a one-line :class:`SourceError` naming it."""
+    if not os.path.exists(path):
+        raise SourceError(f"{path}: no such file")
+    if not os.path.isfile(path):
+        raise SourceError(f"{path}: not a regular file")
+    size = os.path.getsize(path)
+    if size == 0:
+        raise SourceError(f"{path}: empty file")
+    return size
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise SourceError(f"{path}: missing ({what})") from None
+    except (OSError, ValueError) as e:
+        raise SourceError(f"{path}: cannot read {what} ({one_line(e)})") from None
+
+
+def tmp_name(path: str, tag: str = "tmp") -> str:
+    d, b = os.path.split(path)
+    return os.path.join(d, f".{b}.{tag}-{os.getpid()}")
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write to a temporary name in the same folder, fsync, rename into place."""
+    tmp = tmp_name(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        remove(tmp)
+        raise
+
+
+def atomic_json(path: str, obj) -> None:
+    atomic_write(path, (json.dumps(obj, indent=1) + "\n").encode("utf-8"))
+
+
+def remove(path: str) -> None:
+    """Remove a file or folder if it is there; errors are ignored."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    except OSError:
+        pass
+
+
+def install_dir(tmp: str, final: str) -> None:
+    """Move a fully written folder into place (replacing an older one only after the new one is complete)."""
+    old = None
+    if os.path.lexists(final):
+        old = tmp_name(final, "old")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if old:
+        remove(old)
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies below it (symbolic links resolved)."""
+    p, f = os.path.realpath(path), os.path.realpath(folder)
+    return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
