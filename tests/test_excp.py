@@ -936,7 +936,6 @@ def test_experiment_rows_are_lossy_only_when_the_config_is(tmp_path, monkeypatch
     """run_excp labels a row lossy from the configuration (pruning or quantisation on), not from the method."""
     import csv
 
-    import lmcbench.sources
     from lmcbench.lossy import run
     from lmcbench.sources import tinygpt
 
@@ -954,8 +953,8 @@ def test_experiment_rows_are_lossy_only_when_the_config_is(tmp_path, monkeypatch
         def checkpoints(self):
             return [(s, f"ckpt-{s}") for s in steps]
 
-    monkeypatch.setattr(lmcbench.sources, "get_source", lambda c: Series())
-    monkeypatch.setattr(tinygpt, "ensure_series", lambda *a: None)
+    monkeypatch.setattr(run, "open_series", lambda c: Series())
+    monkeypatch.setattr(run, "ensure_series", lambda *a: None)
     monkeypatch.setattr(run, "load_triples", lambda d: series[d])
     monkeypatch.setattr(run, "_eval_arrays", lambda opts, weights, n: 1.0)
     monkeypatch.setattr(run, "_archivers", lambda *a: None)
