@@ -74,7 +74,8 @@ def test_e2e_records(e2e):
     assert all(r["verified"] == "True" for r in rows), [r["error"] for r in rows if r["verified"] != "True"][:3]
     for r in rows:
         assert float(r["ratio"]) == pytest.approx(int(r["orig_bytes"]) / int(r["comp_bytes"]))
-        assert float(r["compress_s"]) >= 0 and float(r["decompress_s"]) >= 0
+        for what in ("compress", "decompress"):  # medians of one call (bench=quick): min = median = max
+            assert float(r[f"{what}_s_min"]) <= float(r[f"{what}_s"]) <= float(r[f"{what}_s_max"])
     assert {r["kind"] for r in rows} >= {"weight", "exp_avg", "exp_avg_sq"}
     assert {int(r["step"]) for r in rows} == {10, 20, 30}
     assert {r["codec"] for r in rows} == {"memcpy", "zstd", "lz4"}

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from lmcbench import cli
-from lmcbench.bench.runner import BenchOptions
+from lmcbench.bench.options import BenchOptions
 from lmcbench.errors import ConfigError, LmcbenchError
 from lmcbench.sources import Source
 from lmcbench.transforms import Pipeline

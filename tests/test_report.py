@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from lmcbench.bench.runner import BenchOptions, run
+from lmcbench.bench.options import BenchOptions
+from lmcbench.bench.runner import run
 from lmcbench.codecs import get_codec
 from lmcbench.errors import LmcbenchError
 from lmcbench.report import aggregate, comparable, load_records, render, summary_text

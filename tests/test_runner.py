@@ -9,8 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from lmcbench.bench.runner import RECORD_COLUMNS, STREAM_COLUMNS, BenchOptions, measure_tensor, run
 from lmcbench.bench.measure import block_entropies, byte_histogram, entropy_bits, timed
+from lmcbench.bench.options import BenchOptions
+from lmcbench.bench.records import RECORD_COLUMNS, STREAM_COLUMNS
+from lmcbench.bench.runner import measure_tensor, run
 from lmcbench.codecs import Codec, get_codec, register_codec
 from lmcbench.sources import TensorRecord, get_source
 from lmcbench.transforms import Pipeline
@@ -169,7 +171,7 @@ def test_row_fields():
     assert r["ratio"] == x.nbytes / r["comp_bytes"]
     assert r["entropy_bits"] == 0.0 and r["n_streams"] == 1 and r["codec_label"] == "zstd-3"
     assert json.loads(r["transform_config"]) == []
-    assert r["compress_s"] >= 0 and r["decompress_s"] >= 0 and r["repeats"] == 1
+    assert r["repeats"] == 1
     (s,) = srows
     assert set(STREAM_COLUMNS) <= set(s) and s["bytes"] == x.nbytes and s["stream"] == "raw"
 
