@@ -119,8 +119,10 @@ def run_task(cfg, out_dir: str) -> dict:
 
     from .bench import runner
     from .report import load_records, render, summary_text
+    from .report.options import ReportOptions
 
     source, pipelines, codecs, opts, notes, restrict = build(cfg)
+    rep = ReportOptions.from_config(cfg.get("report"))
     for n in notes:
         print(n, file=sys.stderr)
     os.makedirs(out_dir, exist_ok=True)
@@ -131,12 +133,11 @@ def run_task(cfg, out_dir: str) -> dict:
     summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr),
                          restrict=restrict)
     _write_environment(env, summary, t0, out_dir)
-    rep = cfg.get("report", {}) or {}
-    if rep.get("enabled", True) or rep.get("print_summary", True):
+    if rep.enabled or rep.print_summary:
         records = load_records(out_dir)  # read once for the report and the printed summary
-        if rep.get("enabled", True):
-            print(f"report: {render(out_dir, out_dir, figures=rep.get('figures', True), records=records)}")
-        if rep.get("print_summary", True):
+        if rep.enabled:
+            print(f"report: {render(out_dir, out_dir, figures=rep.figures, records=records)}")
+        if rep.print_summary:
             print(summary_text(records))
     _render_preset(cfg, out_dir)
     print(f"records: {os.path.join(out_dir, 'records.csv')} ({summary['rows']} rows, "

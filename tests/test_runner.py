@@ -22,11 +22,8 @@ from lmcbench_testlib import BF16, make_trainer_folder, random_bits, same_bits
 QUICK = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False)
 
 
-@register_codec
-class FlipFirstByte(Codec):
-    """Stores the bytes, but its decode returns them with the first byte flipped: a broken round trip."""
-
-    codec_id = "test_flip"
+class _StoresBytes(Codec):
+    """Stores the bytes as they are; the test codecs below break the way back."""
 
     @classmethod
     def check_installed(cls):
@@ -34,6 +31,13 @@ class FlipFirstByte(Codec):
 
     def _encode(self, arr):
         return arr.reshape(-1).view(np.uint8).tobytes()
+
+
+@register_codec
+class FlipFirstByte(_StoresBytes):
+    """Its decode returns the bytes with the first one flipped: a broken round trip."""
+
+    codec_id = "test_flip"
 
     def _decode(self, buf):
         b = bytearray(buf)
@@ -43,30 +47,16 @@ class FlipFirstByte(Codec):
 
 
 @register_codec
-class RaisesOnDecode(Codec):
+class RaisesOnDecode(_StoresBytes):
     codec_id = "test_raises"
-
-    @classmethod
-    def check_installed(cls):
-        pass
-
-    def _encode(self, arr):
-        return arr.tobytes()
 
     def _decode(self, buf):
         raise RuntimeError("boom")
 
 
 @register_codec
-class ShortDecode(Codec):
+class ShortDecode(_StoresBytes):
     codec_id = "test_short"
-
-    @classmethod
-    def check_installed(cls):
-        pass
-
-    def _encode(self, arr):
-        return arr.tobytes()
 
     def _decode(self, buf):
         return bytes(buf)[:-1]

@@ -116,19 +116,18 @@ class Delta(Transform):
         return r
 
     def encode(self, streams, ref, dtype):
-        s = _single(streams, "delta")
-        if ref is None:
-            return streams
-        r = self._ref_bits(ref, s)
-        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else np.subtract(s.data, r)
-        return [Stream(s.name, out, s.typed)]
+        return self._against(streams, ref, np.subtract)
 
     def decode(self, streams, ref, dtype):
+        return self._against(streams, ref, np.add)
+
+    def _against(self, streams, ref, arith):
+        """XOR with the reference (its own inverse), or ``arith`` (subtract to encode, add to decode)."""
         s = _single(streams, "delta")
         if ref is None:
             return streams
         r = self._ref_bits(ref, s)
-        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else np.add(s.data, r)
+        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else arith(s.data, r)
         return [Stream(s.name, out, s.typed)]
 
 
