@@ -254,3 +254,33 @@ def test_every_experiment_preset_composes_builds_and_has_a_renderer(name, tmp_pa
     assert os.path.exists(os.path.join(cli.REPO, "experiments", f"{name}.py"))
     header = open(f"{cli.REPO}/conf/experiment/{name}.yaml").read().splitlines()[:15]
     assert any(f"lmcbench experiment={name}" in line for line in header), "the header comment names the command"
+
+
+def _imports(path) -> set[str]:
+    """The lmcbench modules a file imports, anywhere in it (absolute names)."""
+    import ast
+
+    pkg = list(path.relative_to(cli.REPO).parts[:-1])  # the package the file is in (relative imports start there)
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = pkg[: len(pkg) - node.level + 1] if node.level else []
+            name = ".".join(base + ([node.module] if node.module else []))
+            out |= {name} | {f"{name}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return {m for m in out if m.startswith("lmcbench")}
+
+
+def test_layers():
+    """bench uses transforms and sources but no report; report uses neither bench nor the command line;
+    transforms use neither."""
+    from pathlib import Path
+
+    root = Path(cli.REPO) / "lmcbench"
+    rules = {"bench": ("lmcbench.report", "lmcbench.cli"), "report": ("lmcbench.bench", "lmcbench.cli"),
+             "transforms": ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.sources")}
+    for pkg, banned in rules.items():
+        for f in (root / pkg).glob("*.py"):
+            bad = [m for m in _imports(f) if m.startswith(banned)]
+            assert not bad, f"{f.relative_to(root)} imports {bad}"
