@@ -65,19 +65,20 @@ def threads() -> dict:
     """Numba's thread count and threading layer, and torch's thread count.
 
     ``numba.threading_layer()`` names the layer only once a parallel region has run in this process; before
-    that, the configured choice (``numba.config.THREADING_LAYER``, e.g. ``default``) is recorded, and
-    ``numba_threading_layer_from`` says which of the two it is."""
+    that, the configured choice (``numba.config.THREADING_LAYER``, e.g. ``default``) and the configured thread
+    count are recorded, and ``numba_threading_layer_from`` says which of the two it is."""
     out: dict = {}
     try:
         import numba
 
-        out["numba"] = numba.get_num_threads()
-        try:
+        try:  # asked first: numba.get_num_threads() would start the thread pool, and so pick a layer, itself
             out["numba_threading_layer"] = numba.threading_layer()
-            out["numba_threading_layer_from"] = "numba.threading_layer()"
-        except ValueError:  # no parallel region ran yet
+            out["numba_threading_layer_from"] = "numba.threading_layer(), after a parallel region ran"
+            out["numba"] = numba.get_num_threads()
+        except ValueError:  # no parallel region ran in this process
             out["numba_threading_layer"] = str(numba.config.THREADING_LAYER)
-            out["numba_threading_layer_from"] = "numba.config.THREADING_LAYER (no parallel region ran)"
+            out["numba_threading_layer_from"] = "numba.config.THREADING_LAYER, no parallel region ran"
+            out["numba"] = int(numba.config.NUMBA_NUM_THREADS)
     except ImportError:
         pass
     try:
@@ -141,7 +142,7 @@ def commands(run_dirs) -> list[str]:
 def _threads_line(t: dict) -> str:
     parts = []
     if "numba" in t:
-        parts.append(f"numba {t['numba']} (threading layer {t.get('numba_threading_layer', '?')}, from "
+        parts.append(f"numba {t['numba']} (threading layer {t.get('numba_threading_layer', '?')}: "
                      f"{t.get('numba_threading_layer_from', '?')})")
     if "torch" in t:
         parts.append(f"torch {t['torch']}")
