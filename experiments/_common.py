@@ -1,13 +1,15 @@
-"""Helpers shared by the experiment renderers: loading a run, the header every report starts with."""
+"""Helpers shared by the experiment renderers: loading a run, the header every report starts with (the same
+as a run report's: lmcbench.report.header), tables, writing the report."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pandas as pd
 
 from lmcbench.report import load_records, load_streams
+from lmcbench.report.header import lines as header_lines
+from lmcbench.report.header import load as load_environment
 from lmcbench.sources import KINDS as _SOURCE_KINDS
 
 KINDS = [k for k in _SOURCE_KINDS if k != "other"]  # weights and the Adam moments, in report order
@@ -17,24 +19,19 @@ GiB = 2**30
 
 
 def load_run(run_dir: str):
-    df = load_records(run_dir)
-    streams = load_streams(run_dir)
-    env = {}
-    p = os.path.join(run_dir, "environment.json")
-    if os.path.exists(p):
-        with open(p) as f:
-            env = json.load(f)
-    return df, streams, env
+    return load_records(run_dir), load_streams(run_dir), load_environment(run_dir)
 
 
 def header(title: str, env: dict, what: str) -> list[str]:
-    return [f"# {title}", "", what, "",
-            f"- command: `{env.get('command', '?')}`",
-            f"- machine: {env.get('cpu', '?')}, {env.get('cores', '?')} cores; python {env.get('python', '?')}; "
-            f"lmcbench git {env.get('git_commit', '?')}; run {env.get('time', '?')}",
-            f"- source: {env.get('source', '?')}",
-            "- libraries: " + ", ".join(f"{k} {v}" if not str(v).startswith(k) else str(v)
-                                         for k, v in sorted((env.get('versions') or {}).items())), ""]
+    """The report's first lines: the title, what it shows, and what made it (lmcbench.report.header)."""
+    return header_lines(title, env, what)
+
+
+def begin(run_dir: str, out_dir: str, title: str, what: str):
+    """Load a run, make ``out_dir`` and start its report: ``(records, streams, environment, header lines)``."""
+    df, streams, env = load_run(run_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    return df, streams, env, header(title, env, what)
 
 
 def md_table(df: pd.DataFrame, index_name: str = "") -> str:

@@ -36,7 +36,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import MiB, finish, header, load_run, main, md_table  # noqa: E402
+from _common import MiB, begin, finish, main, md_table  # noqa: E402
+from lmcbench.report.facets import save  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET = os.path.join(os.path.dirname(HERE), "conf", "experiment", "checkpoint_budget.yaml")
@@ -198,18 +199,18 @@ def _interval(s: float) -> str:
     return f"{s / 60:g} min" if s % 60 == 0 else f"{s:g} s"
 
 
+ABOUT = ("How long it takes to compress and write one checkpoint of a large model with each codec, and how often one "
+         "could checkpoint at most. Ratios and per-core compress speeds are measured in this run; model sizes, "
+         "layouts, intervals, cores and bandwidths are the scenarios of the `budget:` key ({origin}).")
+
+
 def render(run_dir: str, out_dir: str) -> str:
-    df, _, env = load_run(run_dir)
     budget, origin = load_budget(run_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    df, _, _, lines = begin(run_dir, out_dir, "Checkpoint budget: does compression fit between two checkpoints?",
+                            ABOUT.format(origin=origin))
     r = rates_from_records(df)
     rates = rates_by_pair(r)
     intervals = [float(i) for i in budget["intervals_s"]]
-    lines = header("Checkpoint budget: does compression fit between two checkpoints?", env,
-                   "How long it takes to compress and write one checkpoint of a large model with each codec, and "
-                   "how often one could checkpoint at most. Ratios and per-core compress speeds are measured in this "
-                   "run; model sizes, layouts, intervals, cores and bandwidths are the scenarios of the `budget:` "
-                   f"key ({origin}).")
     lines += ["## The model", "",
               "A checkpoint is cut into units of `cores x chunk_mib` "
               f"(chunk_mib = {budget.get('chunk_mib', 64)}); the cores compress unit i+1 while unit i is written:",
@@ -296,10 +297,7 @@ def _figure(full: pd.DataFrame, budget: dict, path: str) -> str | None:
         ax.set_title(f"{model} parameters, {cores} cores, {bw:g} GB/s", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+    return save(fig, path)
 
 
 if __name__ == "__main__":

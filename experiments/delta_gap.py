@@ -19,6 +19,7 @@ import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import KINDS, finish, header, load_run, main, md_table  # noqa: E402
+from lmcbench.report.facets import facet_grid, save, where  # noqa: E402
 from lmcbench.report.plots import kinds_in  # noqa: E402
 
 MODES = {"delta": "XOR delta", "delta_sub": "subtraction delta", "reference": "adaptive (per-chunk XOR or not)"}
@@ -170,31 +171,20 @@ def _plot_lag_steps(bs, path):
     modes = [m for m in MODES if m in set(bs["mode"])]
     if not pairs or not modes:
         return None
-    fig, axes = plt.subplots(len(modes), len(pairs), figsize=(3.8 * len(pairs), 2.9 * len(modes)), squeeze=False,
-                             sharex=True)
     cmap = plt.get_cmap("viridis")
     lags = sorted({int(x) for x in bs.loc[bs["mode"] != "alone", "lag"]})
-    for i, m in enumerate(modes):
-        for j, (d, k) in enumerate(pairs):
-            ax = axes[i][j]
-            a = bs[(bs["dtype"] == d) & (bs["kind"] == k) & (bs["mode"] == "alone")]
-            ax.plot(a["step"], a["ratio"], color="black", lw=1.5, label="alone")
-            for n, lag in enumerate(lags):
-                g = bs[(bs["dtype"] == d) & (bs["kind"] == k) & (bs["mode"] == m) & (bs["lag"] == lag)]
-                ax.plot(g["step"], g["ratio"], marker=".", color=cmap(n / max(1, len(lags) - 1) * 0.9),
-                        label=f"lag {lag}")
-            ax.set_title(f"{k} ({d}): {MODES[m]}", fontsize=8)
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    for ax in axes[-1]:
-        ax.set_xlabel("training step")
-    for row in axes:
-        row[0].set_ylabel("ratio")
-    fig.suptitle("ratio against step, reference 1, 2, 4, 8 ... checkpoints back (LMC)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+
+    def draw(ax, m, pair):
+        d, k = pair
+        a = where(bs, dtype=d, kind=k, mode="alone")
+        ax.plot(a["step"], a["ratio"], color="black", lw=1.5, label="alone")
+        for n, lag in enumerate(lags):
+            g = where(bs, dtype=d, kind=k, mode=m, lag=lag)
+            ax.plot(g["step"], g["ratio"], marker=".", color=cmap(n / max(1, len(lags) - 1) * 0.9), label=f"lag {lag}")
+
+    fig, _ = facet_grid(modes, pairs, draw, panel=(3.8, 2.9), title=lambda m, p: f"{p[1]} ({p[0]}): {MODES[m]}",
+                        title_size=8, row_label=lambda m: "ratio", sharex=True)
+    return save(fig, path, suptitle="ratio against step, reference 1, 2, 4, 8 ... checkpoints back (LMC)")
 
 
 def _plot_changed(bs, cf, path):
@@ -218,9 +208,7 @@ def _plot_changed(bs, cf, path):
         row[0].set_ylabel("ratio")
     axes[0][0].legend(fontsize=6)
     fig.colorbar(sc, ax=axes.ravel().tolist(), label="lag (checkpoints back)")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return os.path.basename(path)
+    return save(fig, path, tight=False, bbox_inches="tight")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import MiB, finish, header, md_table  # noqa: E402
+from _common import MiB, finish, header, load_environment, md_table  # noqa: E402
+from lmcbench.report.facets import save  # noqa: E402
 
 
 def _read(run_dir, name):
@@ -46,10 +47,7 @@ def paper_table(ck: pd.DataFrame, summary: dict) -> pd.DataFrame:
 
 def render(run_dir: str, out_dir: str) -> str:
     os.makedirs(out_dir, exist_ok=True)
-    env = {}
-    if os.path.exists(os.path.join(run_dir, "environment.json")):
-        with open(os.path.join(run_dir, "environment.json")) as f:
-            env = json.load(f)
+    env = load_environment(run_dir)
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     ck, sw, ar = _read(run_dir, "excp_checkpoints.csv"), _read(run_dir, "excp_sweep.csv"), \
@@ -169,10 +167,7 @@ def _plot_curves(ck, path, summary):
     ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper right")
     ax.set_title(f"ExCP on {summary['n_params'] / 1e6:.0f}M params: {summary['ratio_full']:.1f}x, final loss "
                  f"{100 * summary['final_eval_loss_rel_diff']:+.2f}% (lossy)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+    return save(fig, path)
 
 
 def _plot_sweep(sw, path):
@@ -195,10 +190,7 @@ def _plot_sweep(sw, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_title("ExCP sweep: alpha, beta, bits (lossy)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+    return save(fig, path)
 
 
 if __name__ == "__main__":

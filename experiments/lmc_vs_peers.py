@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import KINDS, GiB, MiB, finish, header, load_run, main, md_table  # noqa: E402
+from _common import KINDS, GiB, MiB, begin, finish, main, md_table  # noqa: E402
+from lmcbench.report.facets import save  # noqa: E402
 
 # (row label, codec option, pipeline)
 ROWS = [("LMC, 1 thread", "lmc", "raw"), ("LMC, all threads", "lmc_mt", "raw"),
@@ -67,13 +68,13 @@ def _big_tensor_scaling(df: pd.DataFrame, dtype: str) -> dict | None:
             "zip_d": s.loc["zipnn", "decompress_s"] / s.loc["zipnn_mt", "decompress_s"]}
 
 
+ABOUT = ("One run, the same tensors for every codec: the final checkpoint of the series, fp32 weights and both Adam "
+         "moments, and their bf16 cast. Ratio = original bytes / compressed bytes; MiB/s of original data, median of "
+         "up to 5 timed calls after a warm-up; every round trip verified.")
+
+
 def render(run_dir: str, out_dir: str) -> str:
-    df, _, env = load_run(run_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    lines = header("LMC against its peers", env,
-                   "One run, the same tensors for every codec: the final checkpoint of the series, fp32 weights and "
-                   "both Adam moments, and their bf16 cast. Ratio = original bytes / compressed bytes; MiB/s of "
-                   "original data, median of up to 5 timed calls after a warm-up; every round trip verified.")
+    df, _, _, lines = begin(run_dir, out_dir, "LMC against its peers", ABOUT)
     n_fail = int((~df["verified"]).sum())
     lines += [f"{len(df)} measurements, {n_fail} failed round trips.", ""]
     t = tables(df)
@@ -157,10 +158,7 @@ def _figure(t, path) -> str | None:
     axes[1].set_yscale("log")
     axes[2].set_yscale("log")
     axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+    return save(fig, path)
 
 
 if __name__ == "__main__":

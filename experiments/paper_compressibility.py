@@ -18,7 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import finish, header, load_run, main, md_table  # noqa: E402
+from _common import begin, finish, main, md_table  # noqa: E402
+from lmcbench.report.facets import facet_grid, save, where  # noqa: E402
 from lmcbench.report.plots import kinds_in  # noqa: E402
 
 RATIO_ROWS = [("LMC", "lmc", "raw"), ("zstd-3, byte-grouped", "zstd", "bytegroup"),
@@ -66,17 +67,17 @@ def bit_positions(xor: pd.DataFrame, dtype: str, kind: str) -> tuple[np.ndarray,
     return np.array(mats), steps
 
 
+ABOUT = ("Every checkpoint of the series, weights and both Adam moments. Entropy is order-0, per 64 KiB "
+         "block of each stream (8 bits per byte = incompressible); ratio = original / compressed bytes; "
+         "the XOR analysis compares each checkpoint with the previous one.")
+
+
 def render(run_dir: str, out_dir: str) -> str:
-    df, streams, env = load_run(run_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    df, streams, _, lines = begin(run_dir, out_dir, "Compressibility over training", ABOUT)
     xor_path = os.path.join(run_dir, "xor.csv")
     xor = pd.read_csv(xor_path, dtype={"bit_flips": str}) if os.path.exists(xor_path) else pd.DataFrame()
     if "lag" in xor:
         xor = xor[xor["lag"] == 1]  # consecutive checkpoints only (a run may also have compared further back)
-    lines = header("Compressibility over training", env,
-                   "Every checkpoint of the series, weights and both Adam moments. Entropy is order-0, per 64 KiB "
-                   "block of each stream (8 bits per byte = incompressible); ratio = original / compressed bytes; "
-                   "the XOR analysis compares each checkpoint with the previous one.")
     made = []
     rs = ratio_by_step(df)
     if not rs.empty:
@@ -122,86 +123,47 @@ def render(run_dir: str, out_dir: str) -> str:
     return finish(run_dir, out_dir, lines, copy=("summary.csv", "environment.json"))
 
 
-def _grid(n_rows, n_cols, w=3.6, h=2.7):
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(w * n_cols, h * n_rows), squeeze=False, sharex=True)
-    return fig, axes
+def _dtype_kind_grid(df, draw, path, suptitle, legend="first"):
+    """One panel per dtype (rows) and kind (columns) of ``df``; ``draw(ax, part)`` plots the panel's rows, and
+    a panel without rows (e.g. the Adam moments of a bf16 cast applied to weights only) is left blank."""
+    def panel(ax, d, k):
+        part = where(df, dtype=d, kind=k)
+        if part.empty:
+            return False
+        draw(ax, part)
 
-
-def _empty(ax, df, dtype, kind) -> bool:
-    """Blank a panel with no data (e.g. the Adam moments of a bf16 cast that was applied to weights only)."""
-    if ((df["dtype"] == dtype) & (df["kind"] == kind)).any():
-        return False
-    ax.axis("off")
-    return True
+    fig, _ = facet_grid(list(dict.fromkeys(df["dtype"])), kinds_in(df), panel, title=lambda d, k: f"{k} ({d})",
+                        legend=legend, sharex=True)
+    return save(fig, path, suptitle=suptitle)
 
 
 def _plot_ratio(rs, path):
-    dtypes, kinds = list(dict.fromkeys(rs["dtype"])), kinds_in(rs)
-    fig, axes = _grid(len(dtypes), len(kinds))
-    for i, d in enumerate(dtypes):
-        for j, k in enumerate(kinds):
-            ax = axes[i][j]
-            if _empty(ax, rs, d, k):
-                continue
-            for label, g in rs[(rs["dtype"] == d) & (rs["kind"] == k)].groupby("codec", sort=False):
-                ax.plot(g["step"], g["ratio"], marker=".", label=label)
-            ax.set_title(f"{k} ({d})", fontsize=9)
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    for ax in axes[-1]:
-        ax.set_xlabel("training step")
-    fig.suptitle("compression ratio against step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+    def draw(ax, part):
+        for label, g in part.groupby("codec", sort=False):
+            ax.plot(g["step"], g["ratio"], marker=".", label=label)
+
+    return _dtype_kind_grid(rs, draw, path, "compression ratio against step")
 
 
 def _plot_entropy(e, tr, path):
-    dtypes, kinds = list(dict.fromkeys(e["dtype"])), kinds_in(e)
-    fig, axes = _grid(len(dtypes), len(kinds))
-    for i, d in enumerate(dtypes):
-        for j, k in enumerate(kinds):
-            ax = axes[i][j]
-            if _empty(ax, e, d, k):
-                continue
-            for st, g in e[(e["dtype"] == d) & (e["kind"] == k)].groupby("stream", sort=False):
-                ax.plot(g["step"], g["bits_per_byte"], marker=".", label=st)
-            ax.set_ylim(0, 8.2)
-            ax.set_title(f"{k} ({d})", fontsize=9)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=6, ncol=2)
-    for ax in axes[-1]:
-        ax.set_xlabel("training step")
-    fig.suptitle(f"order-0 entropy per 64 KiB block, bits per byte, streams of {tr}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+    def draw(ax, part):
+        for st, g in part.groupby("stream", sort=False):
+            ax.plot(g["step"], g["bits_per_byte"], marker=".", label=st)
+        ax.set_ylim(0, 8.2)
+        ax.legend(fontsize=6, ncol=2)
+
+    return _dtype_kind_grid(e, draw, path, f"order-0 entropy per 64 KiB block, bits per byte, streams of {tr}",
+                            legend=None)
 
 
 def _plot_xor(xs, path):
-    dtypes, kinds = list(dict.fromkeys(xs["dtype"])), kinds_in(xs)
-    fig, axes = _grid(len(dtypes), len(kinds))
-    for i, d in enumerate(dtypes):
-        for j, k in enumerate(kinds):
-            ax = axes[i][j]
-            if _empty(ax, xs, d, k):
-                continue
-            g = xs[(xs["dtype"] == d) & (xs["kind"] == k)].sort_values("step")
-            for col in ("elements changed", "bytes changed", "bits changed"):
-                ax.plot(g["step"], g[col], marker=".", label=col)
-            ax.set_ylim(0, 1.02)
-            ax.set_title(f"{k} ({d})", fontsize=9)
-            ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    for ax in axes[-1]:
-        ax.set_xlabel("training step")
-    fig.suptitle("fraction that changed since the previous checkpoint")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return os.path.basename(path)
+    def draw(ax, part):
+        g = part.sort_values("step")
+        for col in ("elements changed", "bytes changed", "bits changed"):
+            ax.plot(g["step"], g[col], marker=".", label=col)
+        ax.set_ylim(0, 1.02)
+
+    return _dtype_kind_grid(xs, draw, path, "fraction that changed since the previous checkpoint")
 
 
 def _plot_bits(xor, path):
@@ -215,9 +177,7 @@ def _plot_bits(xor, path):
         ax.set_xlabel("bit: 0 = sign, exponent, mantissa")
     axes[0][0].set_ylabel("training step")
     fig.colorbar(im, ax=axes[0].tolist(), label="fraction of elements whose bit flipped")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return os.path.basename(path)
+    return save(fig, path, tight=False, bbox_inches="tight")
 
 
 if __name__ == "__main__":

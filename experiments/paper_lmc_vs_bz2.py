@@ -16,7 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, finish, header, load_run, main, md_table  # noqa: E402
+from lmcbench.report.facets import save  # noqa: E402
+from _common import GiB, begin, finish, main, md_table  # noqa: E402
 
 FIELD = [("LMC", "lmc", "raw"), ("BZ2-9, byte-grouped", "bz2", "bytegroup"),
          ("zstd-3, byte-grouped", "zstd", "bytegroup"), ("ZipNN", "zipnn", "raw"), ("OpenZL", "openzl", "raw")]
@@ -35,14 +36,14 @@ def per_step(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+ABOUT = ("The LMC paper's headline on a real training series: LMC's ratio against byte-grouped BZ2's, and the time "
+         "each takes per GiB of checkpoint (one thread), at an early, a middle and the final checkpoint; every round "
+         "trip verified.")
+
+
 def render(run_dir: str, out_dir: str) -> str:
-    df, _, env = load_run(run_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    df, _, _, lines = begin(run_dir, out_dir, "LMC against BZ2", ABOUT)
     t = per_step(df)
-    lines = header("LMC against BZ2", env,
-                   "The LMC paper's headline on a real training series: LMC's ratio against byte-grouped BZ2's, and "
-                   "the time each takes per GiB of checkpoint (one thread), at an early, a middle and the final "
-                   "checkpoint; every round trip verified.")
     if not t.empty:
         for dtype, part in t.groupby("dtype", sort=False):
             lmc, bz2 = part[part["codec"] == "LMC"].set_index("step"), part[part["codec"] == "BZ2-9, byte-grouped"].set_index("step")
@@ -82,9 +83,7 @@ def _figure(t, path):
     ax.set_xlabel("seconds per GiB, one thread (log)")
     ax.legend(fontsize=7)
     ax.tick_params(axis="y", labelsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import GiB, finish, header, load_run, main, md_table  # noqa: E402
+from lmcbench.report.facets import save  # noqa: E402
+from _common import GiB, begin, finish, main, md_table  # noqa: E402
 
 PAPER = {"compress": 2.78, "decompress": 3.76, "cores": 16}
-
-
 def scaling(df: pd.DataFrame) -> pd.DataFrame:
     """GiB/s and GiB/s per thread for every (dtype, codec id, thread count), over all tensors of the run."""
     ok = df[df["verified"] & df["comp_bytes"].notna() & (df["transform"] == "raw")].copy()
@@ -35,14 +34,14 @@ def scaling(df: pd.DataFrame) -> pd.DataFrame:
     return g
 
 
+ABOUT = ("Compress and decompress throughput of LMC (and ZipNN) at each thread count, over every tensor of the "
+         "checkpoint, and per core; the LMC paper reports 2.78 / 3.76 GiB/s on 16 cores, i.e. "
+         f"{PAPER['compress'] / 16:.3f} / {PAPER['decompress'] / 16:.3f} GiB/s per core.")
+
+
 def render(run_dir: str, out_dir: str) -> str:
-    df, _, env = load_run(run_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    df, _, _, lines = begin(run_dir, out_dir, "Throughput against threads", ABOUT)
     g = scaling(df)
-    lines = header("Throughput against threads", env,
-                   "Compress and decompress throughput of LMC (and ZipNN) at each thread count, over every tensor of "
-                   "the checkpoint, and per core; the LMC paper reports 2.78 / 3.76 GiB/s on 16 cores, i.e. "
-                   f"{PAPER['compress'] / 16:.3f} / {PAPER['decompress'] / 16:.3f} GiB/s per core.")
     if not g.empty:
         t = g.set_index(["dtype", "family", "threads"])[["compress GiB/s", "decompress GiB/s", "compress GiB/s/core",
                                                          "decompress GiB/s/core"]].map(lambda v: f"{v:.3f}")
@@ -76,9 +75,7 @@ def _figure(g, path):
         ax.set_xlabel("threads")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+
+from lmcbench.report.header import collect
+from lmcbench.report.header import lines as header_lines
 
 
 MAKE = """
@@ -70,17 +72,18 @@ def main() -> None:
     a = ap.parse_args()
     rows = [measure(m) for m in a.mib]
     command = " ".join(["python", "experiments/peak_memory.py"] + sys.argv[1:])
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    env = collect(command, source="a two-step series of one large fp32 tensor, written by this script")
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "peak_memory.json"), "w") as f:
-        json.dump({"command": command, "machine": machine, "runs": rows}, f, indent=1)
-    lines = ["# Peak memory while streaming", "",
-             f"`{command}` on {machine}: two steps of one large fp32 tensor (and a small one), codecs zstd, lz4 and "
-             "LMC, pipelines raw, bytegroup, delta_bytegroup and expsplit, every round trip verified. Peak RSS of "
-             "the lmcbench process (ru_maxrss); the fixed overhead is the same run over the small tensor only "
-             "(Python, torch, pandas, Numba and the codecs).", "",
-             "| largest tensor (MiB) | peak RSS (MiB) | fixed overhead (MiB) | above it (MiB) | above it / tensor "
-             "| above 2 x tensor (MiB) |", "|---:|---:|---:|---:|---:|---:|"]
+        json.dump({"command": command, "machine": f"{env['cpu']}, {env['cores']} cores", "environment": env,
+                   "runs": rows}, f, indent=1)
+    lines = header_lines(
+        "Peak memory while streaming", env,
+        "Two steps of one large fp32 tensor (and a small one), codecs zstd, lz4 and LMC, pipelines raw, bytegroup, "
+        "delta_bytegroup and expsplit, every round trip verified. Peak RSS of the lmcbench process (ru_maxrss); the "
+        "fixed overhead is the same run over the small tensor only (Python, torch, pandas, Numba and the codecs).")
+    lines += ["| largest tensor (MiB) | peak RSS (MiB) | fixed overhead (MiB) | above it (MiB) | above it / tensor "
+              "| above 2 x tensor (MiB) |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['large_tensor_mib']} | {r['peak_rss_mib']:.0f} | {r['baseline_peak_rss_mib']:.0f} | "
                      f"{r['above_baseline_mib']:.0f} | {r['above_baseline_over_tensor']:.2f} | "

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import resource
-import subprocess
 import sys
 import time
 
@@ -46,7 +44,7 @@ def build(cfg):
     """Source, pipelines, codecs and bench options from a composed config (instantiates everything)."""
     from omegaconf import OmegaConf
 
-    from .bench.runner import BenchOptions
+    from .bench.options import BenchOptions
     from .codecs import get_codec
     from .sources import get_source
     from .transforms import Pipeline
@@ -97,39 +95,8 @@ def build(cfg):
 
 
 def environment(cfg, source, codecs) -> dict:
-    import numpy as np
-
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
-    git = ""
-    try:
-        root = REPO
-        git = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             timeout=5).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        git += "+dirty" if dirty and git else ""
-    except (OSError, subprocess.SubprocessError):
-        pass
-    versions = {"numpy": np.__version__}
-    for mod in ("torch", "numba", "pandas", "ml_dtypes", "hydra", "safetensors"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
-            pass
-    versions.update({name: c.version for name, c in codecs.items()})
-    from . import __version__
+    """What ``environment.json`` and the report's header hold (:func:`lmcbench.report.header.collect`)."""
+    from .report.header import collect
 
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -137,9 +104,8 @@ def environment(cfg, source, codecs) -> dict:
         job = " ".join(HydraConfig.get().overrides.task)
     except Exception:  # noqa: BLE001 - run_task called without Hydra (tests, notebooks)
         job = ""
-    return {"command": " ".join(["lmcbench"] + sys.argv[1:]), "job_overrides": job, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "lmcbench": __version__, "python": platform.python_version(), "platform": platform.platform(),
-            "cpu": cpu, "cores": cores, "git_commit": git, "versions": versions, "source": source.describe()}
+    return collect(" ".join(["lmcbench"] + sys.argv[1:]), job_overrides=job, source=source.describe(),
+                   versions={name: c.version for name, c in codecs.items()})
 
 
 def run_task(cfg, out_dir: str) -> dict:
@@ -153,8 +119,10 @@ def run_task(cfg, out_dir: str) -> dict:
 
     from .bench import runner
     from .report import load_records, render, summary_text
+    from .report.options import ReportOptions
 
     source, pipelines, codecs, opts, notes, restrict = build(cfg)
+    rep = ReportOptions.from_config(cfg.get("report"))
     for n in notes:
         print(n, file=sys.stderr)
     os.makedirs(out_dir, exist_ok=True)
@@ -165,12 +133,11 @@ def run_task(cfg, out_dir: str) -> dict:
     summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr),
                          restrict=restrict)
     _write_environment(env, summary, t0, out_dir)
-    rep = cfg.get("report", {}) or {}
-    if rep.get("enabled", True) or rep.get("print_summary", True):
+    if rep.enabled or rep.print_summary:
         records = load_records(out_dir)  # read once for the report and the printed summary
-        if rep.get("enabled", True):
-            print(f"report: {render(out_dir, out_dir, figures=rep.get('figures', True), records=records)}")
-        if rep.get("print_summary", True):
+        if rep.enabled:
+            print(f"report: {render(out_dir, out_dir, figures=rep.figures, records=records)}")
+        if rep.print_summary:
             print(summary_text(records))
     _render_preset(cfg, out_dir)
     print(f"records: {os.path.join(out_dir, 'records.csv')} ({summary['rows']} rows, "
@@ -182,7 +149,10 @@ def run_task(cfg, out_dir: str) -> dict:
 
 
 def _write_environment(env: dict, summary: dict, t0: float, out_dir: str) -> None:
+    from .report.header import threads
+
     env.update(summary)
+    env["threads"] = threads()  # after the run: numba names its threading layer once a parallel region ran
     env["seconds"] = round(time.time() - t0, 1)
     env["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with open(os.path.join(out_dir, "environment.json"), "w") as f:

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from lmcbench.bench.runner import BenchOptions, measure_tensor
+from lmcbench.bench.options import BenchOptions
+from lmcbench.bench.runner import measure_tensor
 from lmcbench.codecs import Codec, available_codecs, get_codec, get_codec_class
 from lmcbench.errors import ConfigError, NotApplicable
 from lmcbench.sources import TensorRecord
@@ -81,11 +82,11 @@ def test_conformance(cname, pname):
                 ref = random_bits(n, dtype, seed=12) if with_ref else None
                 x0 = x.copy()
                 r0 = None if ref is None else ref.copy()
-                streams, stages = pipe.encode(x, ref)
+                streams = pipe.encode(x, ref)
                 dec = codec_roundtrip_streams(codec, streams)
                 if dec is None:
                     continue
-                y = pipe.decode(dec, stages, ref, dtype, x.shape)
+                y = pipe.decode(dec, ref, dtype, x.shape)
                 assert same_bits(y, x0), f"{cname}/{pname}: {dtype} n={n} ref={with_ref} not bit-exact"
                 assert same_bits(x, x0)
                 if ref is not None:
@@ -124,7 +125,7 @@ def test_conformance_via_measure_tensor(cname, pname):
                     assert row["ratio"] == pytest.approx(row["orig_bytes"] / row["comp_bytes"])
                 assert row["ref_step"] == (5 if (refs and pipe.temporal) else "")
                 assert json.loads(row["codec_config"]) == codec.get_config()
-                assert sum(r["bytes"] for r in srows) == sum(s.nbytes for s in pipe.encode(x, ref if refs else None)[0])
+                assert sum(r["bytes"] for r in srows) == sum(s.nbytes for s in pipe.encode(x, ref if refs else None))
                 if pipe.temporal:
                     step, nref = new_refs[pname][-1]
                     assert step == 10 and same_bits(nref, x)
@@ -140,7 +141,7 @@ def test_dtype_aware_codecs_apply_to_float_raw_streams(cname, dtype, pname):
     if CODECS[cname]["id"] == "pcodec" and dtype == BF16:
         pytest.skip("pcodec has no bfloat16")
     x = random_bits(1001, dtype, seed=3)
-    streams, stages = Pipeline.from_config(pname, PIPELINES[pname]).encode(x, random_bits(1001, dtype, seed=4))
+    streams = Pipeline.from_config(pname, PIPELINES[pname]).encode(x, random_bits(1001, dtype, seed=4))
     (s,) = streams
     assert s.as_typed().dtype == dtype
     codec.check_applicable(s.as_typed())  # must not raise
@@ -152,7 +153,7 @@ def test_dtype_aware_codecs_apply_to_float_raw_streams(cname, dtype, pname):
 @pytest.mark.parametrize("cname", [c for c in sorted(CODECS) if CODECS[c]["id"] in REFUSE_BYTES])
 def test_dtype_aware_codecs_refuse_byte_streams(cname):
     codec = make_codec_or_skip(CODECS[cname])
-    streams, _ = Pipeline("bg", Pipeline.from_config("bg", [{"id": "bytegroup"}]).transforms).encode(
+    streams = Pipeline("bg", Pipeline.from_config("bg", [{"id": "bytegroup"}]).transforms).encode(
         random_bits(64, np.float32))
     with pytest.raises(NotApplicable):
         codec.check_applicable(streams[0].as_typed())

@@ -9,6 +9,7 @@ import pytest
 from lmcbench_testlib import REPO
 
 NOTEBOOKS = REPO / "notebooks"
+pytestmark = pytest.mark.slow  # every notebook runs on the e2e fixture's trained series
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from lmcbench.bench.runner import BenchOptions, run
+from lmcbench.bench.options import BenchOptions
+from lmcbench.bench.runner import run
 from lmcbench.codecs import get_codec
 from lmcbench.errors import LmcbenchError
 from lmcbench.report import aggregate, comparable, load_records, render, summary_text
@@ -119,3 +120,24 @@ def test_merge_main(runs, tmp_path, capsys):
     assert merge.main([str(tmp_path / "nothing-here")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lmcbench-report: error:") and "nothing-here" in err
+
+
+def test_header_of_runs_and_experiments(tmp_path):
+    """One header writer: the command, the machine, the commit, the libraries and the threads, read back from a
+    run's environment.json."""
+    from lmcbench.report import header
+
+    env = header.collect("lmcbench codec=[zstd]", source="somewhere", versions={"zstd": "zstandard 0"})
+    t = env["threads"]
+    assert t["numba"] >= 1 and t["torch"] >= 1 and t["numba_threading_layer"]
+    assert t["numba_threading_layer_from"].startswith(("numba.threading_layer()", "numba.config.THREADING_LAYER"))
+    assert env["cores"] >= 1 and env["versions"]["zstd"] == "zstandard 0" and "numpy" in env["versions"]
+    (tmp_path / "environment.json").write_text(json.dumps(env))
+    lines = header.lines("T", header.load(tmp_path), "what it shows", more=["- 3 measurements"])
+    assert lines[:4] == ["# T", "", "what it shows", ""] and lines[-2:] == ["- 3 measurements", ""]
+    assert "- command: `lmcbench codec=[zstd]`" in lines and "- source: somewhere" in lines
+    assert any(ln.startswith(f"- machine: {env['cpu']}, {env['cores']} cores;") and env["git_commit"] in ln
+               for ln in lines)
+    assert any(ln.startswith(f"- threads: numba {t['numba']} (threading layer {t['numba_threading_layer']}")
+               and ln.endswith(f"torch {t['torch']}") for ln in lines)
+    assert header.lines("T", {}) == ["# T", "", ""]  # a run without environment.json: the title only

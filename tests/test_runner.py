@@ -9,8 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from lmcbench.bench.runner import RECORD_COLUMNS, STREAM_COLUMNS, BenchOptions, measure_tensor, run
 from lmcbench.bench.measure import block_entropies, byte_histogram, entropy_bits, timed
+from lmcbench.bench.options import BenchOptions
+from lmcbench.bench.records import RECORD_COLUMNS, STREAM_COLUMNS
+from lmcbench.bench.runner import measure_tensor, run
 from lmcbench.codecs import Codec, get_codec, register_codec
 from lmcbench.sources import TensorRecord, get_source
 from lmcbench.transforms import Pipeline
@@ -20,11 +22,8 @@ from lmcbench_testlib import BF16, make_trainer_folder, random_bits, same_bits
 QUICK = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False)
 
 
-@register_codec
-class FlipFirstByte(Codec):
-    """Stores the bytes, but its decode returns them with the first byte flipped: a broken round trip."""
-
-    codec_id = "test_flip"
+class _StoresBytes(Codec):
+    """Stores the bytes as they are; the test codecs below break the way back."""
 
     @classmethod
     def check_installed(cls):
@@ -32,6 +31,13 @@ class FlipFirstByte(Codec):
 
     def _encode(self, arr):
         return arr.reshape(-1).view(np.uint8).tobytes()
+
+
+@register_codec
+class FlipFirstByte(_StoresBytes):
+    """Its decode returns the bytes with the first one flipped: a broken round trip."""
+
+    codec_id = "test_flip"
 
     def _decode(self, buf):
         b = bytearray(buf)
@@ -41,30 +47,16 @@ class FlipFirstByte(Codec):
 
 
 @register_codec
-class RaisesOnDecode(Codec):
+class RaisesOnDecode(_StoresBytes):
     codec_id = "test_raises"
-
-    @classmethod
-    def check_installed(cls):
-        pass
-
-    def _encode(self, arr):
-        return arr.tobytes()
 
     def _decode(self, buf):
         raise RuntimeError("boom")
 
 
 @register_codec
-class ShortDecode(Codec):
+class ShortDecode(_StoresBytes):
     codec_id = "test_short"
-
-    @classmethod
-    def check_installed(cls):
-        pass
-
-    def _encode(self, arr):
-        return arr.tobytes()
 
     def _decode(self, buf):
         return bytes(buf)[:-1]
@@ -169,7 +161,7 @@ def test_row_fields():
     assert r["ratio"] == x.nbytes / r["comp_bytes"]
     assert r["entropy_bits"] == 0.0 and r["n_streams"] == 1 and r["codec_label"] == "zstd-3"
     assert json.loads(r["transform_config"]) == []
-    assert r["compress_s"] >= 0 and r["decompress_s"] >= 0 and r["repeats"] == 1
+    assert r["repeats"] == 1
     (s,) = srows
     assert set(STREAM_COLUMNS) <= set(s) and s["bytes"] == x.nbytes and s["stream"] == "raw"
 

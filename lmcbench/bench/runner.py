@@ -4,14 +4,16 @@ Memory: the source yields tensors tensor-major, so a temporal pipeline keeps onl
 tensor it works on. A tensor larger than ``chunk_mib`` is measured in independent slices of that size
 (every transform here is elementwise, and parallel codecs chunk their input the same way), so the working
 set is the tensor, its reference and a few slices: about twice the largest tensor plus a fixed overhead.
+
+The options are in :mod:`.options`, the columns and the CSV sink in :mod:`.records`, the XOR analysis in
+:mod:`.xor`; this module is the loop. A pipeline undoes itself (:meth:`Pipeline.decode` with the same
+reference), so verifying a measurement is decoding the codec's output through it and comparing.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
-from dataclasses import MISSING, dataclass, field
 
 import numpy as np
 
@@ -20,72 +22,11 @@ from ..errors import NotApplicable
 from ..sources import Source
 from ..transforms import Pipeline, Stream
 from .measure import ZERO, block_bound_bytes, byte_histogram, entropy_bits, timed
+from .options import BenchOptions
+from .records import RECORD_COLUMNS, STREAM_COLUMNS, CsvAppender
+from .xor import XorAnalysis
 
-RECORD_COLUMNS = [
-    "step", "tensor", "kind", "dtype", "cast", "shape", "numel", "transform", "codec", "codec_label", "codec_version",
-    "threads", "orig_bytes", "comp_bytes", "ratio", "compress_s", "decompress_s", "compress_cpu_s",
-    "decompress_cpu_s", "compress_s_min", "compress_s_max", "decompress_s_min", "decompress_s_max",
-    "transform_s", "untransform_s", "repeats", "n_streams", "entropy_bits", "entropy_bound_bytes", "block_bound_bytes", "ref_step",
-    "verified", "error", "codec_config", "transform_config",
-]
-XOR_COLUMNS = ["step", "ref_step", "tensor", "kind", "dtype", "numel", "changed_elems", "changed_bytes", "changed_bits",
-               "sign_flips", "exponent_flips", "mantissa_flips", "bit_flips", "lag"]
-STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref_step", "bytes", "entropy_bits",
-                  "block_bound_bytes"]
-
-
-@dataclass
-class BenchOptions:
-    warmup: int = 1  # untimed calls the first time a codec or transform meets a dtype in a run
-    repeats: int = 3
-    budget_s: float = 0.3
-    chunk_mib: float = 16.0
-    entropy_block_kib: int = 64  # block size of the per-block order-0 entropy bound
-    xor_analysis: bool = True  # xor.csv: which bits change between consecutive steps of each tensor
-    xor_lags: list = field(default_factory=lambda: [1])  # ... and between steps this many checkpoints apart
-    verify: bool = True
-    progress: bool = True
-    extra: dict = field(default_factory=dict)
-
-    @classmethod
-    def from_config(cls, cfg) -> "BenchOptions":
-        from ..errors import ConfigError
-
-        cfg = dict(cfg or {})
-        known = {k: cfg.pop(k) for k in list(cfg) if k in cls.__dataclass_fields__}
-        if cfg:
-            raise ConfigError(f"bench: unknown option(s) {', '.join(sorted(cfg))}")
-        for k, v in known.items():
-            f = cls.__dataclass_fields__[k]
-            want = type(f.default_factory()) if f.default is MISSING else type(f.default)
-            if want is float and isinstance(v, int) and not isinstance(v, bool):
-                known[k] = v = float(v)
-            if want is not dict and not isinstance(v, want) or (want is int and isinstance(v, bool)):
-                raise ConfigError(f"bench.{k}: expected {want.__name__}, got {v!r}")
-        opts = cls(**known)
-        if not opts.xor_lags or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in opts.xor_lags):
-            raise ConfigError(f"bench.xor_lags: expected a list of positive integers, got {opts.xor_lags!r}")
-        if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0 or opts.entropy_block_kib <= 0:
-            raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0, entropy_block_kib > 0")
-        return opts
-
-
-class CsvAppender:
-    """Rows appended and flushed as they are made, so an interrupted run keeps what it measured."""
-
-    def __init__(self, path: str, columns: list[str]):
-        self.path = path
-        self._f = open(path, "w", newline="")
-        self._w = csv.DictWriter(self._f, fieldnames=columns, extrasaction="ignore")
-        self._w.writeheader()
-
-    def write(self, rows):
-        for r in rows:
-            self._w.writerow(r)
-        self._f.flush()
-
-    def close(self):
-        self._f.close()
+__all__ = ["BenchOptions", "RECORD_COLUMNS", "STREAM_COLUMNS", "CsvAppender", "measure_tensor", "run"]
 
 
 def _slices(n: int, chunk_elems: int):
@@ -114,9 +55,8 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     os.makedirs(out_dir, exist_ok=True)
     records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS)
     streams_out = CsvAppender(os.path.join(out_dir, "streams.csv"), STREAM_COLUMNS)
-    xor_out = CsvAppender(os.path.join(out_dir, "xor.csv"), XOR_COLUMNS) if opts.xor_analysis else None
-    prev: list = []  # (step, array) of the previous steps of the current tensor, for the XOR analysis
-    xor_keep = max(opts.xor_lags)
+    xor = XorAnalysis(os.path.join(out_dir, "xor.csv"), opts.xor_lags, int(opts.chunk_mib * 2**20)) \
+        if opts.xor_analysis else None
     entries = source.entries()
     total_bytes = sum(e.nbytes for e in entries)
     skipped: dict[tuple, str] = {}
@@ -135,16 +75,12 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         for e in entries:
             if e.key != current_key:
                 refs.clear()  # only the previous steps of *this* tensor are ever kept
-                prev = []
+                if xor is not None:
+                    xor.new_tensor()
                 current_key = e.key
             rec = source.load(e)
-            if xor_out is not None:
-                for lag in sorted(set(opts.xor_lags)):
-                    if len(prev) >= lag:
-                        pstep, parr = prev[-lag]
-                        if parr.shape == rec.array.shape and parr.dtype == rec.array.dtype:
-                            xor_out.write([{**xor_row(rec, pstep, parr, int(opts.chunk_mib * 2**20)), "lag": lag}])
-                prev = (prev + [(rec.step, rec.array)])[-xor_keep:]
+            if xor is not None:
+                xor.add(rec)
             if bar is not None:
                 bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
             rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped, warmed, restrict)
@@ -161,8 +97,8 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             bar.close()
         records.close()
         streams_out.close()
-        if xor_out is not None:
-            xor_out.close()
+        if xor is not None:
+            xor.close()
     by_codec: dict[str, list] = {}
     for (codec, transform, dt), why in sorted(skipped.items()):
         by_codec.setdefault(codec, []).append(f"{transform}/{dt}")
@@ -215,15 +151,14 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             xs = x[b:end]
             rs = None if ref_flat is None else ref_flat[b:end]
             wu = warmup(("pipeline", pname, dt))
-            (streams, stages), tt = timed(lambda: pipe.encode(xs, rs), wu, opts.repeats, opts.budget_s)
+            streams, tt = timed(lambda: pipe.encode(xs, rs), wu, opts.repeats, opts.budget_s)
             ttime = ttime + tt
             for s in streams:
                 h = byte_histogram(s.data)
                 hists[s.name] = hists.get(s.name, 0) + h
                 sbytes[s.name] = sbytes.get(s.name, 0) + s.nbytes
                 sblock[s.name] = sblock.get(s.name, 0.0) + block_bound_bytes(s.data, opts.entropy_block_kib * 1024)
-            ut = timed(lambda: pipe.decode(streams, stages, rs, rec.dtype, xs.shape), wu, opts.repeats,
-                       opts.budget_s)[1]
+            ut = timed(lambda: pipe.decode(streams, rs, rec.dtype, xs.shape), wu, opts.repeats, opts.budget_s)[1]
             utime = utime + ut
             first = True
             for cname, codec in pcodecs.items():
@@ -242,7 +177,7 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 sig = (cname, pname) + tuple(str(st.as_typed().dtype) for st in streams)
                 dec = _measure_codec(codec, streams, opts, acc, warmup(sig))
                 if dec is not None and opts.verify:
-                    y = _verify(pipe, dec, stages, rs, rec.dtype, xs, acc)
+                    y = _verify(pipe, dec, rs, rec.dtype, xs, acc)
                     # the first codec's decoded output is the next step's reference; copy x only if it differs
                     if first and pipe.temporal and not acc.verified and y is not None:
                         if broken is None:
@@ -292,38 +227,11 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     return rows, srows, new_refs
 
 
-def xor_row(rec, ref_step: int, ref: np.ndarray, slice_bytes: int) -> dict:
-    """What changed between a tensor and its previous step: elements, bytes and bits, by field of the float
-    (sign, exponent, mantissa) and per bit position (``bit_flips``: counts from the most significant bit down,
-    separated by ``/``)."""
-    from ..dtypes import FLOAT_LAYOUT, bits
-
-    x, r = bits(rec.array), bits(ref)
-    width = x.dtype.itemsize * 8
-    flips = np.zeros(width, np.int64)
-    changed_elems = changed_bytes = 0
-    step = max(1, slice_bytes // x.dtype.itemsize)
-    for b in range(0, x.size, step):
-        d = np.bitwise_xor(x[b:b + step], r[b:b + step])
-        changed_elems += int(np.count_nonzero(d))
-        changed_bytes += int(np.count_nonzero(d.view(np.uint8)))
-        for k in range(width):
-            flips[width - 1 - k] += int(np.count_nonzero(d & np.array(1 << k, d.dtype)))
-    ebits, mbits = FLOAT_LAYOUT.get(np.dtype(rec.dtype), (0, width))
-    sign = int(flips[0]) if ebits else 0
-    return {"step": rec.step, "ref_step": ref_step, "tensor": rec.name, "kind": rec.kind,
-            "dtype": dtype_name(rec.dtype), "numel": int(x.size), "changed_elems": changed_elems,
-            "changed_bytes": changed_bytes, "changed_bits": int(flips.sum()), "sign_flips": sign,
-            "exponent_flips": int(flips[1:1 + ebits].sum()) if ebits else 0,
-            "mantissa_flips": int(flips[width - mbits:].sum()) if ebits else int(flips.sum()),
-            "bit_flips": "/".join(str(int(v)) for v in flips)}
-
-
-def _verify(pipe, dec, stages, ref, dtype, xs, acc: _Acc):
+def _verify(pipe, dec, ref, dtype, xs, acc: _Acc):
     """Undo the transform on the codec's output and compare with the original, byte for byte. Returns the
     decoded slice (flat, as the tensor's dtype) or None."""
     try:
-        y = pipe.decode(dec, stages, ref, dtype, xs.shape).reshape(-1)
+        y = pipe.decode(dec, ref, dtype, xs.shape).reshape(-1)
     except Exception as ex:  # noqa: BLE001 - a failed round trip is a recorded error
         acc.verified, acc.error = False, f"decode of the transform failed: {type(ex).__name__}: {ex}"
         return None

@@ -6,10 +6,10 @@ import glob
 import json
 import os
 
-import numpy as np
 import pandas as pd
 
 from ..errors import LmcbenchError
+from ..transforms import Pipeline
 
 MiB = 2**20
 
@@ -57,12 +57,25 @@ def load_streams(paths) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True).drop_duplicates() if frames else None
 
 
+def temporal(df: pd.DataFrame) -> pd.Series:
+    """Whether each row's pipeline takes a reference (:attr:`Pipeline.temporal`: a delta, or the previous step
+    handed to the codec), from the recorded ``transform_config``."""
+    configs = df["transform_config"].astype(str)
+    return configs.map({c: _temporal(c) for c in configs.unique()}).astype(bool)
+
+
+def _temporal(config: str) -> bool:
+    try:
+        return Pipeline.from_config("", json.loads(config) if config and config != "nan" else []).temporal
+    except (ValueError, TypeError, LmcbenchError):
+        return False
+
+
 def comparable(df: pd.DataFrame) -> pd.DataFrame:
     """Rows to aggregate: verified ones, and when the grid has temporal pipelines, only the steps where every
     pipeline had a reference (the first step of a series has nothing to delta against)."""
     ok = df[df["verified"] & df["comp_bytes"].notna()].copy()
-    temporal = ok["transform_config"].astype(str).str.contains('"delta"')
-    if temporal.any():
+    if temporal(ok).any():
         first = ok.groupby(["tensor", "kind"])["step"].transform("min")
         ok = ok[ok["step"] > first]
     return ok
@@ -119,25 +132,19 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
     df = load_records(run_dirs) if records is None else records
     streams = load_streams(run_dirs)
     os.makedirs(out_dir, exist_ok=True)
-    env = _environment(run_dirs)
+    from . import header
+
+    env = header.load(run_dirs)
     ok = comparable(df)
-    lines = [f"# {title}", ""]
-    commands = _commands(run_dirs)
-    if len(commands) > 1:
-        lines += [f"- merged {len(commands)} runs:"] + [f"  - `{c}`" for c in commands]
-    if env:
-        lines += [f"- command: `{env.get('command', '')}`"] if len(commands) <= 1 else []
-        lines += [
-                  f"- machine: {env.get('cpu', '')}, {env.get('cores', '')} cores; python {env.get('python', '')}; "
-                  f"git {env.get('git_commit', '')}",
-                  f"- source: {env.get('source', '')}"]
-        if env.get("peak_rss_mib"):
-            lines.append(f"- peak memory (RSS): {env['peak_rss_mib']:.0f} MiB; largest tensor "
-                         f"{env.get('largest_tensor_mib', 0):.1f} MiB")
+    more = []
+    if env.get("peak_rss_mib"):
+        more.append(f"- peak memory (RSS): {env['peak_rss_mib']:.0f} MiB; largest tensor "
+                    f"{env.get('largest_tensor_mib', 0):.1f} MiB")
     n_fail = int((~df["verified"]).sum())
     steps = sorted(df["step"].unique())
-    lines += [f"- {len(df)} measurements, {df[['tensor', 'kind']].drop_duplicates().shape[0]} tensors, steps "
-              f"{', '.join(map(str, steps))}; round trips verified bit-exact: {len(df) - n_fail} of {len(df)}", ""]
+    more.append(f"- {len(df)} measurements, {df[['tensor', 'kind']].drop_duplicates().shape[0]} tensors, steps "
+                f"{', '.join(map(str, steps))}; round trips verified bit-exact: {len(df) - n_fail} of {len(df)}")
+    lines = header.lines(title, env, runs=header.commands(run_dirs), more=more)
     if n_fail:
         bad = df[~df["verified"]].groupby(["codec_label", "transform"])["error"].first().reset_index()
         lines += ["## Failed round trips", "", _md(bad.set_index("codec_label"), "codec"), ""]
@@ -178,30 +185,4 @@ def _mib(part: pd.DataFrame) -> str:
     return f"{v:.2f} MiB" if v >= 0.1 else f"{v * 1024:.0f} KiB"
 
 
-def _commands(run_dirs) -> list[str]:
-    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
-    out = []
-    for d in dirs:
-        for f in sorted(glob.glob(os.path.join(str(d), "**", "environment.json"), recursive=True)):
-            try:
-                with open(f) as fh:
-                    e = json.load(fh)
-                out.append(f"lmcbench {e['job_overrides']}" if e.get("job_overrides") else e.get("command", ""))
-            except (OSError, ValueError):
-                continue
-    return out
-
-
-def _environment(run_dirs) -> dict:
-    dirs = [run_dirs] if isinstance(run_dirs, (str, os.PathLike)) else list(run_dirs)
-    for d in dirs:
-        for f in sorted(glob.glob(os.path.join(str(d), "**", "environment.json"), recursive=True)):
-            try:
-                with open(f) as fh:
-                    return json.load(fh)
-            except (OSError, ValueError):
-                continue
-    return {}
-
-
-__all__ = ["load_records", "load_streams", "aggregate", "comparable", "pivot", "render", "summary_text", "np"]
+__all__ = ["load_records", "load_streams", "aggregate", "comparable", "pivot", "render", "summary_text", "temporal"]

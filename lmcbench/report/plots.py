@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 
 from ..sources import KINDS as KIND_ORDER  # noqa: E402
 from . import aggregate, comparable  # noqa: E402
+from .facets import facet_grid, save, where  # noqa: E402
 
 
 def kinds_in(df) -> list[str]:
@@ -25,36 +26,20 @@ def ratio_vs_step(df: pd.DataFrame, path: str) -> bool:
     ok = df[df["verified"] & df["comp_bytes"].notna() & (df["codec"] != "memcpy")]
     if ok.empty or ok["step"].nunique() < 2:
         return False
-    kinds, transforms = kinds_in(ok), list(dict.fromkeys(ok["transform"]))
-    fig, axes = plt.subplots(len(kinds), len(transforms), figsize=(3.2 * len(transforms), 2.6 * len(kinds)),
-                             sharex=True, squeeze=False)
     codecs = list(dict.fromkeys(ok["codec_label"]))
     colors = {c: plt.cm.tab10(i % 10) for i, c in enumerate(codecs)}
-    for i, kind in enumerate(kinds):
-        for j, tr in enumerate(transforms):
-            ax = axes[i][j]
-            part = ok[(ok["kind"] == kind) & (ok["transform"] == tr)]
-            if not part.empty:
-                agg = aggregate(part, ["codec_label", "step"])
-                for c, g in agg.groupby("codec_label", sort=False):
-                    ax.plot(g["step"], g["ratio"], marker=".", color=colors[c], label=c)
-            ax.grid(alpha=0.3)
-            if i == 0:
-                ax.set_title(tr, fontsize=10)
-            if j == 0:
-                ax.set_ylabel(f"{kind}\nratio")
-            if i == len(kinds) - 1:
-                ax.set_xlabel("training step")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    for row in axes:
-        for ax in row:
-            h, lab = ax.get_legend_handles_labels()
-            if len(lab) > len(labels):
-                handles, labels = h, lab
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 9), frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+
+    def draw(ax, kind, tr):
+        part = where(ok, kind=kind, transform=tr)
+        if not part.empty:
+            agg = aggregate(part, ["codec_label", "step"])
+            for c, g in agg.groupby("codec_label", sort=False):
+                ax.plot(g["step"], g["ratio"], marker=".", color=colors[c], label=c)
+
+    transforms = list(dict.fromkeys(ok["transform"]))
+    fig, _ = facet_grid(kinds_in(ok), transforms, draw, panel=(3.2, 2.6), col_titles=True,
+                        row_label=lambda kind: f"{kind}\nratio", legend="figure", sharex=True)
+    save(fig, path, rect=(0, 0, 1, 0.95))
     return True
 
 
@@ -93,10 +78,7 @@ def tradeoff(df: pd.DataFrame, path: str) -> bool:
     h = [Line2D([], [], color=colors[c], marker="o", ls="", label=c) for c in codecs]
     h += [Line2D([], [], color="k", marker=markers[i % len(markers)], ls="", label=t) for i, t in enumerate(transforms)]
     fig.legend(handles=h, loc="center right", frameon=False, fontsize=8)
-    fig.suptitle("ratio against throughput (all selected tensors)")
-    fig.tight_layout(rect=(0, 0, 0.85, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path, suptitle="ratio against throughput (all selected tensors)", rect=(0, 0, 0.85, 1))
     return True
 
 
@@ -109,29 +91,20 @@ def entropy_vs_step(streams: pd.DataFrame | None, path: str) -> bool:
     if not transforms:
         return False
     kinds = kinds_in(s)
-    fig, axes = plt.subplots(len(kinds), len(transforms), figsize=(3.4 * len(transforms), 2.6 * len(kinds)),
-                             sharex=True, sharey=True, squeeze=False)
-    for i, kind in enumerate(kinds):
-        for j, tr in enumerate(transforms):
-            ax = axes[i][j]
-            part = s[(s["kind"] == kind) & (s["transform"] == tr)]
-            g = part.groupby(["stream", "step"], sort=False)[["bits_total", "bytes"]].sum().reset_index()
-            for st, gg in g.groupby("stream", sort=False):
-                ax.plot(gg["step"], gg["bits_total"] / gg["bytes"], marker=".", label=st)
-            ax.set_ylim(0, 8.2)
-            ax.grid(alpha=0.3)
-            if i == 0:
-                ax.set_title(tr, fontsize=10)
-            if j == 0:
-                ax.set_ylabel(f"{kind}\nbits per byte")
-            if i == len(kinds) - 1:
-                ax.set_xlabel("training step")
-            if i == 0:
-                ax.legend(fontsize=7, ncol=2)
-    fig.suptitle("order-0 entropy of each stream against step (8 = incompressible)")
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+
+    def draw(ax, kind, tr):
+        g = where(s, kind=kind, transform=tr).groupby(["stream", "step"], sort=False)[["bits_total", "bytes"]]
+        g = g.sum().reset_index()
+        for st, gg in g.groupby("stream", sort=False):
+            ax.plot(gg["step"], gg["bits_total"] / gg["bytes"], marker=".", label=st)
+        ax.set_ylim(0, 8.2)
+        if kind == kinds[0]:
+            ax.legend(fontsize=7, ncol=2)
+
+    fig, _ = facet_grid(kinds, transforms, draw, panel=(3.4, 2.6), col_titles=True,
+                        row_label=lambda kind: f"{kind}\nbits per byte", legend=None, sharex=True, sharey=True)
+    save(fig, path, suptitle="order-0 entropy of each stream against step (8 = incompressible)",
+         rect=(0, 0, 1, 0.96))
     return True
 
 

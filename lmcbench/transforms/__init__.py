@@ -13,6 +13,7 @@ when a stream still holds whole elements of it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,19 +116,18 @@ class Delta(Transform):
         return r
 
     def encode(self, streams, ref, dtype):
-        s = _single(streams, "delta")
-        if ref is None:
-            return streams
-        r = self._ref_bits(ref, s)
-        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else np.subtract(s.data, r)
-        return [Stream(s.name, out, s.typed)]
+        return self._against(streams, ref, np.subtract)
 
     def decode(self, streams, ref, dtype):
+        return self._against(streams, ref, np.add)
+
+    def _against(self, streams, ref, arith):
+        """XOR with the reference (its own inverse), or ``arith`` (subtract to encode, add to decode)."""
         s = _single(streams, "delta")
         if ref is None:
             return streams
         r = self._ref_bits(ref, s)
-        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else np.add(s.data, r)
+        out = np.bitwise_xor(s.data, r) if self.mode == "xor" else arith(s.data, r)
         return [Stream(s.name, out, s.typed)]
 
 
@@ -181,9 +181,44 @@ class ByteGroup(Transform):
             if w == 1:
                 out.append(Stream(s.name, planes.reshape(-1), None))
                 continue
-            prefix = "" if s.name in ("raw",) else s.name + "."
-            out.extend(Stream(f"{prefix}b{j}", np.ascontiguousarray(planes[:, j]), None) for j in range(w))
+            out.extend(Stream(_plane_name(s.name, j), np.ascontiguousarray(planes[:, j]), None) for j in range(w))
         return out
+
+    def decode(self, streams, ref, dtype):
+        """Planes ``<name>.b0 … b<w-1>`` back into the stream ``<name>`` they were cut from, in the layout every
+        stream has (``(n,)`` unsigned for 1, 2, 4 and 8 bytes, else ``(n, w)`` uint8); other streams (one-byte
+        ones, which byte-grouping leaves as they are) pass through."""
+        out, i = [], 0
+        while i < len(streams):
+            parent = _plane_of(streams[i].name)
+            if parent is None or parent[1] != 0:
+                if parent is not None:
+                    raise ValueError(f"bytegroup: plane {streams[i].name} without its plane 0")
+                out.append(streams[i])
+                i += 1
+                continue
+            w = 1
+            while i + w < len(streams) and _plane_of(streams[i + w].name) == (parent[0], w):
+                w += 1
+            planes = np.empty((streams[i].data.shape[0], w), np.uint8)
+            for j in range(w):
+                planes[:, j] = streams[i + j].data
+            data = planes.view(f"<u{w}").reshape(-1) if w in (2, 4, 8) else planes
+            out.append(Stream(parent[0], data, np.dtype(dtype) if parent[0] == "raw" else None))
+            i += w
+        return out
+
+
+def _plane_name(name: str, j: int) -> str:
+    """Byte-grouping's name for plane ``j`` of stream ``name``: ``b<j>`` for the tensor itself, else
+    ``<name>.b<j>`` (``exp.b0``)."""
+    return f"b{j}" if name == "raw" else f"{name}.b{j}"
+
+
+def _plane_of(name: str):
+    """``(stream, j)`` for a plane name made by :func:`_plane_name`, else None."""
+    m = re.fullmatch(r"(?:(.+)\.)?b(\d+)", name)
+    return None if m is None else (m.group(1) or "raw", int(m.group(2)))
 
 
 class ExpSplit(Transform):
@@ -213,7 +248,7 @@ class ExpSplit(Transform):
     def decode(self, streams, ref, dtype):
         layout = FLOAT_LAYOUT.get(np.dtype(dtype))
         if layout is None:
-            raise AssertionError("non-float expsplit is decoded as bytegroup")
+            return ByteGroup().decode(streams, ref, dtype)
         ebits, mbits = layout
         ut = uint_dtype(dtype)
         exp = _widen(streams[0].data, ut)
@@ -284,51 +319,26 @@ class Pipeline:
     def get_config(self) -> list:
         return [t.get_config() for t in self.transforms]
 
-    def encode(self, x: np.ndarray, ref: np.ndarray | None = None):
-        """Streams for ``x``, and the per-stage input streams the decoder needs to know the shapes of."""
+    @property
+    def temporal_transform(self) -> Transform | None:
+        """The transform that takes the reference (delta or reference), or None for a standalone pipeline."""
+        return next((t for t in self.transforms if t.temporal), None)
+
+    def encode(self, x: np.ndarray, ref: np.ndarray | None = None) -> list[Stream]:
+        """The streams of ``x``: every transform applied in order (``ref``: the tensor ``lag`` steps back, or
+        None where there is none yet)."""
         dtype = x.dtype
         streams = [Stream("raw", bits(x), dtype)]  # a view: transforms and codecs never write to it
-        stages = []
         for t in self.transforms:
-            stages.append(_shapes(streams))
             streams = t.encode(streams, ref, dtype)
-        return streams, stages
+        return streams
 
-    def decode(self, streams: list[Stream], stages, ref, dtype: np.dtype, shape) -> np.ndarray:
-        for t, before in zip(reversed(self.transforms), reversed(stages)):
-            if isinstance(t, ExpSplit) and np.dtype(dtype) in FLOAT_LAYOUT:
-                streams = t.decode(streams, ref, dtype)
-            elif isinstance(t, (ByteGroup, ExpSplit)):
-                streams = _ungroup(streams, before)
-            else:
-                streams = t.decode(streams, ref, dtype)
+    def decode(self, streams: list[Stream], ref, dtype: np.dtype, shape) -> np.ndarray:
+        """The tensor back from its streams: every transform undone, in reverse order, with the same ``ref``."""
+        for t in reversed(self.transforms):
+            streams = t.decode(streams, ref, dtype)
         (s,) = streams
         return s.data.view(np.dtype(dtype)).reshape(shape)
-
-
-def _shapes(streams):
-    return [(s.name, s.data.dtype, s.data.shape, s.typed) for s in streams]
-
-
-def _ungroup(streams: list[Stream], before) -> list[Stream]:
-    """Inverse of byte-grouping, given the streams' shapes before it."""
-    out, i = [], 0
-    for name, dt, shape, typed in before:
-        n = shape[0]
-        w = (shape[1] if len(shape) == 2 else 1) * np.dtype(dt).itemsize
-        if w == 1:
-            data = streams[i].data.reshape(shape).view(dt) if len(shape) == 1 else streams[i].data.reshape(shape)
-            i += 1
-        else:
-            planes = np.empty((n, w), np.uint8)
-            for j in range(w):
-                planes[:, j] = streams[i + j].data
-            i += w
-            data = planes.reshape(shape) if len(shape) == 2 else planes.view(dt).reshape(n)
-        out.append(Stream(name, data, typed))
-    if i != len(streams):
-        raise ValueError(f"ungroup: {len(streams)} streams for a layout of {i}")
-    return out
 
 
 __all__ = ["Stream", "Transform", "Delta", "Reference", "ByteGroup", "ExpSplit", "Pipeline", "TRANSFORMS", "get_transform",

@@ -1,0 +1,41 @@
+"""The options of a run (the ``bench`` config group): defaults here, mirrored by ``conf/bench/default.yaml``
+(``tests/test_config.py`` checks that the two agree)."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field
+
+from ..errors import ConfigError
+
+
+@dataclass
+class BenchOptions:
+    warmup: int = 1  # untimed calls the first time a codec or transform meets a dtype in a run
+    repeats: int = 3
+    budget_s: float = 0.3
+    chunk_mib: float = 16.0
+    entropy_block_kib: int = 64  # block size of the per-block order-0 entropy bound
+    xor_analysis: bool = True  # xor.csv: which bits change between consecutive steps of each tensor
+    xor_lags: list = field(default_factory=lambda: [1])  # ... and between steps this many checkpoints apart
+    verify: bool = True
+    progress: bool = True
+
+    @classmethod
+    def from_config(cls, cfg) -> "BenchOptions":
+        cfg = dict(cfg or {})
+        known = {k: cfg.pop(k) for k in list(cfg) if k in cls.__dataclass_fields__}
+        if cfg:
+            raise ConfigError(f"bench: unknown option(s) {', '.join(sorted(cfg))}")
+        for k, v in known.items():
+            f = cls.__dataclass_fields__[k]
+            want = type(f.default_factory()) if f.default is MISSING else type(f.default)
+            if want is float and isinstance(v, int) and not isinstance(v, bool):
+                known[k] = v = float(v)
+            if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+                raise ConfigError(f"bench.{k}: expected {want.__name__}, got {v!r}")
+        opts = cls(**known)
+        if not opts.xor_lags or any(isinstance(g, bool) or not isinstance(g, int) or g < 1 for g in opts.xor_lags):
+            raise ConfigError(f"bench.xor_lags: expected a list of positive integers, got {opts.xor_lags!r}")
+        if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0 or opts.entropy_block_kib <= 0:
+            raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0, entropy_block_kib > 0")
+        return opts
