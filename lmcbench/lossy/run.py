@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..bench.runner import CsvAppender
+from ..bench.records import CsvAppender
 from ..checkpoints.trainer_folder import load_triples
 from ..errors import ConfigError
 from ..tinygpt.series import Series, ensure_series
