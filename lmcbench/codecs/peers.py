@@ -53,6 +53,15 @@ def _not_native(dt: np.dtype) -> bool:
 # ZipNN
 # --------------------------------------------------------------------------------------------------------------
 
+def _refuse(codec: str, arr, supported, why: str) -> np.dtype:
+    """The array's dtype, or NotApplicable naming it (and its byte order) with ``why``."""
+    dt = np.asarray(arr).dtype if not isinstance(arr, np.dtype) else arr
+    if dt not in supported:
+        raise NotApplicable(f"{codec}: dtype {_dtype_name(dt)}{' (big-endian)' if _not_native(dt) else ''} "
+                            f"is not supported{why}")
+    return dt
+
+
 def _zipnn_dtypes() -> dict[np.dtype, str]:
     """numpy dtype -> ZipNN ``bytearray_dtype`` name, for the float formats ZipNN 0.5 compresses in byte mode."""
     import ml_dtypes
@@ -100,11 +109,8 @@ class ZipNN(Codec):
         return t if t > 0 else min(os.cpu_count() or 1, 16)
 
     def check_applicable(self, arr):
-        dt = np.asarray(arr).dtype if not isinstance(arr, np.dtype) else arr
-        if dt not in _zipnn_dtypes():
-            raise NotApplicable(
-                f"zipnn: dtype {_dtype_name(dt)}{' (big-endian)' if _not_native(dt) else ''} is not supported; "
-                "ZipNN 0.5 compresses little-endian bfloat16, float16, float32, float8_e4m3fn and float8_e5m2 only")
+        _refuse("zipnn", arr, _zipnn_dtypes(), "; ZipNN 0.5 compresses little-endian bfloat16, float16, float32, "
+                "float8_e4m3fn and float8_e5m2 only")
 
     def _make(self, name):
         from zipnn import ZipNN as _ZipNN
@@ -282,11 +288,8 @@ class Z4AI(Codec):
         return t if t > 0 else (os.cpu_count() or 1)
 
     def check_applicable(self, arr):
-        dt = np.asarray(arr).dtype if not isinstance(arr, np.dtype) else arr
-        if dt not in _z4ai_dtypes():
-            raise NotApplicable(
-                f"z4ai: dtype {_dtype_name(dt)}{' (big-endian)' if _not_native(dt) else ''} is not supported; "
-                "z4ai 0.2 compresses little-endian bfloat16, float16, float32 and float64 only")
+        _refuse("z4ai", arr, _z4ai_dtypes(), "; z4ai 0.2 compresses little-endian bfloat16, float16, float32 and "
+                "float64 only")
 
     def _encode(self, arr):
         import z4ai
@@ -437,11 +440,8 @@ class Pcodec(Codec):
         return _dist_version("pcodec")
 
     def check_applicable(self, arr):
-        dt = np.asarray(arr).dtype if not isinstance(arr, np.dtype) else arr
-        if dt not in _PCODEC_DTYPES:
-            raise NotApplicable(
-                f"pcodec: dtype {_dtype_name(dt)}{' (big-endian)' if _not_native(dt) else ''} is not supported "
-                "here; pcodec compresses little-endian float16, float32 and float64 (it has no bfloat16)")
+        _refuse("pcodec", arr, _PCODEC_DTYPES, " here; pcodec compresses little-endian float16, float32 and "
+                "float64 (it has no bfloat16)")
 
     def _encode(self, arr):
         import pcodec
