@@ -68,7 +68,8 @@ def rec(x, step=10, name="t", kind="weight"):
 
 def pipes(*names):
     cfg = {"raw": [], "delta": [{"id": "delta", "mode": "xor"}], "bytegroup": [{"id": "bytegroup"}],
-           "delta_expsplit": [{"id": "delta"}, {"id": "expsplit"}]}
+           "delta_expsplit": [{"id": "delta"}, {"id": "expsplit"}],
+           "delta_bytegroup": [{"id": "delta"}, {"id": "bytegroup"}], "reference": [{"id": "reference"}]}
     return {n: Pipeline.from_config(n, cfg[n]) for n in names}
 
 
@@ -118,6 +119,34 @@ def test_delta_reference_is_the_decoded_tensor():
     assert ref.shape == x1.shape and ref.dtype == x1.dtype
     assert ref.tobytes() == expected.tobytes()
     assert not same_bits(ref, x1)
+
+
+def test_bound_given_the_reference():
+    """cond_bound_bytes: each stream of a temporal pipeline coded with the same stream of the reference as
+    context (an adaptive code length, never above the adaptive order-0 one); empty without a reference."""
+    rng = np.random.default_rng(7)
+    x1 = rng.normal(0, 0.02, 1 << 15).astype(np.float32)
+    x2 = x1.copy()
+    moved = rng.random(x1.size) < 0.1
+    x2[moved] += rng.normal(0, 1e-4, int(moved.sum())).astype(np.float32)
+    codecs = {"memcpy": get_codec({"id": "memcpy"}), "lmc": get_codec({"id": "lmc"})}  # lmc takes the reference
+    p = pipes("delta_bytegroup", "reference", "bytegroup")
+    rows, srows, refs = measure_tensor(rec(x1, 10), p, codecs, QUICK, {}, {})
+    assert all(r["cond_bound_bytes"] == "" for r in rows + srows)
+    rows, srows, _ = measure_tensor(rec(x2, 20), p, codecs, QUICK, refs, {})
+    by = {r["transform"]: r for r in rows}
+    assert by["bytegroup"]["cond_bound_bytes"] == ""  # standalone: no reference to condition on
+    d, ref = by["delta_bytegroup"], by["reference"]
+    # 90% of the values are unchanged: given the reference, well under the standalone order-0 bound
+    assert 0 < d["cond_bound_bytes"] < 0.5 * by["bytegroup"]["entropy_bound_bytes"]
+    # the reference pipeline's one raw stream, each byte against the reference's byte: the same information
+    assert 0 < ref["cond_bound_bytes"] < 0.6 * by["bytegroup"]["entropy_bound_bytes"]
+    streams = [r for r in srows if r["transform"] == "delta_bytegroup"]
+    assert len(streams) == 4 and abs(sum(r["cond_bound_bytes"] for r in streams) - d["cond_bound_bytes"]) < 1
+    # an unrelated reference carries no information: the bound is the adaptive order-0 one (within rounding)
+    rows, _, _ = measure_tensor(rec(random_bits(1 << 15, np.float32, seed=9), 30), pipes("delta"),
+                                {"memcpy": codecs["memcpy"]}, QUICK, {"delta": [(20, x2)]}, {})
+    assert rows[0]["cond_bound_bytes"] >= 0.99 * rows[0]["orig_bytes"]
 
 
 def test_delta_reference_decoded_across_slices():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -73,3 +74,49 @@ def block_bound_bytes(a: np.ndarray, block: int = 65536) -> float:
     lengths = np.full(-(-n // block), block, np.int64)
     lengths[-1] = n - block * (len(lengths) - 1)
     return float((block_entropies(a, block) * lengths).sum() / 8)
+
+
+def joint_histogram(a: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """Counts of the 65536 (context byte, byte) pairs of two aligned byte streams: ``ctx`` byte ``i`` is the
+    context of ``a`` byte ``i``. Returned as a (256 contexts, 256 values) array."""
+    a8 = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    c8 = np.ascontiguousarray(ctx).reshape(-1).view(np.uint8)
+    if a8.size != c8.size:
+        raise ValueError(f"joint_histogram: streams of {a8.size} and {c8.size} bytes are not aligned")
+    pair = c8.astype(np.uint16) << 8
+    pair |= a8
+    return np.bincount(pair, minlength=65536).astype(np.int64).reshape(256, 256)
+
+
+def adaptive_bits(counts: np.ndarray, alpha: float = 0.5) -> float:
+    """Code length in bits of a byte sequence with these per-context counts (rows: contexts, columns: the 256
+    byte values) under an adaptive arithmetic coder with one Krichevsky-Trofimov estimator per context.
+
+    It depends only on the counts, not on the order, and it includes the cost of learning each context's
+    distribution, so it is a size a real coder reaches (within a few bytes), not an optimistic empirical
+    entropy: with 256 contexts x 256 values the plain conditional entropy of a 64 Ki-byte block would
+    understate a random byte by ~1 bit. With one context it is the adaptive order-0 code length."""
+    counts = np.atleast_2d(np.asarray(counts, np.int64))
+    n = counts.sum(axis=1)
+    k = counts.shape[1]
+    nats = (_lgamma(n[n > 0], k * alpha) - math.lgamma(k * alpha)).sum()
+    nats -= (_lgamma(counts[counts > 0], alpha) - math.lgamma(alpha)).sum()
+    return float(nats / math.log(2))
+
+
+_LGAMMA_TABLE: dict[float, np.ndarray] = {}
+_vlgamma = np.frompyfunc(math.lgamma, 1, 1)
+
+
+def _lgamma(c: np.ndarray, shift: float) -> np.ndarray:
+    """``lgamma(c + shift)`` for non-negative integer counts: a table below 2**16, the function above."""
+    table = _LGAMMA_TABLE.get(shift)
+    if table is None:
+        table = _LGAMMA_TABLE[shift] = _vlgamma(np.arange(1 << 16) + shift).astype(np.float64)
+    c = np.asarray(c, np.int64)
+    out = np.empty(c.shape, np.float64)
+    small = c < table.size
+    out[small] = table[c[small]]
+    if not small.all():
+        out[~small] = _vlgamma(c[~small] + shift).astype(np.float64)
+    return out

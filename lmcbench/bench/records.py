@@ -9,13 +9,14 @@ RECORD_COLUMNS = [
     "step", "tensor", "kind", "dtype", "cast", "shape", "numel", "transform", "codec", "codec_label", "codec_version",
     "threads", "orig_bytes", "comp_bytes", "ratio", "compress_s", "decompress_s", "compress_cpu_s",
     "decompress_cpu_s", "compress_s_min", "compress_s_max", "decompress_s_min", "decompress_s_max",
-    "transform_s", "untransform_s", "repeats", "n_streams", "entropy_bits", "entropy_bound_bytes", "block_bound_bytes", "ref_step",
+    "transform_s", "untransform_s", "repeats", "n_streams", "entropy_bits", "entropy_bound_bytes", "block_bound_bytes",
+    "cond_bound_bytes", "ref_step",
     "verified", "error", "codec_config", "transform_config",
 ]
 XOR_COLUMNS = ["step", "ref_step", "tensor", "kind", "dtype", "numel", "changed_elems", "changed_bytes", "changed_bits",
                "sign_flips", "exponent_flips", "mantissa_flips", "bit_flips", "lag"]
 STREAM_COLUMNS = ["step", "tensor", "kind", "dtype", "transform", "stream", "ref_step", "bytes", "entropy_bits",
-                  "block_bound_bytes"]
+                  "block_bound_bytes", "cond_bound_bytes"]
 
 
 class CsvAppender:

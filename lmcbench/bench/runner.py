@@ -21,7 +21,7 @@ from ..dtypes import dtype_name
 from ..errors import NotApplicable
 from ..sources import Source
 from ..transforms import Pipeline, Stream
-from .measure import ZERO, block_bound_bytes, byte_histogram, entropy_bits, timed
+from .measure import ZERO, adaptive_bits, block_bound_bytes, byte_histogram, entropy_bits, joint_histogram, timed
 from .options import BenchOptions
 from .records import RECORD_COLUMNS, STREAM_COLUMNS, CsvAppender
 from .xor import XorAnalysis
@@ -145,6 +145,8 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         hists: dict[str, np.ndarray] = {}
         sbytes: dict[str, int] = {}
         sblock: dict[str, float] = {}  # per-block order-0 bound (bytes) of each stream
+        joint: dict[str, np.ndarray] = {}  # (reference byte, byte) counts of each stream, for the bound given it
+        spatial = _spatial(pipe) if opts.cond_bound and ref_flat is not None else None
         ttime = utime = ZERO
         broken = None  # a decoded copy, made only if some slice fails to round-trip
         for b, end in _slices(n, chunk_elems):
@@ -158,6 +160,10 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 hists[s.name] = hists.get(s.name, 0) + h
                 sbytes[s.name] = sbytes.get(s.name, 0) + s.nbytes
                 sblock[s.name] = sblock.get(s.name, 0.0) + block_bound_bytes(s.data, opts.entropy_block_kib * 1024)
+            if spatial is not None:
+                # each stream against the same stream of the reference (the pipeline without its delta)
+                for s, c in zip(streams, spatial.encode(rs)):
+                    joint[s.name] = joint.get(s.name, 0) + joint_histogram(s.data, c.data)
             ut = timed(lambda: pipe.decode(streams, rs, rec.dtype, xs.shape), wu, opts.repeats, opts.budget_s)[1]
             utime = utime + ut
             first = True
@@ -194,10 +200,13 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         blk_bound = sum(sblock.values())
         tot_stream = sum(sbytes.values())
         ent_avg = (sum(entropy_bits(h) * int(h.sum()) for h in hists.values()) / tot_stream) if tot_stream else 0.0
+        cond = {sname: min(adaptive_bits(j), adaptive_bits(hists[sname])) / 8 for sname, j in joint.items()}
+        cond_bound = round(sum(cond.values()), 1) if cond else ""
         for sname, h in hists.items():
             srows.append({"step": rec.step, "tensor": rec.name, "kind": rec.kind, "dtype": dt, "transform": pname,
                           "stream": sname, "ref_step": "" if ref_step is None else ref_step, "bytes": sbytes[sname],
                           "block_bound_bytes": round(sblock[sname], 1),
+                          "cond_bound_bytes": round(cond[sname], 1) if sname in cond else "",
                           "entropy_bits": round(entropy_bits(h), 6)})
         for cname, codec in pcodecs.items():
             acc = accs[cname]
@@ -219,12 +228,18 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 "decompress_s_min": acc.dtime.min + utime.min, "decompress_s_max": acc.dtime.max + utime.max,
                 "transform_s": ttime.median, "untransform_s": utime.median, "repeats": acc.ctime.repeats,
                 "n_streams": len(hists), "entropy_bits": round(ent_avg, 6), "entropy_bound_bytes": round(ent_bound, 1),
-                "block_bound_bytes": round(blk_bound, 1),
+                "block_bound_bytes": round(blk_bound, 1), "cond_bound_bytes": cond_bound,
                 "ref_step": "" if ref_step is None else ref_step, "verified": bool(acc.verified and not acc.error),
                 "error": acc.error, "codec_config": json.dumps(codec.get_config(), sort_keys=True),
                 "transform_config": json.dumps(pipe.get_config()),
             })
     return rows, srows, new_refs
+
+
+def _spatial(pipe: Pipeline) -> Pipeline:
+    """The pipeline without its temporal transform: applied to the reference, its streams line up byte for byte
+    with the pipeline's streams of the tensor (a delta always comes before any splitting transform)."""
+    return Pipeline(pipe.name + ":spatial", [t for t in pipe.transforms if not t.temporal])
 
 
 def _verify(pipe, dec, ref, dtype, xs, acc: _Acc):
