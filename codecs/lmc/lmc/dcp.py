@@ -249,7 +249,7 @@ class LMCStorageReader(StorageReader):
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
         if kwargs.get("rank") is not None:
-            raise FileNotFoundError("lmc.dcp: no rank-local metadata (use_collectives=False is not supported)")
+            raise FileNotFoundError("lmc.dcp writes no rank-local metadata")
         self._ckpt = _Checkpoint(self.path, self.threads)
         md = self._ckpt.metadata
         md.storage_meta.load_id = self.load_id
