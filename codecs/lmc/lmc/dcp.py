@@ -86,6 +86,7 @@ class LMCStorageWriter(StorageWriter):
                                       "written by the coordinator)")
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
+        self.save_id = str(uuid.uuid4())  # a new id per save, also when the writer is reused for the same path
 
     def _reference_checkpoint(self):
         if self.reference is None or self.keyframe:
