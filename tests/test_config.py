@@ -106,8 +106,24 @@ def test_every_source_option(name, trainer_dir, tmp_path):
     shutil.copy(trainer_dir / "checkpoint-10" / "model.safetensors", tmp_path / "run3_step10.safetensors")
     extra = {"hf_trainer": [f"source.path={trainer_dir}"],
              "files": [f"source.path={tmp_path}/*.safetensors", r"source.step_regex='step(\d+)'"],
+             "dcp": [f"source.path={tmp_path}/dcp"],
              "tinygpt": [f"source.cache_dir={tmp_path}"],
              "tinygpt_large": [f"source.cache_dir={tmp_path}"]}[name]
+    if name == "dcp":  # one DCP checkpoint of a model and its AdamW state
+        import warnings
+
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        m = torch.nn.Linear(4, 3)
+        opt = torch.optim.AdamW(m.parameters())
+        m(torch.ones(2, 4)).sum().backward()
+        opt.step()
+        msd, osd = get_state_dict(m, opt)
+        with warnings.catch_warnings():  # "torch.distributed is disabled ... a single process"
+            warnings.simplefilter("ignore", UserWarning)
+            dcp.save({"model": msd, "optim": osd}, storage_writer=dcp.FileSystemWriter(tmp_path / "dcp" / "step-10"))
     cfg = composed(BASE + [f"source={name}"] + extra)
     source = cli.build(cfg)[0]
     assert isinstance(source, Source) and source.source_type == cfg.source.type

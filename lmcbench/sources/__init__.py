@@ -164,6 +164,7 @@ class Source:
 _SOURCES: dict[str, str] = {
     "hf_trainer": "lmcbench.sources.hf_trainer:HFTrainerSource",
     "files": "lmcbench.sources.files:FilesSource",
+    "dcp": "lmcbench.sources.dcp:DCPSource",
     "tinygpt": "lmcbench.sources.tinygpt:TinyGPTSource",
 }
 

@@ -1,0 +1,387 @@
+"""The on-disk format of :mod:`lmc.dcp` (see ``DCP.md``): dtype tables, the JSON metadata written and read back
+(every field checked, nothing unpickled), and :class:`_Checkpoint`, a validated checkpoint folder whose items
+decode one at a time, through their reference checkpoint when delta-coded."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import zlib
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+import torch
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    MetadataIndex,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+
+from ._core import FormatError, decompress
+
+METADATA_FILE = "lmc-metadata.json"
+FORMAT = "lmc-dcp"
+FORMAT_VERSION = 1
+SUFFIX = ".lmc"
+MAGIC = b"LMCDCP\x00\x01"
+_HEADER_LEN = len(MAGIC) + 36  # + the save id (a UUID, 36 ASCII characters)
+_FILE_RE = re.compile(r"^__\d{1,9}_\d{1,9}\.lmc$")
+_MAX_METADATA = 1 << 30
+_CODECS = ("lmc", "raw", "zlib")
+
+# torch dtypes LMC codes with their own layout (the numpy dtype of the same bits)
+_LMC_DTYPES = {
+    torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16,
+    torch.float64: np.float64, torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16,
+    torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_, torch.complex64: np.complex64,
+    torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn, torch.float8_e5m2: ml_dtypes.float8_e5m2,
+}
+for _n, _d in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
+    if isinstance(getattr(torch, _n, None), torch.dtype):
+        _LMC_DTYPES[getattr(torch, _n)] = _d
+# every torch dtype a tensor item may have (those LMC does not code are stored raw or zlib-compressed)
+_DTYPES = {str(d).removeprefix("torch."): d for d in _LMC_DTYPES}
+for _n in ("complex128", "complex32", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+    if isinstance(getattr(torch, _n, None), torch.dtype):
+        _DTYPES[_n] = getattr(torch, _n)
+_MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "channels_last": torch.channels_last,
+                   "preserve_format": torch.preserve_format}
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    name = str(dt).removeprefix("torch.")
+    if _DTYPES.get(name) != dt:
+        raise TypeError(f"lmc.dcp: tensors of dtype {dt} cannot be stored")
+    return name
+
+
+def is_lmc_checkpoint(path) -> bool:
+    """Whether ``path`` is a complete LMC DCP checkpoint folder (it has the metadata file)."""
+    return os.path.isfile(os.path.join(os.fspath(path), METADATA_FILE))
+
+
+@dataclass(frozen=True)
+class _Item:
+    """Where and how one item (a tensor chunk or a bytes object) is stored: ``WriteResult.storage_data`` and
+    the values of ``Metadata.storage_data``."""
+
+    file: str
+    offset: int
+    length: int
+    codec: str  # lmc | raw | zlib
+    size: int  # bytes of the decoded item
+    crc32: int  # of the decoded bytes
+    dtype: str | None = None  # None: a bytes item
+    shape: tuple | None = None
+    ref: tuple | None = None  # (reference save id, CRC-32 of the reference item) when delta-coded
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """``SavePlan.storage_data`` from the coordinator: the rank's file prefix and the save id."""
+
+    prefix: str
+    save_id: str
+
+
+def _crc(buf) -> int:
+    return zlib.crc32(buf) & 0xFFFFFFFF
+
+
+def _tensor_bytes(t: torch.Tensor) -> np.ndarray:
+    """The bytes of a tensor (its projection only, row-major) as a flat uint8 array."""
+    t = t.detach().cpu()
+    if t.is_complex():
+        t = t.resolve_conj()
+    t = t.resolve_neg().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+# ------------------------------------------------------------------------------------------------ metadata
+def _key(index: MetadataIndex) -> tuple:
+    return (index.fqn, None if index.offset is None else tuple(index.offset))
+
+
+def _ints(v, what, path) -> tuple:
+    if not isinstance(v, list) or not all(type(x) is int and 0 <= x < 1 << 62 for x in v):
+        raise FormatError(f"{path}: malformed metadata: {what} must be a list of non-negative integers")
+    return tuple(v)
+
+
+def _metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | None, checkpoint_id) -> dict:
+    sdm = {}
+    for fqn, m in md.state_dict_metadata.items():
+        if isinstance(m, BytesStorageMetadata):
+            sdm[fqn] = {"type": "bytes"}
+        elif isinstance(m, TensorStorageMetadata):
+            p = m.properties
+            if p.layout != torch.strided:
+                raise TypeError(f"lmc.dcp: {fqn}: layout {p.layout} cannot be stored")
+            mf = next(k for k, v in _MEMORY_FORMATS.items() if v == p.memory_format)
+            sdm[fqn] = {"type": "tensor", "dtype": _dtype_name(p.dtype), "size": list(m.size),
+                        "requires_grad": bool(p.requires_grad), "memory_format": mf,
+                        "pin_memory": bool(p.pin_memory),
+                        "chunks": [[list(c.offsets), list(c.sizes)] for c in m.chunks]}
+        else:
+            raise TypeError(f"lmc.dcp: {fqn}: unknown storage metadata {type(m).__name__}")
+    pd = md.planner_data
+    if pd is not None:
+        ok = isinstance(pd, dict) and all(
+            isinstance(k, str) and isinstance(v, (tuple, list))
+            and all(isinstance(x, str) or (type(x) is int) for x in v) for k, v in pd.items())
+        if not ok:
+            raise TypeError("lmc.dcp: planner_data other than {fqn: (str | int, ...)} cannot be stored")
+        pd = {k: list(v) for k, v in pd.items()}
+    sm = md.storage_meta
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "dcp_version": md.version, "save_id": save_id,
+        "checkpoint_id": None if checkpoint_id is None else os.fspath(checkpoint_id),
+        "modules": list(sm.modules) if sm is not None and sm.modules else [],
+        "reference": reference,
+        "state_dict_metadata": sdm, "planner_data": pd,
+        "items": [{"fqn": idx.fqn, "offset": None if idx.offset is None else list(idx.offset), "index": idx.index,
+                   "file": it.file, "pos": it.offset, "length": it.length, "codec": it.codec, "size": it.size,
+                   "crc32": it.crc32, "dtype": it.dtype, "shape": None if it.shape is None else list(it.shape),
+                   "ref": None if it.ref is None else list(it.ref)}
+                  for idx, it in items.items()],
+    }
+
+
+def _parse_metadata(doc, path: str):
+    """``(Metadata, {key: (MetadataIndex, _Item)})`` from the JSON document, every field checked."""
+    def bad(msg):
+        raise FormatError(f"{path}: malformed metadata: {msg}")
+
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        bad("not an lmc-dcp metadata file")
+    if doc.get("format_version") != FORMAT_VERSION:
+        bad(f"unsupported format_version {doc.get('format_version')!r}")
+    for k in ("save_id", "state_dict_metadata", "items"):
+        if k not in doc:
+            bad(f"no {k!r}")
+    if not isinstance(doc["save_id"], str) or len(doc["save_id"]) != 36:
+        bad("save_id")
+    sdm = {}
+    if not isinstance(doc["state_dict_metadata"], dict):
+        bad("state_dict_metadata")
+    for fqn, m in doc["state_dict_metadata"].items():
+        if not isinstance(m, dict) or m.get("type") not in ("bytes", "tensor"):
+            bad(f"entry {fqn!r}")
+        if m["type"] == "bytes":
+            sdm[fqn] = BytesStorageMetadata()
+            continue
+        if m.get("dtype") not in _DTYPES or m.get("memory_format") not in _MEMORY_FORMATS:
+            bad(f"dtype or memory format of {fqn!r}")
+        chunks = m.get("chunks")
+        if not isinstance(chunks, list) or not all(isinstance(c, list) and len(c) == 2 for c in chunks):
+            bad(f"chunks of {fqn!r}")
+        size = _ints(m.get("size"), f"size of {fqn!r}", path)
+        cl = [ChunkStorageMetadata(torch.Size(_ints(o, "chunk offsets", path)), torch.Size(_ints(s, "chunk sizes",
+                                                                                                    path)))
+              for o, s in chunks]
+        if any(len(c.offsets) != len(size) or len(c.sizes) != len(size) or
+               any(o + s > n for o, s, n in zip(c.offsets, c.sizes, size)) for c in cl):
+            bad(f"a chunk of {fqn!r} lies outside the tensor")
+        props = TensorProperties(dtype=_DTYPES[m["dtype"]], requires_grad=bool(m.get("requires_grad")),
+                                 memory_format=_MEMORY_FORMATS[m["memory_format"]],
+                                 pin_memory=bool(m.get("pin_memory")))
+        sdm[fqn] = TensorStorageMetadata(props, torch.Size(size), cl)
+    pd = doc.get("planner_data")
+    if pd is not None:
+        if not isinstance(pd, dict) or not all(
+                isinstance(v, list) and all(isinstance(x, str) or type(x) is int for x in v) for v in pd.values()):
+            bad("planner_data")
+        pd = {k: tuple(v) for k, v in pd.items()}
+    ref = doc.get("reference")
+    if ref is not None and not (isinstance(ref, dict) and isinstance(ref.get("save_id"), str)
+                                and isinstance(ref.get("path"), str)):
+        bad("reference")
+    items = {}
+    if not isinstance(doc["items"], list):
+        bad("items")
+    for r in doc["items"]:
+        if not isinstance(r, dict):
+            bad("an item")
+        fqn = r.get("fqn")
+        off = r.get("offset")
+        if not isinstance(fqn, str) or fqn not in sdm:
+            bad(f"item {fqn!r} is not in state_dict_metadata")
+        off = None if off is None else _ints(off, f"offset of {fqn!r}", path)
+        if not isinstance(r.get("file"), str) or not _FILE_RE.match(r["file"]):
+            bad(f"file name {r.get('file')!r} of {fqn!r}")
+        if r.get("codec") not in _CODECS:
+            bad(f"codec of {fqn!r}")
+        for k in ("pos", "length", "size", "crc32"):
+            if type(r.get(k)) is not int or not 0 <= r[k] < 1 << 62:
+                bad(f"{k} of {fqn!r}")
+        if r["pos"] < _HEADER_LEN or r["crc32"] >> 32:
+            bad(f"pos or crc32 of {fqn!r}")
+        m = sdm[fqn]
+        item_ref = r.get("ref")
+        if item_ref is not None:
+            if not (isinstance(item_ref, list) and len(item_ref) == 2 and isinstance(item_ref[0], str)
+                    and type(item_ref[1]) is int) or ref is None or item_ref[0] != ref["save_id"]:
+                bad(f"reference of {fqn!r} (not the checkpoint's reference)")
+            item_ref = tuple(item_ref)
+        if isinstance(m, BytesStorageMetadata):
+            if off is not None or r.get("dtype") is not None or r["codec"] == "lmc" or item_ref is not None:
+                bad(f"bytes item {fqn!r}")
+            dtype, shape = None, None
+        else:
+            dtype, shape = r.get("dtype"), _ints(r.get("shape"), f"shape of {fqn!r}", path)
+            if dtype != str(m.properties.dtype).removeprefix("torch.") or off is None or not any(
+                    tuple(c.offsets) == off and tuple(c.sizes) == shape for c in m.chunks):
+                bad(f"item {fqn!r} at {off} is not a chunk of the tensor's metadata")
+            tdt = _DTYPES[dtype]
+            if r["size"] != math.prod(shape) * tdt.itemsize or (r["codec"] == "lmc" and tdt not in _LMC_DTYPES):
+                bad(f"size or codec of {fqn!r}")
+        if item_ref is not None and r["codec"] != "lmc":
+            bad(f"item {fqn!r} has a reference but is not lmc-coded")
+        if r["codec"] == "raw" and r["length"] != r["size"]:
+            bad(f"length of raw item {fqn!r}")
+        index = r.get("index")
+        idx = MetadataIndex(fqn, off, index if type(index) is int else None)
+        if _key(idx) in items:
+            bad(f"item {fqn!r} at {off} appears twice")
+        items[_key(idx)] = (idx, _Item(r["file"], r["pos"], r["length"], r["codec"], r["size"], r["crc32"],
+                                       dtype, shape, item_ref))
+    sm = StorageMeta(checkpoint_id=doc.get("checkpoint_id") if isinstance(doc.get("checkpoint_id"), str) else None,
+                     save_id=doc["save_id"],
+                     modules=[m for m in doc.get("modules") or [] if isinstance(m, str)])
+    version = doc.get("dcp_version") if isinstance(doc.get("dcp_version"), str) else None
+    md = Metadata(state_dict_metadata=sdm, planner_data=pd, storage_data={i: it for i, it in items.values()},
+                  storage_meta=sm, version=version)
+    return md, items
+
+
+class _Checkpoint:
+    """A complete LMC DCP checkpoint folder, validated: its items decode one at a time (through its reference
+    checkpoint, opened on demand, for delta-coded items)."""
+
+    def __init__(self, path, threads=None):
+        self.path = os.path.abspath(os.fspath(path))
+        self.threads = threads
+        meta = os.path.join(self.path, METADATA_FILE)
+        if not os.path.isdir(self.path):
+            raise FileNotFoundError(f"{self.path}: no such checkpoint folder")
+        if not os.path.isfile(meta):
+            raise FormatError(f"{self.path}: not a complete LMC DCP checkpoint (no {METADATA_FILE}; an "
+                              "interrupted save, or a checkpoint written by another storage writer)")
+        if os.path.getsize(meta) > _MAX_METADATA:
+            raise FormatError(f"{meta}: metadata file too large")
+        try:
+            with open(meta, "rb") as f:
+                self.doc = json.loads(f.read().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise FormatError(f"{meta}: metadata is not JSON ({e})") from None
+        self.metadata, self.items = _parse_metadata(self.doc, meta)
+        self.save_id = self.doc["save_id"]
+        self._reference = None
+        sizes = {}
+        for _, it in self.items.values():
+            if it.file not in sizes:
+                sizes[it.file] = self._check_file(it.file)
+            if it.offset + it.length > sizes[it.file]:
+                raise FormatError(f"{os.path.join(self.path, it.file)}: truncated: an item ends at byte "
+                                  f"{it.offset + it.length}, the file has {sizes[it.file]}")
+
+    def _check_file(self, name) -> int:
+        p = os.path.join(self.path, name)
+        if not os.path.isfile(p):
+            raise FormatError(f"{p}: missing (named by {METADATA_FILE})")
+        with open(p, "rb") as f:
+            head = f.read(_HEADER_LEN)
+            size = os.fstat(f.fileno()).st_size
+        if head[:len(MAGIC)] != MAGIC:
+            raise FormatError(f"{p}: not an LMC DCP data file")
+        if head[len(MAGIC):].decode("ascii", "replace") != self.save_id:
+            raise FormatError(f"{p}: written by another save than {METADATA_FILE} describes (a stale file)")
+        return size
+
+    def reference(self) -> "_Checkpoint":
+        if self._reference is None:
+            ref = self.doc["reference"]
+            if ref is None:
+                raise FormatError(f"{self.path}: an item is delta-coded but the checkpoint names no reference")
+            tried = []
+            for p in (os.path.join(self.path, ref["path"]), ref.get("abspath")):
+                if isinstance(p, str) and os.path.isdir(p):
+                    if os.path.realpath(p) == os.path.realpath(self.path):
+                        raise FormatError(f"{self.path}: names itself as its reference")
+                    ck = _Checkpoint(p, self.threads)
+                    if ck.save_id != ref["save_id"]:
+                        raise FormatError(f"{self.path}: wrong reference checkpoint: {p} is save "
+                                          f"{ck.save_id}, this checkpoint was coded against {ref['save_id']}")
+                    self._reference = ck
+                    break
+                tried.append(p)
+            else:
+                raise FileNotFoundError(f"{self.path}: its reference checkpoint (save {ref['save_id']}) is "
+                                        f"missing: tried {', '.join(map(str, tried))}")
+        return self._reference
+
+    def _read(self, it: _Item, f=None) -> bytearray:
+        buf = bytearray(it.length)
+        if f is None:
+            with open(os.path.join(self.path, it.file), "rb") as f:
+                f.seek(it.offset)
+                n = f.readinto(buf)
+        else:
+            f.seek(it.offset)
+            n = f.readinto(buf)
+        if n != it.length:
+            raise FormatError(f"{os.path.join(self.path, it.file)}: truncated (changed since it was opened)")
+        return buf
+
+    def decode(self, key, f=None, _seen=()) -> bytearray | np.ndarray:
+        """The decoded bytes of item ``key`` (a flat uint8 array for tensors), checked against its CRC-32."""
+        idx, it = self.items[key]
+        where = f"{os.path.join(self.path, it.file)}: item {idx.fqn!r}"
+        blob = self._read(it, f)
+        if it.codec == "raw":
+            out = blob
+        elif it.codec == "zlib":
+            d = zlib.decompressobj()
+            try:
+                out = d.decompress(blob, it.size + 1)
+            except zlib.error as e:
+                raise FormatError(f"{where}: corrupt zlib stream ({e})") from None
+            if len(out) != it.size or not d.eof:
+                raise FormatError(f"{where}: zlib stream does not decode to {it.size} bytes")
+        else:
+            npdt = np.dtype(_LMC_DTYPES[_DTYPES[it.dtype]])
+            ref = None
+            if it.ref is not None:
+                if self.save_id in _seen:
+                    raise FormatError(f"{self.path}: the chain of reference checkpoints loops")
+                rc = self.reference()
+                r = rc.items.get(key)
+                if r is None or r[1].crc32 != it.ref[1] or r[1].dtype != it.dtype or r[1].shape != it.shape:
+                    raise FormatError(f"{where}: wrong reference: {rc.path} has no matching item "
+                                      "(same name, chunk, dtype, shape and checksum)")
+                ref = np.asarray(rc.decode(key, None, _seen + (self.save_id,))).view(npdt)
+            arr = np.empty(it.size // npdt.itemsize, npdt)
+            try:
+                decompress(blob, reference=ref, out=arr, threads=self.threads)
+            except FormatError as e:
+                raise FormatError(f"{where}: {e}") from None
+            except ValueError as e:  # the blob's header does not match the item (e.g. another dtype or size)
+                raise FormatError(f"{where}: blob does not match its metadata ({e})") from None
+            out = arr.view(np.uint8)
+        if _crc(out) != it.crc32:
+            raise FormatError(f"{where}: checksum mismatch (corrupt data)")
+        return out
+
+    def tensor(self, key, f=None) -> torch.Tensor:
+        """Item ``key`` as a tensor of its chunk's shape."""
+        _, it = self.items[key]
+        u8 = np.frombuffer(self.decode(key, f), np.uint8)
+        if not u8.flags.writeable:
+            u8 = u8.copy()
+        return torch.from_numpy(u8).view(_DTYPES[it.dtype]).reshape(it.shape)

@@ -1,0 +1,308 @@
+"""lmc.dcp in one process (no process group): dcp.save / dcp.load / dcp.async_save round trips, bit-exact for
+every dtype, reference checkpoints (smaller, chained, moved, missing, wrong), keyframes, interrupted saves, and
+corrupt or hostile files each failing with a clear error."""
+import json
+import os
+import shutil
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+dcp = pytest.importorskip("torch.distributed.checkpoint")
+
+from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
+from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
+
+import lmc  # noqa: E402
+from lmc.dcp import METADATA_FILE, LMCStorageReader, LMCStorageWriter, is_lmc_checkpoint  # noqa: E402
+
+ERRORS = (Exception, CheckpointException)  # DCP wraps a rank's error in a BaseException
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+
+def train_state(seed=0, steps=2):
+    """A model's and its AdamW optimizer's state (get_state_dict: FQN-keyed) after ``steps`` steps."""
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.LayerNorm(96), torch.nn.Linear(96, 8))
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x = torch.randn(16, 64)
+
+    def step():
+        opt.zero_grad()
+        m(x).square().mean().backward()
+        opt.step()
+
+    for _ in range(steps):
+        step()
+    return m, opt, step
+
+
+def snapshot(m, opt, extra=None):
+    msd, osd = get_state_dict(m, opt)
+    sd = {"model": msd, "optim": osd, **(extra or {})}
+    return clone(sd)
+
+
+def clone(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: clone(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [clone(v) for v in obj]
+    return obj
+
+
+def blank(obj):
+    """The same structure with every tensor zeroed (and other leaves kept), to load into."""
+    if isinstance(obj, torch.Tensor):
+        return torch.zeros_like(obj)
+    if isinstance(obj, dict):
+        return {k: blank(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [blank(v) for v in obj]
+    return obj
+
+
+def assert_same(a, b, path="sd"):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, path
+        assert a.contiguous().reshape(-1).view(torch.uint8).equal(b.contiguous().reshape(-1).view(torch.uint8)), f"{path}: bits differ"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def save(sd, path, **kw):
+    dcp.save(sd, storage_writer=LMCStorageWriter(path, **kw))
+
+
+def load(sd, path):
+    out = blank(sd)
+    dcp.load(out, storage_reader=LMCStorageReader(path))
+    return out
+
+
+def folder_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
+
+
+def meta(path):
+    with open(os.path.join(path, METADATA_FILE)) as f:
+        return json.load(f)
+
+
+def every_dtype():
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(3, 50, generator=g)
+    t = {
+        "f32": base, "bf16": base.bfloat16(), "f16": base.half(), "f64": base.double(),
+        "i64": torch.randint(-9, 9, (40,), generator=g), "i32": torch.randint(-9, 9, (5, 4), generator=g).int(),
+        "i8": torch.randint(-9, 9, (33,), generator=g).to(torch.int8), "u8": torch.arange(256, dtype=torch.uint8),
+        "bool": torch.rand(17, generator=g) > 0.5, "c64": torch.randn(6, generator=g, dtype=torch.complex64),
+        "c128": torch.randn(5, generator=g, dtype=torch.complex128),  # not an lmc dtype: stored raw/zlib
+        "f8": base.to(torch.float8_e4m3fn), "scalar": torch.tensor(3.5), "empty": torch.zeros(0, 4),
+        "nan": torch.tensor([float("nan"), -0.0, float("inf")]).bfloat16(),
+        "view": base.t()[::2],  # a non-contiguous view: only the view is stored
+    }
+    return {"t": t, "meta": {"step": 7, "name": "run42", "lrs": [0.1, 0.2]}}
+
+
+def test_every_dtype_round_trip(tmp_path):
+    sd = every_dtype()
+    save(sd, tmp_path / "c")
+    assert is_lmc_checkpoint(tmp_path / "c") and not is_lmc_checkpoint(tmp_path)
+    assert sorted(os.listdir(tmp_path / "c")) == ["__0_0.lmc", METADATA_FILE]
+    got = load(sd, tmp_path / "c")
+    assert_same(sd, got)
+    items = {i["fqn"]: i for i in meta(tmp_path / "c")["items"]}
+    assert items["t.bf16"]["codec"] == "lmc" and items["t.bf16"]["dtype"] == "bfloat16"
+    assert items["t.c128"]["codec"] in ("raw", "zlib")
+    assert items["meta.name"]["dtype"] is None and items["meta.name"]["codec"] in ("raw", "zlib")
+
+
+def test_training_state_and_reference(tmp_path):
+    m, opt, step = train_state()
+    s1 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
+    save(s1, tmp_path / "step-1")
+    step()
+    s2 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
+    save(s2, tmp_path / "step-2", reference=tmp_path / "step-1")
+    save(s2, tmp_path / "key-2", reference=tmp_path / "step-1", keyframe=True)
+    assert "optim.state.0.weight.exp_avg" in meta(tmp_path / "step-2")["state_dict_metadata"]
+    # delta-coded against step 1: smaller than the keyframe of the same state
+    assert folder_bytes(tmp_path / "step-2") < folder_bytes(tmp_path / "key-2")
+    md = meta(tmp_path / "step-2")
+    assert md["reference"]["path"] == "../step-1" and md["reference"]["save_id"] == meta(tmp_path / "step-1")["save_id"]
+    assert any(i["ref"] for i in md["items"]) and meta(tmp_path / "key-2")["reference"] is None
+    assert_same(s2, load(s2, tmp_path / "step-2"))
+    assert_same(s2, load(s2, tmp_path / "key-2"))
+    assert_same(s1, load(s1, tmp_path / "step-1"))
+    # a chain: step 3 against step 2 against step 1, moved elsewhere as a whole (the relative path is used)
+    step()
+    s3 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
+    save(s3, tmp_path / "step-3", reference=tmp_path / "step-2")
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for n in ("step-1", "step-2", "step-3"):
+        shutil.move(str(tmp_path / n), str(moved / n))
+    assert_same(s3, load(s3, moved / "step-3"))
+    # the reference is missing: a clear error, not wrong data
+    shutil.rmtree(moved / "step-1")
+    with pytest.raises(ERRORS, match="reference checkpoint .* is missing"):
+        load(s3, moved / "step-3")
+    # a wrong reference in its place (another save of the same state): detected by save id
+    shutil.copytree(tmp_path / "key-2", moved / "step-1")
+    with pytest.raises(ERRORS, match="wrong reference checkpoint"):
+        load(s2, moved / "step-2")
+
+
+def test_async_save(tmp_path):
+    m, opt, step = train_state()
+    s1 = snapshot(m, opt)
+    f = dcp.async_save(s1, storage_writer=LMCStorageWriter(tmp_path / "a1"))
+    f.result()
+    step()
+    s2 = snapshot(m, opt)
+    f = dcp.async_save(s2, storage_writer=LMCStorageWriter(tmp_path / "a2", reference=tmp_path / "a1"))
+    f.result()
+    assert meta(tmp_path / "a2")["reference"] is not None
+    assert_same(s1, load(s1, tmp_path / "a1"))
+    assert_same(s2, load(s2, tmp_path / "a2"))
+
+
+def test_checkpoint_id_and_writer_reuse(tmp_path):
+    sd = every_dtype()
+    w = LMCStorageWriter(tmp_path / "unused")
+    dcp.save(sd, storage_writer=w, checkpoint_id=tmp_path / "x")
+    assert is_lmc_checkpoint(tmp_path / "x") and not (tmp_path / "unused").exists()
+    got = blank(sd)
+    dcp.load(got, storage_reader=LMCStorageReader(tmp_path / "nowhere"), checkpoint_id=tmp_path / "x")
+    assert_same(sd, got)
+    assert LMCStorageReader.validate_checkpoint_id(tmp_path / "x")
+    assert not LMCStorageReader.validate_checkpoint_id(tmp_path)
+    assert LMCStorageWriter.validate_checkpoint_id(tmp_path / "new")
+
+
+def test_missing_reference_at_save(tmp_path):
+    with pytest.raises(ERRORS, match="reference checkpoint .*: no such folder"):
+        save(every_dtype(), tmp_path / "c", reference=tmp_path / "nope")
+    assert not is_lmc_checkpoint(tmp_path / "c")
+    with pytest.raises(ERRORS, match="its own reference"):
+        save(every_dtype(), tmp_path / "d")
+        save(every_dtype(), tmp_path / "d", reference=tmp_path / "d")
+
+
+def test_interrupted_save_is_not_complete(tmp_path, monkeypatch):
+    sd = every_dtype()
+    save(sd, tmp_path / "c")
+    calls = []
+
+    def boom(self, *a, **k):  # the second tensor fails: the save stops midway
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(self, *a, **k)
+
+    real = LMCStorageWriter._code_tensor
+    monkeypatch.setattr(LMCStorageWriter, "_code_tensor", boom)
+    with pytest.raises(ERRORS, match="disk full"):
+        save(sd, tmp_path / "c")  # over the complete one
+    assert os.listdir(tmp_path / "c") == ["__0_0.lmc"]  # the old file, no metadata, no temporary file
+    with pytest.raises(ERRORS, match="not a complete LMC DCP checkpoint"):
+        load(sd, tmp_path / "c")
+    monkeypatch.undo()
+    monkeypatch.setattr(LMCStorageWriter, "finish", lambda self, *a, **k: (_ for _ in ()).throw(OSError("crash")))
+    with pytest.raises(ERRORS, match="crash"):
+        save(sd, tmp_path / "e")
+    with pytest.raises(ERRORS, match="not a complete LMC DCP checkpoint"):
+        load(sd, tmp_path / "e")
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    base = tmp_path_factory.mktemp("good")
+    sd = every_dtype()
+    save(sd, base / "c")
+    return sd, base / "c"
+
+
+def damaged(tmp_path, good, edit):
+    sd, path = good
+    dst = tmp_path / "bad"
+    shutil.copytree(path, dst)
+    edit(dst)
+    return sd, dst
+
+
+def flip_byte(pos):
+    def edit(d):
+        with open(d / "__0_0.lmc", "r+b") as f:
+            f.seek(pos(os.path.getsize(d / "__0_0.lmc")))
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x5A]))
+    return edit
+
+
+def edit_meta(fn):
+    def edit(d):
+        md = meta(d)
+        fn(md)
+        (d / METADATA_FILE).write_text(json.dumps(md))
+    return edit
+
+
+def item(md, fqn):
+    return next(i for i in md["items"] if i["fqn"] == fqn)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: None, None),
+    (flip_byte(lambda n: n - 3), r"checksum mismatch|lmc: chunk|corrupt|FormatError"),
+    (flip_byte(lambda n: 3), "not an LMC DCP data file"),
+    (flip_byte(lambda n: 20), "another save"),
+    (lambda d: os.truncate(d / "__0_0.lmc", os.path.getsize(d / "__0_0.lmc") - 10), "truncated"),
+    (lambda d: os.remove(d / "__0_0.lmc"), "missing"),
+    (lambda d: (d / METADATA_FILE).write_text("{not json"), "not JSON"),
+    (lambda d: (d / METADATA_FILE).write_bytes(b"\x80\x04\x95"), "not JSON"),
+    (edit_meta(lambda md: item(md, "t.f32").update(file="../../etc/passwd")), "file name"),
+    (edit_meta(lambda md: item(md, "t.f32").update(pos=1 << 40)), "truncated"),
+    (edit_meta(lambda md: item(md, "t.f32").update(length=-1)), "length"),
+    (edit_meta(lambda md: item(md, "t.f32").update(shape=[1 << 40])), "not a chunk"),
+    (edit_meta(lambda md: item(md, "t.f32").update(dtype="float16")), "not a chunk"),
+    (edit_meta(lambda md: item(md, "t.f32").update(codec="pickle")), "codec"),
+    (edit_meta(lambda md: item(md, "t.bf16").update(pos=item(md, "t.f32")["pos"])), r"item .t.bf16.: (lmc: |blob does not match)"),
+    (edit_meta(lambda md: item(md, "t.f32").update(ref=["x" * 36, 1])), "reference"),
+    (edit_meta(lambda md: md.update(format_version=99)), "format_version"),
+    (edit_meta(lambda md: md["state_dict_metadata"]["t.f32"].update(dtype="object")), "dtype"),
+])
+def test_corrupt_and_hostile_files(tmp_path, good, edit, message):
+    sd, path = damaged(tmp_path, good, edit)
+    if message is None:
+        assert_same(sd, load(sd, path))
+        return
+    with pytest.raises(ERRORS) as ei:
+        load(sd, path)
+    assert __import__("re").search(message, str(ei.value)), str(ei.value)[-2000:]
+
+
+def test_reader_errors_are_format_errors(tmp_path, good):
+    sd, path = damaged(tmp_path, good, flip_byte(lambda n: n - 3))
+    r = LMCStorageReader(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        md = r.read_metadata()
+    r.set_up_storage_reader(md, True)
+    ck = r._ckpt
+    with pytest.raises(lmc.FormatError):
+        for key in ck.items:
+            ck.decode(key)

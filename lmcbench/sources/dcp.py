@@ -1,0 +1,89 @@
+"""PyTorch Distributed Checkpoint folders as a source: plain ``FileSystemWriter`` output and LMC-coded ones
+(``lmc.dcp``), one step per folder, the step parsed from the folder name by a regular expression.
+
+``source.path`` is a folder of checkpoint folders (``step-<N>/``, ``checkpoint-<N>/``, any subfolder with DCP
+metadata), one checkpoint folder, or a glob of checkpoint folders. The format (metadata, kinds from FQNs,
+reading a tensor) is :mod:`lmcbench.checkpoints.dcp`.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+from ..checkpoints.dcp import LMC_METADATA, PLAIN_METADATA, dcp_format, dcp_refs
+from ..errors import ConfigError, SourceError
+from . import Source
+
+_CHECKPOINT_NAME = re.compile(r"^(step|checkpoint)[-_]?\d+$")
+
+
+class DCPSource(Source):
+    source_type = "dcp"
+
+    def __init__(self, path=None, step_regex=r"(\d+)(?!.*\d)", **kw):
+        super().__init__(**kw)
+        if not path:
+            raise SourceError("source=dcp needs source.path=DIR or GLOB (DCP checkpoint folders, e.g. "
+                              "'ckpts/step-*' or a folder of step-<N>/ folders)")
+        self.pattern = os.path.expanduser(str(path))
+        try:
+            self.step_regex = re.compile(step_regex)
+        except re.error as e:
+            raise ConfigError(f"source.step_regex: bad regular expression: {e}") from None
+
+    def describe(self):
+        return self.pattern
+
+    def _step(self, d: str) -> int:
+        m = self.step_regex.search(os.path.basename(os.path.normpath(d)))
+        if not m:
+            raise SourceError(f"{d}: no step in the folder name (source.step_regex={self.step_regex.pattern!r})")
+        try:
+            return int(m.group(1) if m.groups() else m.group(0))
+        except ValueError:
+            raise SourceError(f"{d}: step_regex matched {m.group(0)!r}, not an integer") from None
+
+    def folders(self) -> list[tuple[int, str]]:
+        """``[(step, checkpoint folder)]`` in step order."""
+        p = self.pattern
+        if os.path.isdir(p) and dcp_format(p):
+            dirs = [p]
+        elif os.path.isdir(p):
+            dirs = []
+            for name in sorted(os.listdir(p)):
+                sub = os.path.join(p, name)
+                if not os.path.isdir(sub):
+                    continue
+                if dcp_format(sub):
+                    dirs.append(sub)
+                elif _CHECKPOINT_NAME.match(name):
+                    raise SourceError(f"{sub}: not a complete DCP checkpoint (no {PLAIN_METADATA} or "
+                                      f"{LMC_METADATA}: an interrupted save?)")
+            if not dirs:
+                raise SourceError(f"{p}: no DCP checkpoint folders in it (folders with {PLAIN_METADATA} or "
+                                  f"{LMC_METADATA})")
+        else:
+            dirs = sorted(glob.glob(p, recursive=True))
+            if not dirs:
+                raise SourceError(f"{p}: no such folder, and no folders match")
+            for d in dirs:
+                if not os.path.isdir(d) or not dcp_format(d):
+                    raise SourceError(f"{d}: not a complete DCP checkpoint folder (no {PLAIN_METADATA} or "
+                                      f"{LMC_METADATA})")
+        out = sorted((self._step(d), d) for d in dirs)
+        for (s1, d1), (s2, d2) in zip(out, out[1:]):
+            if s1 == s2:
+                raise SourceError(f"{d1} and {d2} are both step {s1} (source.step_regex="
+                                  f"{self.step_regex.pattern!r})")
+        return out
+
+    def _index(self):
+        entries = self._index_steps(self.folders(), dcp_refs)
+        seen = set()
+        for e in entries:
+            if e.name and (e.step, e.key) in seen:
+                raise SourceError(f"{e.file}: tensor {e.name!r} ({e.kind}) appears twice at step {e.step}")
+            seen.add((e.step, e.key))
+        return entries
