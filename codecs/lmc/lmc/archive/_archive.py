@@ -258,6 +258,7 @@ class Archive:
         steps = [e["step"] for e in m["steps"]]
         damaged = {}
         ids = collections.OrderedDict()
+        skipped = set()
         with self._view(m) as view:
             for s in steps:
                 try:
@@ -287,7 +288,9 @@ class Archive:
                     if t["ref"]:
                         dep = m["steps"][steps.index(s)]["depends_on"]
                         if prev_s != dep or arr is None or not same_identity(prev_t, t):
-                            if dep not in damaged:
+                            if dep in damaged or dep in skipped:
+                                skipped.add(s)  # a dependent of a damaged step
+                            else:
                                 damaged[s] = (f"step {s}: {path}: tensor {key}: its reference "
                                               f"is missing from step {dep}")
                             prev_s = prev_t = arr = None

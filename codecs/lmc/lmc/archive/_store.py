@@ -131,7 +131,9 @@ def read_manifest(root):
     path = os.path.join(root, MANIFEST)
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_MANIFEST + 1)
+            if os.fstat(f.fileno()).st_size > MAX_MANIFEST:
+                raise ArchiveError("manifest: too large")
+            data = f.read()
     except FileNotFoundError:
         return None
     except OSError as e:
