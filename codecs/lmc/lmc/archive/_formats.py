@@ -1,0 +1,242 @@
+"""File formats inside a checkpoint folder: a strict safetensors header
+parser, dtype tables, and the schema check of a step index."""
+import json
+import re
+import struct
+
+import ml_dtypes
+import numpy as np
+
+from ._store import ArchiveError, _no_dupes, _bad_const
+
+MAX_ST_HEADER = 100 << 20
+
+# numpy dtypes lmc codes (by name, as stored in a tensor entry's "np")
+NP_DTYPES = {n: np.dtype(t) for n, t in [
+    ("float32", np.float32), ("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16),
+    ("float64", np.float64), ("int8", np.int8), ("uint8", np.uint8), ("int16", np.int16),
+    ("uint16", np.uint16), ("int32", np.int32), ("uint32", np.uint32), ("int64", np.int64),
+    ("uint64", np.uint64), ("complex64", np.complex64),
+    ("float8_e4m3fn", ml_dtypes.float8_e4m3fn), ("float8_e5m2", ml_dtypes.float8_e5m2)]}
+
+# safetensors dtype -> (item size, numpy coding dtype name); BOOL is coded as bytes
+ST_DTYPES = {
+    "F64": (8, "float64"), "F32": (4, "float32"), "F16": (2, "float16"),
+    "BF16": (2, "bfloat16"), "I64": (8, "int64"), "I32": (4, "int32"),
+    "I16": (2, "int16"), "I8": (1, "int8"), "U64": (8, "uint64"), "U32": (4, "uint32"),
+    "U16": (2, "uint16"), "U8": (1, "uint8"), "BOOL": (1, "uint8"),
+    "F8_E4M3": (1, "float8_e4m3fn"), "F8_E5M2": (1, "float8_e5m2"),
+}
+
+# torch dtype name -> numpy coding dtype name (others are stored as bytes)
+TORCH_NP = {
+    "float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64",
+    "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int64": "int64",
+    "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "bool": "uint8",
+    "complex64": "complex64", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+}
+
+
+def parse_safetensors(f, size):
+    """Parse a safetensors file's header strictly.  Returns (header_len,
+    [(name, dtype, shape, begin, end), ...] sorted by begin, absolute file
+    offsets) or None when the file is not a well-formed safetensors file
+    (the caller then keeps it as plain bytes)."""
+    if size < 8:
+        return None
+    f.seek(0)
+    head = f.read(8)
+    if len(head) != 8:
+        return None
+    (n,) = struct.unpack("<Q", head)
+    if n == 0 or n > MAX_ST_HEADER or n > size - 8:
+        return None
+    raw = f.read(n)
+    if len(raw) != n:
+        return None
+    try:
+        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_dupes,
+                         parse_constant=_bad_const)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    base = 8 + n
+    data_len = size - base
+    out = []
+    for name, v in obj.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(v, dict) or set(v) != {"dtype", "shape", "data_offsets"}:
+            return None
+        dt, shape, offs = v["dtype"], v["shape"], v["data_offsets"]
+        if not isinstance(dt, str) or not isinstance(shape, list) or not isinstance(offs, list):
+            return None
+        if len(shape) > 64 or any(type(d) is not int or d < 0 for d in shape):
+            return None
+        if len(offs) != 2 or any(type(o) is not int for o in offs):
+            return None
+        b, e = offs
+        if not 0 <= b <= e <= data_len:
+            return None
+        numel = 1
+        for d in shape:
+            numel *= d
+        if dt in ST_DTYPES:
+            if numel * ST_DTYPES[dt][0] != e - b:
+                return None
+        out.append((name, dt, [int(d) for d in shape], base + b, base + e))
+    out.sort(key=lambda t: (t[3], t[4]))
+    pos = base
+    for t in out:
+        if t[3] < pos:  # overlapping tensors: keep the file as bytes
+            return None
+        pos = max(pos, t[4])
+    return base, out
+
+
+def layout(size, header_len, tensors):
+    """Cover [0, size) with ("raw", a, b) and ("tensor", t) regions in file order."""
+    regions = [("raw", 0, header_len)]
+    pos = header_len
+    for t in tensors:
+        b, e = t[3], t[4]
+        if b > pos:
+            regions.append(("raw", pos, b))
+        if e > b:
+            if t[1] in ST_DTYPES:
+                regions.append(("tensor", t))
+            else:
+                regions.append(("raw", b, e))
+        pos = max(pos, e)
+    if size > pos:
+        regions.append(("raw", pos, size))
+    return regions
+
+
+# ---------------------------------------------------------------- index schema
+
+_SAFE_PATH = re.compile(r"^[^/\x00]+(/[^/\x00]+)*$")
+_HEX = re.compile(r"^[0-9a-f]+$")
+
+
+def safe_relpath(p):
+    """True for a relative path without '.'/'..' components (never escapes)."""
+    if not isinstance(p, str) or not _SAFE_PATH.match(p) or "\\" in p:
+        return False
+    return all(c not in (".", "..") for c in p.split("/"))
+
+
+def _is_sec(s):
+    return (isinstance(s, list) and len(s) == 3 and all(type(x) is int and x >= 0 for x in s)
+            and s[2] <= 0xFFFFFFFF)
+
+
+def _is_int(x, lo=0):
+    return type(x) is int and x >= lo
+
+
+def check_index(idx, step):
+    """Validate a step index's structure (the data it points to is checked
+    when read).  Raises ArchiveError."""
+    def need(cond, what):
+        if not cond:
+            raise ArchiveError(f"step {step}: malformed index ({what})")
+
+    def chunks(cs, what):
+        need(isinstance(cs, list), what)
+        for c in cs:
+            need(isinstance(c, dict) and set(c) == {"enc", "n", "sec"}, what)
+            need(c["enc"] in ("raw", "zlib") and _is_int(c["n"]) and _is_sec(c["sec"]), what)
+            need(c["enc"] != "raw" or c["n"] == c["sec"][1], what)
+
+    def tensor(t, kind):
+        need(isinstance(t, dict) and set(t) == {"key", "dtype", "shape", "n", "np", "enc",
+                                                "ref", "sec", "sha"}, "tensor")
+        need(isinstance(t["key"], str) and isinstance(t["dtype"], str), "tensor key")
+        need(isinstance(t["shape"], list) and len(t["shape"]) <= 64
+             and all(_is_int(d) for d in t["shape"]), "tensor shape")
+        need(_is_int(t["n"]) and _is_sec(t["sec"]) and type(t["ref"]) is bool, "tensor")
+        need(isinstance(t["sha"], str) and len(t["sha"]) == 32 and _HEX.match(t["sha"]), "sha")
+        if t["enc"] == "lmc":
+            need(t["np"] in NP_DTYPES and t["n"] % NP_DTYPES[t["np"]].itemsize == 0, "np")
+        else:
+            need(t["enc"] in ("raw", "zlib") and t["np"] is None and not t["ref"], "enc")
+            need(t["enc"] != "raw" or t["n"] == t["sec"][1], "raw size")
+
+    need(isinstance(idx, dict) and set(idx) == {"step", "prev", "keyframe", "files"}, "top")
+    need(idx["step"] == step, "step number")
+    need(idx["prev"] is None or (type(idx["prev"]) is int and idx["prev"] < step), "prev")
+    need(type(idx["keyframe"]) is bool and isinstance(idx["files"], list), "files")
+    paths = set()
+    for fe in idx["files"]:
+        need(isinstance(fe, dict) and safe_relpath(fe.get("path")), "file path")
+        need(fe["path"] not in paths, "duplicate file")
+        paths.add(fe["path"])
+        need(_is_int(fe.get("size")), "file size")
+        kind = fe.get("kind")
+        if kind == "bytes":
+            need(set(fe) == {"path", "kind", "size", "sha256", "chunks"}, "bytes file")
+            chunks(fe["chunks"], "chunks")
+        elif kind == "safetensors":
+            need(set(fe) == {"path", "kind", "size", "sha256", "parts"}, "safetensors file")
+            need(isinstance(fe["parts"], list), "parts")
+            keys = set()
+            for p in fe["parts"]:
+                need(isinstance(p, dict) and p.get("t") in ("raw", "tensor"), "part")
+                if p["t"] == "raw":
+                    need(set(p) == {"t", "chunks"}, "raw part")
+                    chunks(p["chunks"], "raw part")
+                else:
+                    t = dict(p)
+                    del t["t"]
+                    tensor(t, kind)
+                    need(t["key"] not in keys, "duplicate tensor")
+                    keys.add(t["key"])
+        elif kind == "torch":
+            need(set(fe) == {"path", "kind", "size", "sha256", "skeleton", "tensors"}, "torch file")
+            chunks(fe["skeleton"], "skeleton")
+            need(isinstance(fe["tensors"], list), "tensors")
+            keys = set()
+            for t in fe["tensors"]:
+                tensor(t, kind)
+                need(t["key"] not in keys, "duplicate tensor")
+                keys.add(t["key"])
+        else:
+            need(False, "file kind")
+        sha = fe["sha256"]
+        need(sha is None if kind == "torch" else
+             (isinstance(sha, str) and len(sha) == 64 and _HEX.match(sha)), "sha256")
+    need(not idx["keyframe"] or not any(t["ref"] for t in iter_tensors(idx)), "keyframe with refs")
+    need(idx["prev"] is not None or not any(t["ref"] for t in iter_tensors(idx)), "refs without prev")
+    return idx
+
+
+def file_tensors(fe):
+    if fe["kind"] == "safetensors":
+        return [p for p in fe["parts"] if p["t"] == "tensor"]
+    if fe["kind"] == "torch":
+        return fe["tensors"]
+    return []
+
+
+def iter_tensors(idx):
+    for fe in idx["files"]:
+        yield from file_tensors(fe)
+
+
+def all_sections(fe):
+    """(what, section, chunk-or-None) of every section of a file entry."""
+    cs = []
+    if fe["kind"] == "bytes":
+        cs = fe["chunks"]
+    elif fe["kind"] == "torch":
+        cs = fe["skeleton"]
+    for c in cs:
+        yield "data", c["sec"], c
+    for p in fe.get("parts", []):
+        if p["t"] == "raw":
+            for c in p["chunks"]:
+                yield "header/padding", c["sec"], c
+    for t in file_tensors(fe):
+        yield f"tensor {t['key']}", t["sec"], None

@@ -1,0 +1,304 @@
+"""On-disk storage of an lmc archive: manifest, segment files, checksums,
+atomic replacement and locking (format: ARCHIVE.md)."""
+import hashlib
+import json
+import os
+import re
+import secrets
+import struct
+import zlib
+
+MANIFEST = "lmc-archive.json"
+LOCK = ".lock"
+FORMAT = "lmc-archive"
+VERSION = 1
+SEG_MAGIC = b"LMCASEG\x01"
+FOOT_MAGIC = b"LMCAIDX\x01"
+FOOTER = struct.Struct("<8sQQII")  # magic, index offset, index length, index crc, footer crc
+SEG_RE = re.compile(r"^seg-(\d{12})-([0-9a-f]{8})\.lmca$")
+TMP_PREFIX = ".tmp-"
+MAX_INDEX = 1 << 30
+MAX_MANIFEST = 1 << 28
+
+
+class ArchiveError(Exception):
+    """A damaged or unusable archive, or a request it cannot serve."""
+
+
+def crc32(data):
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def canon(obj):
+    """Canonical JSON bytes (checksummed form)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode()
+
+
+def _no_dupes(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError(f"duplicate key {k!r}")
+        d[k] = v
+    return d
+
+
+def _bad_const(name):
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+def load_json(data, what):
+    """Parse untrusted JSON (no NaN/Infinity, no duplicate keys)."""
+    try:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_dupes,
+                          parse_constant=_bad_const)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ArchiveError(f"{what}: invalid JSON ({e})") from None
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, data):
+    """Write bytes to path via a fsynced temporary file and rename."""
+    d = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(d, TMP_PREFIX + secrets.token_hex(6))
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    fsync_dir(d)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- manifest
+
+def _check_manifest(m):
+    def need(cond, what):
+        if not cond:
+            raise ArchiveError(f"manifest: {what}")
+    need(isinstance(m, dict), "not an object")
+    need(m.get("format") == FORMAT, "not an lmc archive manifest")
+    need(m.get("version") == VERSION, f"unsupported version {m.get('version')!r}")
+    k = m.get("keyframe_every")
+    need(type(k) is int and 1 <= k <= 1 << 20, "bad keyframe_every")
+    steps = m.get("steps")
+    need(isinstance(steps, list), "bad steps")
+    last = -1
+    seen = {}
+    for e in steps:
+        need(isinstance(e, dict), "bad step entry")
+        s = e.get("step")
+        need(type(s) is int and s > last, "steps not increasing")
+        last = s
+        need(isinstance(e.get("segment"), str) and SEG_RE.match(e["segment"]), "bad segment name")
+        for f in ("size", "index_crc", "bytes_in", "depth"):
+            need(type(e.get(f)) is int and e[f] >= 0, f"step {s}: bad {f}")
+        need(type(e.get("keyframe")) is bool, f"step {s}: bad keyframe")
+        dep = e.get("depends_on")
+        need(dep is None or (type(dep) is int and dep in seen), f"step {s}: bad depends_on")
+        prev = e.get("prev")
+        need(prev is None or (type(prev) is int and prev in seen), f"step {s}: bad prev")
+        need(dep is None or dep == prev, f"step {s}: depends_on is not the previous step")
+        seen[s] = e
+    return m
+
+
+def read_manifest(root):
+    """The manifest of the archive at root, or None if there is none."""
+    path = os.path.join(root, MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_MANIFEST:
+                raise ArchiveError("manifest: too large")
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise ArchiveError(f"cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_MANIFEST:
+        raise ArchiveError("manifest: too large")
+    doc = load_json(data, "manifest")
+    if not isinstance(doc, dict) or set(doc) != {"manifest", "crc32"}:
+        raise ArchiveError("manifest: damaged (unexpected layout)")
+    body = doc["manifest"]
+    try:
+        ok = crc32(canon(body)) == doc["crc32"]
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ArchiveError("manifest: damaged (checksum mismatch)")
+    return _check_manifest(body)
+
+
+def write_manifest(root, body):
+    _check_manifest(body)
+    atomic_write(os.path.join(root, MANIFEST),
+                 canon({"manifest": body, "crc32": crc32(canon(body))}) + b"\n")
+
+
+def new_manifest(keyframe_every):
+    return {"format": FORMAT, "version": VERSION, "keyframe_every": int(keyframe_every),
+            "steps": []}
+
+
+class Lock:
+    """Exclusive writer lock (flock on ROOT/.lock); readers do not lock."""
+
+    def __init__(self, root):
+        self.path = os.path.join(root, LOCK)
+        self.fd = None
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except ImportError:  # pragma: no cover - non-POSIX
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+        self.fd = None
+
+
+def cleanup(root, manifest):
+    """Remove leftovers of interrupted writes (unreferenced segments and
+    temporary files).  Call with the lock held."""
+    used = {e["segment"] for e in manifest["steps"]}
+    for name in os.listdir(root):
+        if name.startswith(TMP_PREFIX) or (SEG_RE.match(name) and name not in used):
+            _unlink(os.path.join(root, name))
+
+
+# ---------------------------------------------------------------- segments
+
+class SegmentWriter:
+    """Writes one step's segment: sections, then the index and a footer.
+    Data goes to a temporary file; commit() fsyncs and renames it."""
+
+    def __init__(self, root, step):
+        self.root = root
+        self.name = f"seg-{int(step):012d}-{secrets.token_hex(4)}.lmca"
+        self.tmp = os.path.join(root, TMP_PREFIX + self.name)
+        self.f = open(self.tmp, "wb")
+        self.f.write(SEG_MAGIC)
+        self.pos = len(SEG_MAGIC)
+        self.size = None
+        self.index_crc = None
+
+    def add_section(self, data):
+        """Append bytes; returns the section reference [offset, length, crc32]."""
+        mv = memoryview(data).cast("B")
+        n = mv.nbytes
+        self.f.write(mv)
+        ref = [self.pos, n, crc32(mv)]
+        self.pos += n
+        return ref
+
+    def commit(self, index):
+        idx = canon(index)
+        off = self.pos
+        self.f.write(idx)
+        head = FOOTER.pack(FOOT_MAGIC, off, len(idx), crc32(idx), 0)[:-4]
+        self.f.write(head + struct.pack("<I", crc32(head)))
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.size = self.f.tell()
+        self.f.close()
+        os.replace(self.tmp, os.path.join(self.root, self.name))
+        fsync_dir(self.root)
+        self.index_crc = crc32(idx)
+        return self.name
+
+    def abort(self):
+        try:
+            self.f.close()
+        except OSError:  # pragma: no cover
+            pass
+        _unlink(self.tmp)
+
+
+class SegmentReader:
+    """Reads a committed segment, checking it against its manifest entry."""
+
+    def __init__(self, root, entry):
+        self.step = entry["step"]
+        self.path = os.path.join(root, entry["segment"])
+        try:
+            self.f = open(self.path, "rb")
+        except OSError as e:
+            raise ArchiveError(f"step {self.step}: cannot open segment "
+                               f"{entry['segment']}: {e.strerror}") from None
+        try:
+            self._open(entry)
+        except BaseException:
+            self.f.close()
+            raise
+
+    def _open(self, entry):
+        size = os.fstat(self.f.fileno()).st_size
+        if size != entry["size"]:
+            raise ArchiveError(f"step {self.step}: segment has {size} bytes, "
+                               f"{entry['size']} recorded (truncated or damaged)")
+        if size < len(SEG_MAGIC) + FOOTER.size:
+            raise ArchiveError(f"step {self.step}: segment too short")
+        if self._read(0, len(SEG_MAGIC)) != SEG_MAGIC:
+            raise ArchiveError(f"step {self.step}: bad segment magic")
+        foot = self._read(size - FOOTER.size, FOOTER.size)
+        magic, off, n, icrc, fcrc = FOOTER.unpack(foot)
+        if magic != FOOT_MAGIC or crc32(foot[:-4]) != fcrc:
+            raise ArchiveError(f"step {self.step}: damaged segment footer")
+        if not (len(SEG_MAGIC) <= off and off + n == size - FOOTER.size and n <= MAX_INDEX):
+            raise ArchiveError(f"step {self.step}: bad index location")
+        if icrc != entry["index_crc"]:
+            raise ArchiveError(f"step {self.step}: index checksum differs from the manifest")
+        data = self._read(off, n)
+        if crc32(data) != icrc:
+            raise ArchiveError(f"step {self.step}: index checksum mismatch")
+        self.data_end = off
+        self.index = load_json(data, f"step {self.step} index")
+
+    def _read(self, off, n):
+        self.f.seek(off)
+        data = self.f.read(n)
+        if len(data) != n:
+            raise ArchiveError(f"step {self.step}: short read (truncated segment)")
+        return data
+
+    def read(self, sec, what="section"):
+        """Bytes of a section reference, checksum-checked."""
+        off, n, c = sec
+        if not (len(SEG_MAGIC) <= off and off + n <= self.data_end):
+            raise ArchiveError(f"step {self.step}: {what}: section out of bounds")
+        data = self._read(off, n)
+        if crc32(data) != c:
+            raise ArchiveError(f"step {self.step}: {what}: checksum mismatch (damaged data)")
+        return data
+
+    def close(self):
+        self.f.close()
+

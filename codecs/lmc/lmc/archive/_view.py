@@ -1,0 +1,155 @@
+"""Read side of an archive: open segments, look tensors up, decode a
+tensor through its reference chain holding at most two decoded tensors."""
+import hashlib
+import zlib
+
+import numpy as np
+
+from .. import FormatError, decompress, info as blob_info
+from ._formats import NP_DTYPES, check_index, file_tensors
+from ._store import ArchiveError, SegmentReader
+
+CHUNK = 4 << 20  # bytes per zlib chunk of plain data
+
+
+def sha128(data):
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def inflate(data, n, what):
+    """zlib-decompress at most n bytes (a bomb cannot allocate more)."""
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(data, n)
+        extra = d.unconsumed_tail or (not d.eof)
+    except zlib.error as e:
+        raise ArchiveError(f"{what}: {e}") from None
+    if extra or len(out) != n or d.unused_data:
+        raise ArchiveError(f"{what}: decompressed size mismatch")
+    return out
+
+
+def same_identity(a, b):
+    return (a["dtype"] == b["dtype"] and a["shape"] == b["shape"] and a["np"] == b["np"]
+            and a["n"] == b["n"] and a["enc"] == b["enc"] == "lmc")
+
+
+class View:
+    """A snapshot of the archive (one manifest) opened for reading."""
+
+    def __init__(self, root, manifest, threads=None):
+        self.root = root
+        self.manifest = manifest
+        self.threads = threads
+        self.entries = {e["step"]: e for e in manifest["steps"]}
+        self._readers = {}
+        self._files = {}
+        self._tensors = {}
+
+    def close(self):
+        for r in self._readers.values():
+            r.close()
+        self._readers.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def reader(self, step):
+        r = self._readers.get(step)
+        if r is None:
+            if step not in self.entries:
+                raise ArchiveError(f"step {step} is not in the archive")
+            r = SegmentReader(self.root, self.entries[step])
+            try:
+                check_index(r.index, step)
+                e = self.entries[step]
+                if r.index["prev"] != e["prev"] or r.index["keyframe"] != e["keyframe"]:
+                    raise ArchiveError(f"step {step}: index disagrees with the manifest")
+                if e["depends_on"] is None and any(t["ref"] for fe in r.index["files"]
+                                                   for t in file_tensors(fe)):
+                    raise ArchiveError(f"step {step}: index disagrees with the manifest")
+            except BaseException:
+                r.close()
+                raise
+            self._readers[step] = r
+            self._files[step] = {fe["path"]: fe for fe in r.index["files"]}
+        return r
+
+    def index(self, step):
+        return self.reader(step).index
+
+    def file(self, step, path):
+        self.reader(step)
+        return self._files[step].get(path)
+
+    def tensor(self, step, path, key):
+        """The tensor entry of (path, key) at a step, or None."""
+        fe = self.file(step, path)
+        if fe is None:
+            return None
+        k = (step, path)
+        d = self._tensors.get(k)
+        if d is None:
+            d = self._tensors[k] = {t["key"]: t for t in file_tensors(fe)}
+        return d.get(key)
+
+    def chunks(self, step, chunks, what):
+        """Yield the plain bytes of a list of chunk entries."""
+        r = self.reader(step)
+        for c in chunks:
+            data = r.read(c["sec"], what)
+            yield inflate(data, c["n"], f"step {step}: {what}") if c["enc"] == "zlib" else data
+
+    def decode_one(self, step, path, t, ref=None, out=None):
+        """Decode one tensor entry (flat array of its coding dtype, or uint8)."""
+        what = f"{path}: tensor {t['key']}"
+        data = self.reader(step).read(t["sec"], what)
+        if t["enc"] == "zlib":
+            arr = np.frombuffer(inflate(data, t["n"], f"step {step}: {what}"), np.uint8)
+        elif t["enc"] == "raw":
+            arr = np.frombuffer(data, np.uint8)
+        else:
+            dt = NP_DTYPES[t["np"]]
+            try:
+                info = blob_info(data)
+                if info["dtype"] != dt or info["shape"] != (t["n"] // dt.itemsize,):
+                    raise ArchiveError(f"step {step}: {what}: blob dtype/shape differ from index")
+                if info["has_reference"] != t["ref"]:
+                    raise ArchiveError(f"step {step}: {what}: reference flag differs from index")
+                return decompress(data, reference=ref if t["ref"] else None,
+                                           threads=self.threads, out=out)
+            except FormatError as e:
+                raise ArchiveError(f"step {step}: {what}: {e}") from None
+        if out is not None:
+            out.reshape(-1).view(np.uint8)[:] = arr
+            return out
+        return arr
+
+    def ref_chain(self, step, path, t):
+        """[(step, entry), ...] from the oldest (a non-referencing entry) to t."""
+        chain = [(step, t)]
+        s = step
+        while t["ref"]:
+            p = self.entries[s]["depends_on"]
+            pt = self.tensor(p, path, t["key"]) if p is not None else None
+            if pt is None or not same_identity(pt, t) or self.file(p, path)["kind"] != \
+                    self.file(s, path)["kind"]:
+                raise ArchiveError(f"step {s}: {path}: tensor {t['key']}: "
+                                   f"its reference is missing from step {p}")
+            s, t = p, pt
+            chain.append((s, t))
+        chain.reverse()
+        return chain
+
+    def decode(self, step, path, t, out=None):
+        """Decode a tensor of a step, walking its reference chain one tensor at
+        a time (at most the reference and the current tensor are held)."""
+        arr = None
+        chain = self.ref_chain(step, path, t)
+        for i, (s, te) in enumerate(chain):
+            last = i == len(chain) - 1
+            arr = self.decode_one(s, path, te, ref=arr, out=out if last else None)
+        return arr

@@ -1,0 +1,208 @@
+"""lmc.archive: interrupted writes, damaged archives, bounded memory."""
+import json
+import os
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import lmc.archive._store as store
+from lmc.archive import Archive, ArchiveError, main
+
+
+def write_st(path, tensors):
+    """A safetensors file written by hand (no torch needed)."""
+    hdr, data = {}, b""
+    for name, arr in tensors.items():
+        raw = arr.tobytes()
+        dt = {"float32": "F32", "bfloat16": "BF16", "int64": "I64"}[arr.dtype.name]
+        hdr[name] = {"dtype": dt, "shape": list(arr.shape),
+                     "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(hdr).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + data)
+
+
+def make_run(root, nsteps=5, n=20000, ntensors=3, seed=0):
+    rng = np.random.default_rng(seed)
+    ws = {f"layer{i}.weight": (rng.standard_normal(n) * 0.02).astype(np.float32)
+          for i in range(ntensors)}
+    folders = []
+    for s in range(1, nsteps + 1):
+        for k in ws:
+            ws[k] = ws[k] + (rng.standard_normal(n) * 1e-4).astype(np.float32) * (rng.random(n) < 0.3)
+        d = os.path.join(root, f"checkpoint-{s * 10}")
+        os.makedirs(d)
+        write_st(os.path.join(d, "model.safetensors"), ws)
+        with open(os.path.join(d, "trainer_state.json"), "w") as f:
+            json.dump({"global_step": s * 10}, f)
+        folders.append(d)
+    return folders
+
+
+def snapshot(path):
+    out = {}
+    for name in sorted(os.listdir(path)):
+        with open(os.path.join(path, name), "rb") as f:
+            out[name] = f.read()
+    return out
+
+
+def same_files(a, b):
+    for name in os.listdir(a):
+        with open(os.path.join(a, name), "rb") as f, open(os.path.join(b, name), "rb") as g:
+            assert f.read() == g.read(), name
+    assert sorted(os.listdir(a)) == sorted(os.listdir(b))
+
+
+@pytest.fixture
+def run(tmp_path):
+    folders = make_run(str(tmp_path / "run"))
+    arc = str(tmp_path / "arc")
+    a = Archive(arc, keyframe_every=3)
+    for d in folders[:4]:
+        a.add(d)
+    return a, arc, folders
+
+
+def test_interrupted_add_leaves_archive_unchanged(run, monkeypatch, tmp_path):
+    a, arc, folders = run
+    before = snapshot(arc)
+    orig = store.SegmentWriter.add_section
+    calls = {"n": 0}
+
+    def failing(self, data):
+        calls["n"] += 1
+        if calls["n"] == 3:  # after part of the step was written
+            raise OSError("disk full (simulated)")
+        return orig(self, data)
+
+    monkeypatch.setattr(store.SegmentWriter, "add_section", failing)
+    with pytest.raises(OSError, match="simulated"):
+        a.add(folders[4])
+    assert snapshot(arc) == before
+    # a crash between the segment and the manifest: an orphan segment, ignored
+    monkeypatch.setattr(store.SegmentWriter, "add_section", orig)
+    monkeypatch.setattr(store, "write_manifest", lambda *a: (_ for _ in ()).throw(OSError("crash")))
+    import lmc.archive._archive as arch
+    monkeypatch.setattr(arch, "write_manifest", store.write_manifest)
+    with pytest.raises(OSError, match="crash"):
+        a.add(folders[4])
+    assert a.steps() == [10, 20, 30, 40] and len(snapshot(arc)) == len(before) + 1
+    assert a.verify().ok
+    monkeypatch.undo()
+    a.add(folders[4])  # cleans the orphan up
+    assert a.steps() == [10, 20, 30, 40, 50] and len(snapshot(arc)) == len(before) + 1
+    for s, d in zip(a.steps(), folders):
+        a.restore(s, tmp_path / f"r{s}")
+        same_files(d, tmp_path / f"r{s}")
+
+
+def _segment(arc, step):
+    m = store.read_manifest(arc)
+    return os.path.join(arc, next(e["segment"] for e in m["steps"] if e["step"] == step))
+
+
+def test_bitflip_names_step_and_dependents(run, tmp_path, capsys):
+    a, arc, folders = run  # steps 10 (key) 20 30 | 40 (key)
+    seg = _segment(arc, 20)
+    with open(seg, "r+b") as f:
+        f.seek(3000)  # inside the first tensor's lmc blob
+        b = f.read(1)
+        f.seek(3000)
+        f.write(bytes([b[0] ^ 0x10]))
+    res = a.verify()
+    assert list(res.damaged) == [20] and res.dependents == {20: [30]}
+    assert main(["verify", arc]) == 1
+    out = capsys.readouterr().out
+    assert "step 20: DAMAGED" in out and "depend on step 20 (cannot be restored): 30" in out
+    assert "step 10: ok" in out and "step 40: ok" in out
+    for s in (20, 30):
+        assert main(["restore", arc, str(tmp_path / "o"), "--step", str(s)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("lmc-archive: error: step 20") and err.count("\n") == 1
+        assert not os.path.exists(tmp_path / "o" / f"checkpoint-{s}")
+    assert [n for n in os.listdir(tmp_path / "o") if not n.startswith("checkpoint")] == []
+    for s, d in ((10, folders[0]), (40, folders[3])):
+        a.restore(s, tmp_path / f"r{s}")
+        same_files(d, tmp_path / f"r{s}")
+
+
+def test_truncated_segment_and_damaged_manifest(run, tmp_path, capsys):
+    a, arc, folders = run
+    seg = _segment(arc, 10)
+    with open(seg, "r+b") as f:
+        f.truncate(os.path.getsize(seg) - 100)
+    res = a.verify()
+    assert list(res.damaged) == [10] and res.dependents == {10: [20, 30]}
+    assert "truncated" in res.damaged[10]
+    with pytest.raises(ArchiveError):
+        a.restore(30, tmp_path / "o")
+    assert not os.path.exists(tmp_path / "o")
+    mpath = os.path.join(arc, store.MANIFEST)
+    data = bytearray(open(mpath, "rb").read())
+    data[len(data) // 2] ^= 1
+    open(mpath, "wb").write(bytes(data))
+    for cmd in (["verify", arc], ["ls", arc], ["restore", arc, str(tmp_path / "o")]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("lmc-archive: error: manifest") and err.count("\n") == 1
+
+
+def test_random_damage_never_restores_wrong_bytes(tmp_path):
+    """Flip bytes anywhere in any segment: restore either reproduces the
+    original exactly or raises ArchiveError."""
+    folders = make_run(str(tmp_path / "run"), nsteps=3, n=3000, ntensors=2)
+    arc = str(tmp_path / "arc")
+    a = Archive(arc)
+    for d in folders:
+        a.add(d)
+    rng = np.random.default_rng(1)
+    m = store.read_manifest(arc)
+    clean = {e["segment"]: open(os.path.join(arc, e["segment"]), "rb").read() for e in m["steps"]}
+    outcomes = {"ok": 0, "error": 0}
+    for i in range(60):
+        name = list(clean)[rng.integers(len(clean))]
+        data = bytearray(clean[name])
+        for _ in range(rng.integers(1, 4)):
+            data[rng.integers(len(data))] ^= 1 << int(rng.integers(8))
+        open(os.path.join(arc, name), "wb").write(bytes(data))
+        out = tmp_path / f"o{i}"
+        try:
+            a.restore(30, out)
+        except ArchiveError:
+            outcomes["error"] += 1
+            assert not os.path.exists(out)
+        else:
+            outcomes["ok"] += 1
+            same_files(folders[2], out)
+        assert not a.verify().ok or bytes(data) == clean[name]
+        open(os.path.join(arc, name), "wb").write(clean[name])
+    assert outcomes["error"] > 40
+
+
+def test_memory_bounded_by_tensor_not_checkpoint(tmp_path):
+    """Peak traced memory of add (decoding a depth-2 reference chain from the
+    archive) and restore stays below 4x the largest tensor, although the
+    checkpoint holds 6 such tensors."""
+    n = 1 << 21  # 8 MiB fp32 per tensor, 48 MiB per checkpoint
+    folders = make_run(str(tmp_path / "run"), nsteps=3, n=n, ntensors=6)
+    a = Archive(tmp_path / "arc", keyframe_every=10, threads=1)
+    big = 4 * n
+    a.add(folders[0])
+    a.add(folders[1])
+    tracemalloc.start()
+    try:
+        a.add(folders[2], reference_folder=None)
+        _, peak_add = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        a.restore(30, tmp_path / "r")
+        _, peak_restore = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    same_files(folders[2], tmp_path / "r")
+    assert a.entries()[-1]["depth"] == 2
+    assert peak_add < 4 * big, peak_add / big
+    assert peak_restore < 4 * big, peak_restore / big

@@ -1,0 +1,97 @@
+"""lmc.hf.LMCArchiveCallback: unit tests with fake Trainer events, and a real
+transformers.Trainer run (tiny GPT-2)."""
+import os
+import shutil
+import threading
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from lmc.archive import Archive  # noqa: E402
+from lmc.hf import LMCArchiveCallback  # noqa: E402
+from test_archive import assert_same_folder, make_series  # noqa: E402
+
+
+def _ev(out, step, main=True):
+    return (types.SimpleNamespace(output_dir=out),
+            types.SimpleNamespace(global_step=step, is_world_process_zero=main), None)
+
+
+def test_callback_archives_in_background(tmp_path):
+    run = str(tmp_path / "run")
+    folders = make_series(run, steps=(2, 4, 6))
+    keep = str(tmp_path / "keep")
+    shutil.copytree(run, keep)
+    cb = LMCArchiveCallback(tmp_path / "arc", keyframe_every=2, delete_raw=True, max_queue=1)
+    for s in (2, 4, 6):
+        cb.on_save(*_ev(run, s))
+        cb.on_step_end(*_ev(run, s))
+    cb.on_train_end(*_ev(run, 6))
+    a = Archive(tmp_path / "arc")
+    assert a.steps() == [2, 4, 6] and cb.archived == [2, 4, 6]
+    assert not any(os.path.exists(f) for f in folders)  # delete_raw
+    for s in (2, 4, 6):
+        a.restore(s, tmp_path / f"r{s}")
+        assert_same_folder(os.path.join(keep, f"checkpoint-{s}"), tmp_path / f"r{s}")
+    # not the main process: nothing happens
+    cb2 = LMCArchiveCallback(tmp_path / "arc2")
+    cb2.on_save(*_ev(keep, 2, main=False))
+    cb2.on_train_end(*_ev(keep, 2, main=False))
+    assert not os.path.exists(tmp_path / "arc2")
+
+
+def test_worker_error_is_reraised_and_queue_blocks(tmp_path, monkeypatch):
+    run = str(tmp_path / "run")
+    make_series(run, steps=(2, 4))
+    cb = LMCArchiveCallback(tmp_path / "arc", max_queue=1)
+    gate = threading.Event()
+    calls = []
+
+    def slow_add(folder, step=None, **kw):
+        calls.append(step)
+        gate.wait(30)
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(cb.archive, "add", slow_add)
+    cb.on_save(*_ev(run, 2))        # taken by the worker, which blocks
+    while not calls:
+        threading.Event().wait(0.01)
+    cb.on_save(*_ev(run, 4))        # fills the queue (size 1)
+    t = threading.Thread(target=cb.on_save, args=_ev(run, 4))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()             # a third save blocks while the queue is full
+    gate.set()
+    t.join(30)
+    with pytest.raises(RuntimeError, match="simulated"):
+        cb.on_train_end(*_ev(run, 4))
+    assert calls == [2]             # after an error nothing more is archived
+
+
+@pytest.mark.slow
+def test_real_trainer_run(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                     bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg)
+    g = torch.Generator().manual_seed(0)
+    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 128, (64, 16), generator=g)]
+    out = str(tmp_path / "out")
+    args = TrainingArguments(output_dir=out, max_steps=6, save_steps=2, per_device_train_batch_size=8,
+                             learning_rate=1e-3, logging_steps=2, report_to=[], use_cpu=True,
+                             dataloader_num_workers=0, seed=0)
+    cb = LMCArchiveCallback(tmp_path / "arc.lmca", keyframe_every=2)
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[cb]).train()
+    a = Archive(tmp_path / "arc.lmca")
+    assert a.steps() == [2, 4, 6]
+    assert [e["depends_on"] for e in a.entries()] == [None, 2, None]
+    assert a.verify().ok
+    for s in a.steps():
+        raw = os.path.join(out, f"checkpoint-{s}")
+        assert {"model.safetensors", "optimizer.pt", "trainer_state.json"} <= set(os.listdir(raw))
+        a.restore(s, tmp_path / "r" / f"checkpoint-{s}")
+        assert_same_folder(raw, tmp_path / "r" / f"checkpoint-{s}")
