@@ -289,14 +289,25 @@ def _imports(path) -> set[str]:
 
 
 def test_layers():
-    """bench uses transforms and sources but no report; report uses neither bench nor the command line;
-    transforms use neither."""
+    """Each layer imports only those below it: checkpoint formats nothing of the others, the tiny GPT only the
+    formats, sources and the lossy package those two (never each other), bench no report, report neither bench
+    nor the command line, transforms none of them; the lmc distribution nothing of lmcbench."""
     from pathlib import Path
 
     root = Path(cli.REPO) / "lmcbench"
-    rules = {"bench": ("lmcbench.report", "lmcbench.cli"), "report": ("lmcbench.bench", "lmcbench.cli"),
-             "transforms": ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.sources")}
+    above = ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.lossy", "lmcbench.experiments")
+    rules = {"bench": ("lmcbench.report", "lmcbench.cli", "lmcbench.lossy"),
+             "report": ("lmcbench.bench", "lmcbench.cli", "lmcbench.lossy"),
+             "transforms": ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.sources"),
+             "checkpoints": above + ("lmcbench.sources", "lmcbench.tinygpt", "lmcbench.transforms"),
+             "tinygpt": above + ("lmcbench.sources", "lmcbench.transforms"),
+             "sources": ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.lossy"),
+             "lossy": ("lmcbench.sources", "lmcbench.report", "lmcbench.cli", "lmcbench.bench.runner")}
     for pkg, banned in rules.items():
-        for f in (root / pkg).glob("*.py"):
+        files = list((root / pkg).rglob("*.py"))
+        assert files, pkg
+        for f in files:
             bad = [m for m in _imports(f) if m.startswith(banned)]
             assert not bad, f"{f.relative_to(root)} imports {bad}"
+    lmc_files = list((Path(cli.REPO) / "codecs" / "lmc" / "lmc").rglob("*.py"))
+    assert lmc_files and not [f for f in lmc_files if _imports(f)]
