@@ -195,6 +195,12 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     ``chunk_size``: elements per chunk (default 131072)."""
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
+    return _compress(data, threads, reference, chunk_size, dtype, True)
+
+
+def _compress(data, threads, reference, chunk_size, dtype, v2):
+    """compress(); v2=False restricts the encoder to the format-v1 modes
+    (the lmc 0.1 encoder: alone / XOR with Huffman; used for comparisons)."""
     arr = _to_array(data, dtype)
     code = _dtype_code(arr.dtype)
     dt, unit, layout = _DTYPES[code]
@@ -225,7 +231,7 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     used = np.zeros(nch, np.bool_)
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
     scratch = np.empty(nch * cap, np.uint8) if nch else _EMPTY
-    _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, True, total, chunk, unit, layout,
+    _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, bool(v2), total, chunk, unit, layout,
                                  ns, scratch, cap, sizes, chks, used), nch, nth)
     if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
         raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")

@@ -738,7 +738,7 @@ def _uses_rans(modes, ns):
 
 @njit(nogil=True, cache=True)
 def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, planes, planes2,
-                 tsyms, tctx, thist, tf, tcm, tbuf):
+                 tsyms, tctx, tmags, thist, tf, tcm, tbuf):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
     tsyms, tctx: n bytes; thist, tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16
     bytes).  v2: format-v2 modes allowed.  The mode is chosen from
@@ -782,7 +782,7 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
     if has_ref and v2 and layout != LAYOUT_PLANES:
         W = 32 if layout == LAYOUT_F32 else 16
         E = temporal_base(ref, start, n, layout)
-        raw = temporal_analyze(data, ref, start, n, layout, E, tsyms, tctx, thist)
+        raw = temporal_analyze(data, ref, start, n, layout, E, tsyms, tctx, tmags, thist)
         trans, cmask = temporal_estimate(thist, tf, tcm, W)
         cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
         if cost_t + cost_t // TEMPORAL_MARGIN < score:
@@ -794,8 +794,8 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
     e = -1
     if cost < nbytes:
         if best == CHUNK_TEMPORAL:
-            e = temporal_write(data, ref, start, n, layout, E, cmask, tsyms, tctx, tf, tcm,
-                               raw, out, o, lim, tbuf)
+            e = temporal_write(data, ref, start, n, layout, E, cmask, tsyms, tctx, tmags, tf,
+                               tcm, raw, out, o, lim, tbuf)
         elif best == CHUNK_XOR:
             e = _write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
                               out, o, lim, tbuf)
@@ -1176,6 +1176,7 @@ def encode_range(data, ref, has_ref, v2, total, chunk, unit, layout, ns, scratch
     tm = m if (has_ref and v2 and layout != LAYOUT_PLANES) else 1
     tsyms = np.empty(tm, np.uint8)
     tctx = np.empty(tm, np.uint8)
+    tmags = np.empty(tm, np.uint32)
     thist = np.empty(NCTX * 256, np.int64)
     tf = np.zeros(NCTX * 256, np.int64)
     tcm = np.zeros(NCTX * 256, np.int64)
@@ -1184,7 +1185,7 @@ def encode_range(data, ref, has_ref, v2, total, chunk, unit, layout, ns, scratch
         start = c * chunk
         n = min(chunk, total - start)
         sz, ck, u = encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, scratch,
-                                 c * cap, planes, planes2, tsyms, tctx, thist, tf, tcm,
+                                 c * cap, planes, planes2, tsyms, tctx, tmags, thist, tf, tcm,
                                  tbuf[:2 * n + 16])
         sizes[c] = sz
         chks[c] = ck
@@ -1391,44 +1392,61 @@ def build_rans_dtab(f, cm, c0, dtab, t0):
 
 
 @njit(nogil=True, cache=True)
+def _renc(x, s, f, cm, inv, buf, p):
+    """Encode symbol index s (table * 256 + symbol) into state x, pushing
+    at most one 16-bit word below buf[p]; returns (x, p).  x // f by a
+    double reciprocal, corrected to the exact quotient (x < 2^32, f <= 2^12:
+    the product is off by less than one only when f divides x)."""
+    fs = ld(f, s)
+    # branchless renormalisation: the word is stored speculatively (p >= 16
+    # + 2 * the words still to come, so p - 2 is inside buf)
+    g = np.int64(x >= (fs << 20))
+    store_u16(buf, p - 2, np.uint16(x & 0xFFFF))
+    p -= g << 1
+    x >>= g << 4
+    q = np.int64(np.float64(x) * ld(inv, s))
+    r = x - q * fs
+    if r >= fs:
+        q += 1
+        r -= fs
+    return (q << PROB_BITS) + r + ld(cm, s), p
+
+
+@njit(nogil=True, cache=True)
 def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf):
     """Encode syms[0:n] (table ctxs[i] if use_ctx else 0) backwards; the
     stream (4 u32 final states, then the 16-bit words in decoding order) is
     placed at the end of buf (len >= 2n + 16).  Returns its start."""
+    inv = np.empty(f.size, np.float64)
+    for j in range(f.size):
+        inv[j] = 1.0 / f[j] if f[j] > 0 else 0.0
     p = buf.size
-    x0 = RANS_L
-    x1 = RANS_L
-    x2 = RANS_L
-    x3 = RANS_L
-    for i in range(n - 1, -1, -1):
-        c = 0
+    xs = np.empty(4, np.int64)
+    xs[:] = RANS_L
+    n4 = n & ~3
+    for i in range(n - 1, n4 - 1, -1):  # the last n % 4 symbols first
+        s = np.int64(ld(syms, i))
         if use_ctx:
-            c = np.int64(ld(ctxs, i)) << 8
-        s = c + np.int64(ld(syms, i))
-        fs = ld(f, s)
-        k = i & 3
-        if k == 0:
-            x = x0
-        elif k == 1:
-            x = x1
-        elif k == 2:
-            x = x2
-        else:
-            x = x3
-        if x >= (fs << 20):
-            p -= 2
-            store_u16(buf, p, np.uint16(x & 0xFFFF))
-            x >>= 16
-        q = x // fs
-        x = (q << PROB_BITS) + (x - q * fs) + ld(cm, s)
-        if k == 0:
-            x0 = x
-        elif k == 1:
-            x1 = x
-        elif k == 2:
-            x2 = x
-        else:
-            x3 = x
+            s += np.int64(ld(ctxs, i)) << 8
+        xs[i & 3], p = _renc(xs[i & 3], s, f, cm, inv, buf, p)
+    x0 = xs[0]
+    x1 = xs[1]
+    x2 = xs[2]
+    x3 = xs[3]
+    for g in range(n4 - 4, -1, -4):
+        s3 = np.int64(ld(syms, g + 3))
+        s2 = np.int64(ld(syms, g + 2))
+        s1 = np.int64(ld(syms, g + 1))
+        s0 = np.int64(ld(syms, g))
+        if use_ctx:
+            s3 += np.int64(ld(ctxs, g + 3)) << 8
+            s2 += np.int64(ld(ctxs, g + 2)) << 8
+            s1 += np.int64(ld(ctxs, g + 1)) << 8
+            s0 += np.int64(ld(ctxs, g)) << 8
+        x3, p = _renc(x3, s3, f, cm, inv, buf, p)
+        x2, p = _renc(x2, s2, f, cm, inv, buf, p)
+        x1, p = _renc(x1, s1, f, cm, inv, buf, p)
+        x0, p = _renc(x0, s0, f, cm, inv, buf, p)
     p -= 16
     store_u32(buf, p, np.uint32(x0))
     store_u32(buf, p + 4, np.uint32(x1))
@@ -1477,18 +1495,19 @@ def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n):
         x1 = (((e1 >> 8) & 4095) + 1) * (x1 >> 12) + (e1 >> 20)
         x2 = (((e2 >> 8) & 4095) + 1) * (x2 >> 12) + (e2 >> 20)
         x3 = (((e3 >> 8) & 4095) + 1) * (x3 >> 12) + (e3 >> 20)
-        if x0 < RANS_L:
-            x0 = (x0 << 16) | np.int64(load_u16(blob, p))
-            p += 2
-        if x1 < RANS_L:
-            x1 = (x1 << 16) | np.int64(load_u16(blob, p))
-            p += 2
-        if x2 < RANS_L:
-            x2 = (x2 << 16) | np.int64(load_u16(blob, p))
-            p += 2
-        if x3 < RANS_L:
-            x3 = (x3 << 16) | np.int64(load_u16(blob, p))
-            p += 2
+        # branchless renormalisation (p + 8 <= end: the 4 loads are inside)
+        g0 = np.int64(x0 < RANS_L)
+        x0 = (x0 << (g0 << 4)) | (np.int64(load_u16(blob, p)) & -g0)
+        p += g0 << 1
+        g1 = np.int64(x1 < RANS_L)
+        x1 = (x1 << (g1 << 4)) | (np.int64(load_u16(blob, p)) & -g1)
+        p += g1 << 1
+        g2 = np.int64(x2 < RANS_L)
+        x2 = (x2 << (g2 << 4)) | (np.int64(load_u16(blob, p)) & -g2)
+        p += g2 << 1
+        g3 = np.int64(x3 < RANS_L)
+        x3 = (x3 << (g3 << 4)) | (np.int64(load_u16(blob, p)) & -g3)
+        p += g3 << 1
         i += 4
     xs = np.empty(4, np.int64)
     xs[0] = x0
@@ -1576,41 +1595,35 @@ def _tbase(r, n, mb, em):
 @njit(nogil=True, cache=True)
 def _ctx_of(rv, E, mb, em):
     e = (rv >> mb) & em
-    if e == em:
-        return 15
-    c = E - e
-    if c < 0:
-        c = 0
-    if c > 14:
-        c = 14
-    return c
+    c = min(max(E - e, 0), 14)
+    return 15 if e == em else c
 
 
 @njit(nogil=True, cache=True)
 def _mono(v, sb, mask):
-    if v & sb:
-        return v ^ mask
-    return v ^ sb
+    """Sign-magnitude bits -> monotone integer (branchless)."""
+    return v ^ sb ^ (-np.int64((v & sb) != 0) & (sb - 1))
 
 
 @njit(nogil=True, cache=True)
-def temporal_analyze(data, ref, start, n, layout, E, syms, ctxs, hist):
-    """Symbols and contexts of the chunk into syms/ctxs[0:n], their counts
-    into hist[ctx * 256 + sym] (zeroed here).  Returns the raw bit count."""
+def temporal_analyze(data, ref, start, n, layout, E, syms, ctxs, mags, hist):
+    """Symbols, contexts and |d| of the chunk into syms/ctxs/mags[0:n], the
+    symbol counts into hist[ctx * 256 + sym] (zeroed here).  Returns the raw
+    bit count."""
     W, mb, em = _fparams(layout)
     for j in range(NCTX * 256):
         hist[j] = 0
     if W == 32:
         return _tanalyze(data[4 * start:4 * (start + n)].view(np.uint32),
                          ref[4 * start:4 * (start + n)].view(np.uint32), n, W, mb, em, E,
-                         syms, ctxs, hist)
+                         syms, ctxs, mags, hist)
     return _tanalyze(data[2 * start:2 * (start + n)].view(np.uint16),
                      ref[2 * start:2 * (start + n)].view(np.uint16), n, W, mb, em, E,
-                     syms, ctxs, hist)
+                     syms, ctxs, mags, hist)
 
 
 @njit(nogil=True, cache=True)
-def _tanalyze(x, r, n, W, mb, em, E, syms, ctxs, hist):
+def _tanalyze(x, r, n, W, mb, em, E, syms, ctxs, mags, hist):
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
     raw = 0
@@ -1618,18 +1631,15 @@ def _tanalyze(x, r, n, W, mb, em, E, syms, ctxs, hist):
         rv = np.int64(r[i])
         c = _ctx_of(rv, E, mb, em)
         d = (_mono(np.int64(x[i]), sb, mask) - _mono(rv, sb, mask)) & mask
-        if d == 0:
-            s = 0
-        else:
-            neg = 0
-            if d & sb:
-                d = (-d) & mask
-                neg = 1
-            k = 64 - clz64(np.uint64(d))
-            s = 2 * k - 1 + neg
-            raw += k - 1
+        neg = (d >> (W - 1)) & 1          # d read as signed W-bit
+        a = ((d ^ -neg) + neg) & mask     # |d| (2^(W-1) for the most negative)
+        k = 64 - clz64(np.uint64(a))
+        nz = np.int64(k != 0)
+        s = 2 * k - nz + neg
+        raw += k - nz
         put(syms, i, s)
         put(ctxs, i, c)
+        put(mags, i, a)
         hist[(c << 8) + s] += 1
     return raw
 
@@ -1654,7 +1664,7 @@ def temporal_estimate(hist, f, cm, W):
 
 
 @njit(nogil=True, cache=True)
-def temporal_write(data, ref, start, n, layout, E, cmask, syms, ctxs, f, cm, rawbits,
+def temporal_write(data, ref, start, n, layout, E, cmask, syms, ctxs, mags, f, cm, rawbits,
                    out, o, lim, tbuf):
     """Write a temporal chunk at out[o:] without passing lim.  Returns the
     end position, or -1 if it does not fit."""
@@ -1682,38 +1692,30 @@ def temporal_write(data, ref, start, n, layout, E, cmask, syms, ctxs, f, cm, raw
     copy_bytes(out, o, tbuf, p, R)
     o += R
     # raw bits, LSB-first; exactly nraw bytes
-    if W == 32:
-        q = _traw(data[4 * start:4 * (start + n)].view(np.uint32),
-                  ref[4 * start:4 * (start + n)].view(np.uint32), n, W, syms, out, o)
-    else:
-        q = _traw(data[2 * start:2 * (start + n)].view(np.uint16),
-                  ref[2 * start:2 * (start + n)].view(np.uint16), n, W, syms, out, o)
+    q = _traw(mags, n, out, o)
     if q != o + nraw:  # pragma: no cover - would be a bug
         return -1
     return q
 
 
 @njit(nogil=True, cache=True)
-def _traw(x, r, n, W, syms, out, o):
-    sb = np.int64(1) << (W - 1)
-    mask = (np.int64(1) << W) - 1
+def _traw(mags, n, out, o):
+    """The bits of each |d| below its leading one, LSB-first, at out[o:];
+    returns the end."""
     q = o
     acc = _U0
     nb = 0
     for i in range(n):
-        s = np.int64(ld(syms, i))
-        if s >= 3:
-            d = (_mono(np.int64(x[i]), sb, mask) - _mono(np.int64(r[i]), sb, mask)) & mask
-            if d & sb:
-                d = (-d) & mask
-            k = (s + 1) >> 1
-            acc |= np.uint64(d & ((np.int64(1) << (k - 1)) - 1)) << np.uint64(nb)
-            nb += k - 1
-            if nb >= 32:
-                store_u32(out, q, np.uint32(acc & _M32))
-                q += 4
-                acc >>= _S32
-                nb -= 32
+        a = np.int64(ld(mags, i))
+        k = 64 - clz64(np.uint64(a))
+        kb = k - np.int64(k != 0)
+        acc |= np.uint64(a & ((np.int64(1) << kb) - 1)) << np.uint64(nb)
+        nb += kb
+        if nb >= 32:
+            store_u32(out, q, np.uint32(acc & _M32))
+            q += 4
+            acc >>= _S32
+            nb -= 32
     while nb > 0:
         out[q] = np.uint8(acc & np.uint64(0xFF))
         q += 1
@@ -1779,31 +1781,41 @@ def _trecon(blob, bs, end, r, o, n, W, syms):
     mask = (np.int64(1) << W) - 1
     L = end - bs
     b = 0
-    for i in range(n):
+    i = 0
+    # fast: the 8-byte load lies inside the bit stream (<= 31 bits used)
+    while i < n and (b >> 3) + 8 <= L:
         s = np.int64(ld(syms, i))
-        d = 0
-        if s != 0:
-            k = (s + 1) >> 1
-            a = np.int64(1) << (k - 1)
-            if k > 1:
-                if (b >> 3) + 8 <= L:
-                    acc = load_u64(blob, bs + (b >> 3)) >> np.uint64(b & 7)
-                else:
-                    if b + k - 1 > 8 * L:
-                        return ERR_BITS
-                    acc = _slow_load(blob, bs, L, b >> 3) >> np.uint64(b & 7)
-                a |= np.int64(acc & np.uint64(a - 1))
-                b += k - 1
-            d = a if s & 1 else -a
-        mv = (_mono(np.int64(r[i]), sb, mask) + d) & mask
-        if mv & sb:
-            v = mv ^ sb
-        else:
-            v = mv ^ mask
-        o[i] = v
+        k = (s + 1) >> 1
+        kb = k - np.int64(k != 0)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        acc = np.int64(load_u64(blob, bs + (b >> 3)) >> np.uint64(b & 7))
+        a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
+        b += kb
+        d = (a ^ -neg) + neg
+        o[i] = _unmono((_mono(np.int64(ld(r, i)), sb, mask) + d) & mask, sb, mask)
+        i += 1
+    while i < n:
+        s = np.int64(ld(syms, i))
+        k = (s + 1) >> 1
+        kb = k - np.int64(k != 0)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        if b + kb > 8 * L:
+            return ERR_BITS
+        acc = np.int64(_slow_load(blob, bs, L, b >> 3) >> np.uint64(b & 7))
+        a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
+        b += kb
+        d = (a ^ -neg) + neg
+        o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+        i += 1
     if (b + 7) >> 3 != L:
         return ERR_BITS
     if b & 7:
         if (blob[bs + L - 1] >> (b & 7)) != 0:
             return ERR_BITS
     return OK
+
+
+@njit(nogil=True, cache=True)
+def _unmono(m, sb, mask):
+    """Inverse of _mono (branchless)."""
+    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))

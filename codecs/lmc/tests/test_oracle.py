@@ -229,10 +229,11 @@ def test_temporal_estimate_matches_actual():
     hist = np.empty(16 * 256, np.int64)
     f = np.zeros(16 * 256, np.int64)
     cm = np.zeros(16 * 256, np.int64)
-    raw = K.temporal_analyze(xb, rb, 0, n, K.LAYOUT_BF16, E, syms, ctxs, hist)
+    mags = np.empty(n, np.uint32)
+    raw = K.temporal_analyze(xb, rb, 0, n, K.LAYOUT_BF16, E, syms, ctxs, mags, hist)
     est, cmask = K.temporal_estimate(hist, f, cm, 16)
     out = np.zeros(4 * n, np.uint8)
-    end = K.temporal_write(xb, rb, 0, n, K.LAYOUT_BF16, E, cmask, syms, ctxs, f, cm, raw, out, 0,
+    end = K.temporal_write(xb, rb, 0, n, K.LAYOUT_BF16, E, cmask, syms, ctxs, mags, f, cm, raw, out, 0,
                            out.size, np.zeros(2 * n + 16, np.uint8))
     est_total = 4 + est + 4 + (raw + 7) // 8
     assert abs(end - est_total) <= 16, (end, est_total)
@@ -248,3 +249,4 @@ def test_temporal_estimate_matches_actual():
     k = np.array([int(v).bit_length() for v in a])
     want = np.where(a == 0, 0, 2 * k - 1 + neg)
     assert np.array_equal(syms, want.astype(np.uint8))
+    assert np.array_equal(mags, a.astype(np.uint32))
