@@ -1780,20 +1780,30 @@ def _trecon(blob, bs, end, r, o, n, W, syms):
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
     L = end - bs
-    b = 0
     i = 0
-    # fast: the 8-byte load lies inside the bit stream (<= 31 bits used)
-    while i < n and (b >> 3) + 8 <= L:
+    # fast: a 64-bit bit buffer (nb valid bits) refilled 32 bits at a time
+    # from byte q while q + 4 <= L; an element takes <= 31 bits
+    acc = _U0
+    nb = 0
+    q = 0
+    while i < n:
+        if nb < 32:
+            if q + 4 > L:
+                break
+            acc |= np.uint64(load_u32(blob, bs + q)) << np.uint64(nb)
+            q += 4
+            nb += 32
         s = np.int64(ld(syms, i))
         k = (s + 1) >> 1
         kb = k - np.int64(k != 0)
         neg = np.int64(s != 0) & (1 - (s & 1))
-        acc = np.int64(load_u64(blob, bs + (b >> 3)) >> np.uint64(b & 7))
-        a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
-        b += kb
+        a = ((np.int64(1) << k) >> 1) | np.int64(acc & np.uint64((np.int64(1) << kb) - 1))
+        acc >>= np.uint64(kb)
+        nb -= kb
         d = (a ^ -neg) + neg
         o[i] = _unmono((_mono(np.int64(ld(r, i)), sb, mask) + d) & mask, sb, mask)
         i += 1
+    b = 8 * q - nb  # bits consumed
     while i < n:
         s = np.int64(ld(syms, i))
         k = (s + 1) >> 1
