@@ -12,7 +12,8 @@ import numpy as np
 from . import _kernels as K
 
 MAGIC = b"LMC1"
-VERSION = 1
+VERSION = 2            # newest format version written; a blob that uses no
+VERSIONS = (1, 2)      # version-2 mode is written as version 1 (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
 MAX_NDIM = 32
@@ -188,11 +189,18 @@ def _check_reference(reference, dtype, shape, what):
 
 def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
-    to an lmc blob (bytes).  ``reference``: same dtype/shape array to delta
-    against (XOR, chosen per chunk when smaller).  ``chunk_size``: elements
-    per chunk (default 131072)."""
+    to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
+    previous checkpoint) to code against; per chunk the smallest of alone,
+    XOR with the reference and (fp32/fp16/bf16) the temporal mode is chosen.
+    ``chunk_size``: elements per chunk (default 131072)."""
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
+    return _compress(data, threads, reference, chunk_size, dtype, True)
+
+
+def _compress(data, threads, reference, chunk_size, dtype, v2):
+    """compress(); v2=False restricts the encoder to the format-v1 modes
+    (the lmc 0.1 encoder: alone / XOR with Huffman; used for comparisons)."""
     arr = _to_array(data, dtype)
     code = _dtype_code(arr.dtype)
     dt, unit, layout = _DTYPES[code]
@@ -220,15 +228,17 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
         refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit, nth))
     sizes = np.zeros(nch, np.int64)
     chks = np.zeros(nch, np.uint64)
+    used = np.zeros(nch, np.bool_)
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
     scratch = np.empty(nch * cap, np.uint8) if nch else _EMPTY
-    _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, total, chunk, unit, layout,
-                                 ns, scratch, cap, sizes, chks), nch, nth)
+    _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, bool(v2), total, chunk, unit, layout,
+                                 ns, scratch, cap, sizes, chks, used), nch, nth)
     if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
         raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
+    version = 2 if used.any() else 1
     head = bytearray()
     head += MAGIC
-    head += struct.pack("<BBBB", VERSION, code, flags, len(shape))
+    head += struct.pack("<BBBB", version, code, flags, len(shape))
     head += struct.pack(f"<{len(shape)}Q", *shape)
     head += struct.pack("<II", chunk, nch)
     head += refhash
@@ -292,7 +302,7 @@ def _parse_header(buf):
     if bytes(buf[:4]) != MAGIC:
         raise FormatError("lmc: bad magic (not an lmc blob)")
     version, code, flags, ndim = struct.unpack_from("<BBBB", buf, 4)
-    if version != VERSION:
+    if version not in VERSIONS:
         raise FormatError(f"lmc: unsupported format version {version}")
     if code not in _DTYPES:
         raise FormatError(f"lmc: unknown dtype code {code}")
@@ -340,7 +350,7 @@ def _parse_header(buf):
         np.cumsum(sizes[:-1], out=offsets[1:])
         offsets[1:] += hl
     dt, unit, layout = _DTYPES[code]
-    return dict(code=code, dtype=dt, unit=unit, layout=layout, shape=tuple(shape),
+    return dict(version=version, code=code, dtype=dt, unit=unit, layout=layout, shape=tuple(shape),
                 total=total, chunk=chunk, nch=nch, refhash=refhash, sizes=sizes,
                 chks=chks, offsets=offsets)
 
@@ -362,7 +372,7 @@ def _blob_view(blob):
 def info(blob):
     """Header information of a blob (dtype, shape, chunk size, ...)."""
     h = _parse_header(_blob_view(blob))
-    return dict(dtype=h["dtype"], shape=h["shape"], chunk_size=h["chunk"],
+    return dict(version=h["version"], dtype=h["dtype"], shape=h["shape"], chunk_size=h["chunk"],
                 nchunks=h["nch"], has_reference=h["refhash"] is not None)
 
 
@@ -407,7 +417,7 @@ def decompress(blob, *, threads=None, reference=None, out=None):
         status = np.zeros(nch, np.int64)
         _run_chunks(K.decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,
                                      h["chunk"], unit, layout, ns, ref_u8, has_ref,
-                                     out_u8, status), nch, nth)
+                                     out_u8, status, h["version"]), nch, nth)
         bad = np.flatnonzero(status)
         if bad.size:
             c = int(bad[0])

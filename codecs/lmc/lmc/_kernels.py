@@ -18,7 +18,7 @@ inside the sub-stream (slow byte-wise refill otherwise).
 import numpy as np
 from numba import njit
 
-from ._intrinsics import clz64, ld, load_u32, load_u64, store_u32, store_u64
+from ._intrinsics import clz64, ld, load_u16, load_u32, load_u64, store_u16, store_u32, store_u64
 from ._intrinsics import st as put
 
 MAXLEN = 11
@@ -27,6 +27,24 @@ TABSIZE = 1 << MAXLEN
 MODE_RAW = 0
 MODE_CONST = 1
 MODE_HUFF = 2
+MODE_RANS = 3          # format v2
+
+CHUNK_ALONE = 0
+CHUNK_XOR = 1
+CHUNK_STORED = 2
+CHUNK_TEMPORAL = 3     # format v2
+
+# rANS (format v2): 32-bit states in [2^16, 2^32), 16-bit renormalisation,
+# 4 interleaved states (symbol i uses state i % 4), frequencies sum to 2^12
+PROB_BITS = 12
+PROB_SCALE = 1 << PROB_BITS
+RANS_L = 1 << 16
+NCTX = 16              # temporal contexts
+# a stream or mode is taken over a faster one only when it saves more than
+# size/RANS_MARGIN (+ RANS_SLACK bytes for the stream)
+RANS_MARGIN = 32
+RANS_SLACK = 16
+TEMPORAL_MARGIN = 64
 
 LAYOUT_PLANES = 0
 LAYOUT_BF16 = 1
@@ -46,6 +64,11 @@ ERR_STREAM = 8
 ERR_PAD = 9
 ERR_TRAIL = 10
 ERR_CHECKSUM = 11
+ERR_VERSION = 12
+ERR_FREQ = 13
+ERR_RANS = 14
+ERR_CTX = 15
+ERR_BITS = 16
 
 ERROR_MESSAGES = {
     ERR_TRUNC: "chunk data truncated (a length points past the end of the chunk)",
@@ -59,6 +82,11 @@ ERROR_MESSAGES = {
     ERR_PAD: "non-zero padding bits at the end of a Huffman bit stream",
     ERR_TRAIL: "unused trailing bytes in chunk",
     ERR_CHECKSUM: "chunk checksum mismatch (corrupt data or wrong reference)",
+    ERR_VERSION: "chunk or stream mode not allowed in a format-version-1 blob",
+    ERR_FREQ: "invalid rANS frequency table (bad range, encoding, or sum != 4096)",
+    ERR_RANS: "rANS stream overrun/underrun or final state mismatch",
+    ERR_CTX: "temporal chunk: context tables do not match the reference's contexts",
+    ERR_BITS: "raw bit stream overrun, length mismatch or non-zero padding",
 }
 
 _M11 = np.uint64(TABSIZE - 1)
@@ -484,9 +512,12 @@ def _table_bytes(lens):
 
 
 @njit(nogil=True, cache=True)
-def analyze_planes(planes, n, ns, h, lens, modes, sizes):
+def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, allow_rans):
     """Choose a mode per stream; returns the total payload size (incl. the
-    5-byte stream headers)."""
+    5-byte stream headers).  Huffman and raw sizes are exact; the rANS size
+    (f, cm: its quantised table per stream at s * 256) is estimated from
+    the quantised frequencies and is taken only when it saves more than
+    1/RANS_MARGIN of the faster choice plus RANS_SLACK bytes."""
     freq = np.empty(256, np.int64)
     sub = np.empty(4, np.int64)
     total = 0
@@ -507,6 +538,15 @@ def analyze_planes(planes, n, ns, h, lens, modes, sizes):
             else:
                 modes[s] = MODE_RAW
                 sizes[s] = n
+            if allow_rans:
+                rans_normalize(freq, 0, 256, f[256 * s:256 * s + 256])
+                fs = f[256 * s:256 * s + 256]
+                rs = (freq_table_bytes(fs, 0, 256) + 16
+                      + np.int64(np.ceil(rans_cost_bits(freq, fs, 0, 256) / 8)))
+                if rs + RANS_SLACK + sizes[s] // RANS_MARGIN < sizes[s]:
+                    modes[s] = MODE_RANS
+                    sizes[s] = rs
+                    cum_freqs(fs, 0, cm[256 * s:256 * s + 256])
         total += 5 + sizes[s]
     return total
 
@@ -616,7 +656,22 @@ def _encode4(p, n, codes, lens, out, o, sub):
 
 
 @njit(nogil=True, cache=True)
-def _write_stream(p, n, mode, size, h, lens, out, o):
+def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf):
+    """Write one stream record at out[o:]; returns the end, or -1 if it
+    would pass lim (the rANS size is only known after encoding)."""
+    if mode == MODE_RANS:
+        tb = freq_table_bytes(f, 0, 256)
+        q = rans_encode(p, p, False, n, f, cm, tbuf)
+        R = tbuf.size - q
+        if o + 5 + tb + R > lim:
+            return -1
+        out[o] = mode
+        store_u32(out, o + 1, np.uint32(tb + R))
+        o = write_freq_table(f, 0, 256, out, o + 5)
+        copy_bytes(out, o, tbuf, q, R)
+        return o + R
+    if o + 5 + size > lim:
+        return -1
     out[o] = mode
     store_u32(out, o + 1, np.uint32(size))
     o += 5
@@ -659,44 +714,110 @@ def _write_stream(p, n, mode, size, h, lens, out, o):
 
 
 @njit(nogil=True, cache=True)
-def encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, out, o, planes, planes2):
-    """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch).
-    Returns (size, checksum)."""
+def _write_planes(flag, planes, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf):
+    """Chunk mode byte + the ns stream records; -1 if past lim."""
+    if o + 1 > lim:
+        return -1
+    out[o] = flag
+    o += 1
+    for s in range(ns):
+        o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s],
+                          f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], out, o, lim, tbuf)
+        if o < 0:
+            return -1
+    return o
+
+
+@njit(nogil=True, cache=True)
+def _uses_rans(modes, ns):
+    for s in range(ns):
+        if modes[s] == MODE_RANS:
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, planes, planes2,
+                 tsyms, tctx, tmags, thist, tf, tcm, tbuf):
+    """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
+    tsyms, tctx: n bytes; thist, tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16
+    bytes).  v2: format-v2 modes allowed.  The mode is chosen from
+    estimates: alone, XOR (with a reference) or temporal (with a reference,
+    float layouts), the smallest estimate winning, temporal only when it
+    saves more than 1/TEMPORAL_MARGIN (it decodes slower).  Returns
+    (size, checksum, uses a v2 mode)."""
     h = np.zeros((ns, 4, 256), np.int64)
     lens = np.zeros((ns, 256), np.uint8)
     modes = np.empty(ns, np.int64)
     sizes = np.empty(ns, np.int64)
+    f = np.zeros(ns * 256, np.int64)
+    cm = np.zeros(ns * 256, np.int64)
     chk = split_chunk(data, ref, False, start, n, unit, layout, planes)
-    cost = analyze_planes(planes, n, ns, h, lens, modes, sizes)
-    flags = 0
+    cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, v2)
+    best = CHUNK_ALONE
+    score = cost_a
+    cost = cost_a
+    h2 = h
+    lens2 = lens
+    modes2 = modes
+    sizes2 = sizes
+    f2 = f
+    cm2 = cm
     if has_ref:
         h2 = np.zeros((ns, 4, 256), np.int64)
         lens2 = np.zeros((ns, 256), np.uint8)
         modes2 = np.empty(ns, np.int64)
         sizes2 = np.empty(ns, np.int64)
+        f2 = np.zeros(ns * 256, np.int64)
+        cm2 = np.zeros(ns * 256, np.int64)
         split_chunk(data, ref, True, start, n, unit, layout, planes2)
-        cost2 = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2)
-        if cost2 < cost:
-            flags = 1
-            planes = planes2
-            h = h2
-            lens = lens2
-            modes = modes2
-            sizes = sizes2
+        cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, v2)
+        if cost_x < score:
+            best = CHUNK_XOR
+            score = cost_x
+            cost = cost_x
+    E = 0
+    cmask = 0
+    raw = 0
+    if has_ref and v2 and layout != LAYOUT_PLANES:
+        W = 32 if layout == LAYOUT_F32 else 16
+        E = temporal_base(ref, start, n, layout)
+        raw = temporal_analyze(data, ref, start, n, layout, E, tsyms, tctx, tmags, thist)
+        trans, cmask = temporal_estimate(thist, tf, tcm, W)
+        cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
+        if cost_t + cost_t // TEMPORAL_MARGIN < score:
+            best = CHUNK_TEMPORAL
+            cost = cost_t
     o0 = o
     nbytes = n * unit
-    if cost >= nbytes:
+    lim = o + nbytes  # an encoded chunk must be smaller than a stored one
+    e = -1
+    if cost < nbytes:
+        if best == CHUNK_TEMPORAL:
+            e = temporal_write(data, ref, start, n, layout, E, cmask, tsyms, tctx, tmags, tf,
+                               tcm, raw, out, o, lim, tbuf)
+        elif best == CHUNK_XOR:
+            e = _write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
+                              out, o, lim, tbuf)
+        # never larger than the alone encoding (exact unless it uses rANS)
+        if best != CHUNK_ALONE and (e < 0 or e - o0 > 1 + cost_a) and cost_a < nbytes:
+            best = CHUNK_ALONE
+            e = -1
+        if best == CHUNK_ALONE:
+            e = _write_planes(CHUNK_ALONE, planes, n, ns, modes, sizes, h, lens, f, cm,
+                              out, o, lim, tbuf)
+    if e < 0:
         # stored chunk: the original units verbatim (never larger than input)
-        out[o] = 2
+        out[o] = CHUNK_STORED
         copy_bytes(out, o + 1, data, start * unit, nbytes)
-        return 1 + nbytes, chk
-    out[o] = flags
-    o += 1
-    for s in range(ns):
-        o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s], out, o)
-        if o < 0:
-            return -1, chk
-    return o - o0, chk
+        return 1 + nbytes, chk, False
+    if best == CHUNK_TEMPORAL:
+        used = True
+    elif best == CHUNK_XOR:
+        used = _uses_rans(modes2, ns)
+    else:
+        used = _uses_rans(modes, ns)
+    return e - o0, chk, used
 
 
 # ---------------------------------------------------------------------------
@@ -966,7 +1087,7 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
 
 @njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
-                 planes, dec, dec3, dec1, lens, tmp):
+                 planes, dec, dec3, dec1, lens, tmp, version, ctxs, syms, f, cm, dtab):
     """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
     dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
@@ -974,8 +1095,22 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     if clen < 1:
         return ERR_TRUNC
     flags = blob[off]
-    if flags > 2:
+    if flags > 3:
         return ERR_FLAGS
+    if flags == CHUNK_TEMPORAL:
+        if version < 2:
+            return ERR_VERSION
+        if layout == LAYOUT_PLANES:
+            return ERR_FLAGS
+        if not has_ref:
+            return ERR_NOREF
+        st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, ctxs, syms,
+                             f, cm, dtab)
+        if st != OK:
+            return st
+        if checksum_units(out, start, n, unit) != expected:
+            return ERR_CHECKSUM
+        return OK
     if flags == 2:
         # stored chunk
         nbytes = n * unit
@@ -1010,6 +1145,12 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
             st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
             if st != OK:
                 return st
+        elif mode == MODE_RANS:
+            if version < 2:
+                return ERR_VERSION
+            st = decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab)
+            if st != OK:
+                return st
         else:
             return ERR_MODE
         pos += plen
@@ -1027,18 +1168,28 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
 # the output does not depend on the number of threads.
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
-def encode_range(data, ref, has_ref, total, chunk, unit, layout, ns, scratch, cap,
-                 sizes, chks, c0, c1):
+def encode_range(data, ref, has_ref, v2, total, chunk, unit, layout, ns, scratch, cap,
+                 sizes, chks, used, c0, c1):
     m = min(chunk, total) + 16
     planes = np.empty((ns, m), np.uint8)
     planes2 = np.empty((ns, m if has_ref else 1), np.uint8)
+    tm = m if (has_ref and v2 and layout != LAYOUT_PLANES) else 1
+    tsyms = np.empty(tm, np.uint8)
+    tctx = np.empty(tm, np.uint8)
+    tmags = np.empty(tm, np.uint32)
+    thist = np.empty(NCTX * 256, np.int64)
+    tf = np.zeros(NCTX * 256, np.int64)
+    tcm = np.zeros(NCTX * 256, np.int64)
+    tbuf = np.empty(2 * m + 32, np.uint8)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
-        sz, ck = encode_chunk(data, ref, has_ref, start, n, unit, layout, ns, scratch, c * cap,
-                              planes, planes2)
+        sz, ck, u = encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, scratch,
+                                 c * cap, planes, planes2, tsyms, tctx, tmags, thist, tf, tcm,
+                                 tbuf[:2 * n + 16])
         sizes[c] = sz
         chks[c] = ck
+        used[c] = u
 
 
 @njit(nogil=True, cache=True)
@@ -1051,19 +1202,24 @@ def gather_range(scratch, cap, sizes, offsets, out, c0, c1):
 
 @njit(nogil=True, cache=True)
 def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref,
-                 out, status, c0, c1):
+                 out, status, version, c0, c1):
     planes = np.empty((ns, min(chunk, total) + 16), np.uint8)
     dec = np.empty(TABSIZE, np.uint16)
     dec3 = np.empty(TABSIZE, np.uint64)
     dec1 = np.empty(TABSIZE, np.uint16)
     lens = np.empty(256, np.uint8)
     tmp = np.empty(4 * (((min(chunk, total) + 3) >> 2) + 16), np.uint8)
+    ctxs = np.empty(min(chunk, total) + 16, np.uint8)
+    syms = np.empty(min(chunk, total) + 16, np.uint8)
+    f = np.empty(NCTX * 256, np.int64)
+    cm = np.empty(NCTX * 256, np.int64)
+    dtab = np.empty(NCTX * PROB_SCALE, np.uint32)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
                                  ref, has_ref, out, start, chks[c], planes, dec, dec3,
-                                 dec1, lens, tmp)
+                                 dec1, lens, tmp, version, ctxs, syms, f, cm, dtab)
 
 
 @njit(nogil=True, cache=True)
@@ -1072,3 +1228,604 @@ def checksum_range(data, total, chunk, unit, chks, c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         chks[c] = checksum_units(data, start, n, unit)
+
+
+# ---------------------------------------------------------------------------
+# rANS (format v2).  Static, 32-bit states in [2^16, 2^32), 16-bit
+# renormalisation words, frequencies quantised to sum 2^12, 4 interleaved
+# states (symbol i uses state i % 4) sharing one word stream.  Frequencies
+# and cumulative frequencies live in flat int64 arrays indexed
+# table * 256 + symbol (several tables: the temporal mode's contexts).
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def rans_normalize(cnt, c0, nsym, f):
+    """f[c0 + s] (s < nsym): counts cnt[c0 + s] quantised to a sum of
+    PROB_SCALE, f > 0 exactly where cnt > 0.  Returns the number of present
+    symbols (0: nothing to code; f all zero)."""
+    total = 0
+    for s in range(nsym):
+        total += cnt[c0 + s]
+    if total == 0:
+        for s in range(nsym):
+            f[c0 + s] = 0
+        return 0
+    tot = 0
+    m = 0
+    best = 0
+    bc = -1
+    for s in range(nsym):
+        c = cnt[c0 + s]
+        if c > 0:
+            q = (c * PROB_SCALE + (total >> 1)) // total
+            if q < 1:
+                q = 1
+            f[c0 + s] = q
+            tot += q
+            m += 1
+            if c > bc:
+                bc = c
+                best = s
+        else:
+            f[c0 + s] = 0
+    diff = PROB_SCALE - tot
+    if diff > 0:
+        f[c0 + best] += diff
+    while diff < 0:  # take from the largest frequency (it is > 1: the sum exceeds 2^12 > 256)
+        j = 0
+        for s in range(nsym):
+            if f[c0 + s] > f[c0 + j]:
+                j = s
+        t = min(-diff, f[c0 + j] - 1)
+        f[c0 + j] -= t
+        diff += t
+    return m
+
+
+@njit(nogil=True, cache=True)
+def rans_cost_bits(cnt, f, c0, nsym):
+    """Ideal coded size (bits) of the counts under the quantised f."""
+    bits = 0.0
+    for s in range(nsym):
+        c = cnt[c0 + s]
+        if c > 0:
+            bits += c * (PROB_BITS - np.log2(np.float64(f[c0 + s])))
+    return bits
+
+
+@njit(nogil=True, cache=True)
+def freq_table_bytes(f, c0, nsym):
+    lo = 0
+    while f[c0 + lo] == 0:
+        lo += 1
+    hi = nsym - 1
+    while f[c0 + hi] == 0:
+        hi -= 1
+    b = 2
+    for s in range(lo, hi + 1):
+        b += 1 if f[c0 + s] < 128 else 2
+    return b
+
+
+@njit(nogil=True, cache=True)
+def write_freq_table(f, c0, nsym, out, o):
+    """lo, hi, then per symbol lo..hi its frequency: one byte if < 128, else
+    two bytes 0x80 | f >> 8, f & 0xFF.  Returns the end position."""
+    lo = 0
+    while f[c0 + lo] == 0:
+        lo += 1
+    hi = nsym - 1
+    while f[c0 + hi] == 0:
+        hi -= 1
+    out[o] = lo
+    out[o + 1] = hi
+    o += 2
+    for s in range(lo, hi + 1):
+        v = f[c0 + s]
+        if v < 128:
+            out[o] = v
+            o += 1
+        else:
+            out[o] = 0x80 | (v >> 8)
+            out[o + 1] = v & 0xFF
+            o += 2
+    return o
+
+
+@njit(nogil=True, cache=True)
+def read_freq_table(blob, pos, end, maxsym, f, c0, cm):
+    """Parse a frequency table at blob[pos:end] into f[c0:c0+256] and its
+    cumulative frequencies cm.  Returns the end position, or -1 if invalid
+    (truncated, hi < lo, hi > maxsym, f[lo] or f[hi] zero, a non-minimal or
+    > 4096 two-byte value, or a sum != 4096)."""
+    if pos + 2 > end:
+        return -1
+    lo = np.int64(blob[pos])
+    hi = np.int64(blob[pos + 1])
+    if hi < lo or hi > maxsym:
+        return -1
+    pos += 2
+    for s in range(256):
+        f[c0 + s] = 0
+        cm[c0 + s] = 0
+    tot = 0
+    for s in range(lo, hi + 1):
+        if pos >= end:
+            return -1
+        b = np.int64(blob[pos])
+        if b & 0x80:
+            if pos + 1 >= end:
+                return -1
+            v = ((b & 0x7F) << 8) | np.int64(blob[pos + 1])
+            if v < 128 or v > PROB_SCALE:
+                return -1
+            pos += 2
+        else:
+            v = b
+            pos += 1
+        f[c0 + s] = v
+        cm[c0 + s] = tot
+        tot += v
+    if tot != PROB_SCALE or f[c0 + lo] == 0 or f[c0 + hi] == 0:
+        return -1
+    return pos
+
+
+@njit(nogil=True, cache=True)
+def cum_freqs(f, c0, cm):
+    t = 0
+    for s in range(256):
+        cm[c0 + s] = t
+        t += f[c0 + s]
+
+
+@njit(nogil=True, cache=True)
+def build_rans_dtab(f, cm, c0, dtab, t0):
+    """dtab[t0 + slot] = symbol | (freq - 1) << 8 | (slot - cum) << 20 for a
+    validated table (sum 4096)."""
+    for s in range(256):
+        fs = f[c0 + s]
+        if fs > 0:
+            base = cm[c0 + s]
+            hi = np.uint32(s | ((fs - 1) << 8))
+            for j in range(fs):
+                dtab[t0 + base + j] = hi | np.uint32(j << 20)
+
+
+@njit(nogil=True, cache=True)
+def _renc(x, s, f, cm, inv, buf, p):
+    """Encode symbol index s (table * 256 + symbol) into state x, pushing
+    at most one 16-bit word below buf[p]; returns (x, p).  x // f by a
+    double reciprocal, corrected to the exact quotient (x < 2^32, f <= 2^12:
+    the product is off by less than one only when f divides x)."""
+    fs = ld(f, s)
+    # branchless renormalisation: the word is stored speculatively (p >= 16
+    # + 2 * the words still to come, so p - 2 is inside buf)
+    g = np.int64(x >= (fs << 20))
+    store_u16(buf, p - 2, np.uint16(x & 0xFFFF))
+    p -= g << 1
+    x >>= g << 4
+    q = np.int64(np.float64(x) * ld(inv, s))
+    r = x - q * fs
+    if r >= fs:
+        q += 1
+        r -= fs
+    return (q << PROB_BITS) + r + ld(cm, s), p
+
+
+@njit(nogil=True, cache=True)
+def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf):
+    """Encode syms[0:n] (table ctxs[i] if use_ctx else 0) backwards; the
+    stream (4 u32 final states, then the 16-bit words in decoding order) is
+    placed at the end of buf (len >= 2n + 16).  Returns its start."""
+    inv = np.empty(f.size, np.float64)
+    for j in range(f.size):
+        inv[j] = 1.0 / f[j] if f[j] > 0 else 0.0
+    p = buf.size
+    xs = np.empty(4, np.int64)
+    xs[:] = RANS_L
+    n4 = n & ~3
+    for i in range(n - 1, n4 - 1, -1):  # the last n % 4 symbols first
+        s = np.int64(ld(syms, i))
+        if use_ctx:
+            s += np.int64(ld(ctxs, i)) << 8
+        xs[i & 3], p = _renc(xs[i & 3], s, f, cm, inv, buf, p)
+    x0 = xs[0]
+    x1 = xs[1]
+    x2 = xs[2]
+    x3 = xs[3]
+    for g in range(n4 - 4, -1, -4):
+        s3 = np.int64(ld(syms, g + 3))
+        s2 = np.int64(ld(syms, g + 2))
+        s1 = np.int64(ld(syms, g + 1))
+        s0 = np.int64(ld(syms, g))
+        if use_ctx:
+            s3 += np.int64(ld(ctxs, g + 3)) << 8
+            s2 += np.int64(ld(ctxs, g + 2)) << 8
+            s1 += np.int64(ld(ctxs, g + 1)) << 8
+            s0 += np.int64(ld(ctxs, g)) << 8
+        x3, p = _renc(x3, s3, f, cm, inv, buf, p)
+        x2, p = _renc(x2, s2, f, cm, inv, buf, p)
+        x1, p = _renc(x1, s1, f, cm, inv, buf, p)
+        x0, p = _renc(x0, s0, f, cm, inv, buf, p)
+    p -= 16
+    store_u32(buf, p, np.uint32(x0))
+    store_u32(buf, p + 4, np.uint32(x1))
+    store_u32(buf, p + 8, np.uint32(x2))
+    store_u32(buf, p + 12, np.uint32(x3))
+    return p
+
+
+@njit(nogil=True, cache=True)
+def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n):
+    """Decode n symbols from the rANS stream blob[pos:end] into out[0:n]
+    (decode table dtab[ctxs[i] * 4096 ...] if use_ctx, else dtab[0:4096]).
+    Every word read is checked against end; the stream must be consumed
+    exactly and all 4 final states must equal 2^16."""
+    if end - pos < 16:
+        return ERR_RANS
+    x0 = np.int64(load_u32(blob, pos))
+    x1 = np.int64(load_u32(blob, pos + 4))
+    x2 = np.int64(load_u32(blob, pos + 8))
+    x3 = np.int64(load_u32(blob, pos + 12))
+    if x0 < RANS_L or x1 < RANS_L or x2 < RANS_L or x3 < RANS_L:
+        return ERR_RANS
+    p = pos + 16
+    i = 0
+    n4 = n & ~3
+    t0 = 0
+    t1 = 0
+    t2 = 0
+    t3 = 0
+    # fast loop: 4 symbols, at most 4 words (8 bytes) per iteration
+    while i < n4 and p + 8 <= end:
+        if use_ctx:
+            t0 = np.int64(ld(ctxs, i)) << PROB_BITS
+            t1 = np.int64(ld(ctxs, i + 1)) << PROB_BITS
+            t2 = np.int64(ld(ctxs, i + 2)) << PROB_BITS
+            t3 = np.int64(ld(ctxs, i + 3)) << PROB_BITS
+        e0 = np.int64(ld(dtab, t0 + (x0 & 4095)))
+        e1 = np.int64(ld(dtab, t1 + (x1 & 4095)))
+        e2 = np.int64(ld(dtab, t2 + (x2 & 4095)))
+        e3 = np.int64(ld(dtab, t3 + (x3 & 4095)))
+        put(out, i, e0 & 255)
+        put(out, i + 1, e1 & 255)
+        put(out, i + 2, e2 & 255)
+        put(out, i + 3, e3 & 255)
+        x0 = (((e0 >> 8) & 4095) + 1) * (x0 >> 12) + (e0 >> 20)
+        x1 = (((e1 >> 8) & 4095) + 1) * (x1 >> 12) + (e1 >> 20)
+        x2 = (((e2 >> 8) & 4095) + 1) * (x2 >> 12) + (e2 >> 20)
+        x3 = (((e3 >> 8) & 4095) + 1) * (x3 >> 12) + (e3 >> 20)
+        # branchless renormalisation (p + 8 <= end: the 4 loads are inside)
+        g0 = np.int64(x0 < RANS_L)
+        x0 = (x0 << (g0 << 4)) | (np.int64(load_u16(blob, p)) & -g0)
+        p += g0 << 1
+        g1 = np.int64(x1 < RANS_L)
+        x1 = (x1 << (g1 << 4)) | (np.int64(load_u16(blob, p)) & -g1)
+        p += g1 << 1
+        g2 = np.int64(x2 < RANS_L)
+        x2 = (x2 << (g2 << 4)) | (np.int64(load_u16(blob, p)) & -g2)
+        p += g2 << 1
+        g3 = np.int64(x3 < RANS_L)
+        x3 = (x3 << (g3 << 4)) | (np.int64(load_u16(blob, p)) & -g3)
+        p += g3 << 1
+        i += 4
+    xs = np.empty(4, np.int64)
+    xs[0] = x0
+    xs[1] = x1
+    xs[2] = x2
+    xs[3] = x3
+    while i < n:
+        k = i & 3
+        x = xs[k]
+        t = 0
+        if use_ctx:
+            t = np.int64(ctxs[i]) << PROB_BITS
+        e = np.int64(dtab[t + (x & 4095)])
+        out[i] = e & 255
+        x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
+        if x < RANS_L:
+            if p + 2 > end:
+                return ERR_RANS
+            x = (x << 16) | np.int64(load_u16(blob, p))
+            p += 2
+        xs[k] = x
+        i += 1
+    if p != end:
+        return ERR_RANS
+    for k in range(4):
+        if xs[k] != RANS_L:
+            return ERR_RANS
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab):
+    """Stream mode 3: frequency table, then the rANS stream (to the end of
+    the payload)."""
+    end = pos + plen
+    q = read_freq_table(blob, pos, end, 255, f, 0, cm)
+    if q < 0:
+        return ERR_FREQ
+    build_rans_dtab(f, cm, 0, dtab, 0)
+    return rans_decode(blob, q, end, dtab, p, False, p, n)
+
+
+# ---------------------------------------------------------------------------
+# temporal chunk mode (format v2): fp32 / fp16 / bf16 against a reference.
+# Each W-bit pattern v is mapped to a monotone integer
+#   mono(v) = v ^ signbit            if v's sign bit is 0
+#           = v ^ (2^W - 1)          otherwise
+# d = mono(x) - mono(r) (mod 2^W, read as signed).  Symbol: 0 for d = 0,
+# else 2k - 1 + (d < 0) with k = bit_length(|d|) (|d| <= 2^(W-1));
+# the k-1 bits of |d| below its leading one go raw into a bit stream.
+# Context of element i: from the reference's exponent field e:
+#   15 if e is all ones (inf/NaN), else clamp(E - e, 0, 14),
+# E = the chunk's context base (the encoder uses the largest finite
+# exponent of the reference in the chunk).
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def _fparams(layout):
+    """(W, mantissa bits, exponent mask) of a float layout."""
+    if layout == LAYOUT_F32:
+        return 32, 23, 0xFF
+    if layout == LAYOUT_F16:
+        return 16, 10, 0x1F
+    return 16, 7, 0xFF
+
+
+@njit(nogil=True, cache=True)
+def temporal_base(ref, start, n, layout):
+    """Largest finite exponent field of the reference units in the chunk."""
+    W, mb, em = _fparams(layout)
+    if W == 32:
+        return _tbase(ref[4 * start:4 * (start + n)].view(np.uint32), n, mb, em)
+    return _tbase(ref[2 * start:2 * (start + n)].view(np.uint16), n, mb, em)
+
+
+@njit(nogil=True, cache=True)
+def _tbase(r, n, mb, em):
+    E = 0
+    for i in range(n):
+        e = (np.int64(r[i]) >> mb) & em
+        if e != em and e > E:
+            E = e
+    return E
+
+
+@njit(nogil=True, cache=True)
+def _ctx_of(rv, E, mb, em):
+    e = (rv >> mb) & em
+    c = min(max(E - e, 0), 14)
+    return 15 if e == em else c
+
+
+@njit(nogil=True, cache=True)
+def _mono(v, sb, mask):
+    """Sign-magnitude bits -> monotone integer (branchless)."""
+    return v ^ sb ^ (-np.int64((v & sb) != 0) & (sb - 1))
+
+
+@njit(nogil=True, cache=True)
+def temporal_analyze(data, ref, start, n, layout, E, syms, ctxs, mags, hist):
+    """Symbols, contexts and |d| of the chunk into syms/ctxs/mags[0:n], the
+    symbol counts into hist[ctx * 256 + sym] (zeroed here).  Returns the raw
+    bit count."""
+    W, mb, em = _fparams(layout)
+    for j in range(NCTX * 256):
+        hist[j] = 0
+    if W == 32:
+        return _tanalyze(data[4 * start:4 * (start + n)].view(np.uint32),
+                         ref[4 * start:4 * (start + n)].view(np.uint32), n, W, mb, em, E,
+                         syms, ctxs, mags, hist)
+    return _tanalyze(data[2 * start:2 * (start + n)].view(np.uint16),
+                     ref[2 * start:2 * (start + n)].view(np.uint16), n, W, mb, em, E,
+                     syms, ctxs, mags, hist)
+
+
+@njit(nogil=True, cache=True)
+def _tanalyze(x, r, n, W, mb, em, E, syms, ctxs, mags, hist):
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    raw = 0
+    for i in range(n):
+        rv = np.int64(r[i])
+        c = _ctx_of(rv, E, mb, em)
+        d = (_mono(np.int64(x[i]), sb, mask) - _mono(rv, sb, mask)) & mask
+        neg = (d >> (W - 1)) & 1          # d read as signed W-bit
+        a = ((d ^ -neg) + neg) & mask     # |d| (2^(W-1) for the most negative)
+        k = 64 - clz64(np.uint64(a))
+        nz = np.int64(k != 0)
+        s = 2 * k - nz + neg
+        raw += k - nz
+        put(syms, i, s)
+        put(ctxs, i, c)
+        put(mags, i, a)
+        hist[(c << 8) + s] += 1
+    return raw
+
+
+@njit(nogil=True, cache=True)
+def temporal_estimate(hist, f, cm, W):
+    """Quantise the context tables (f, cm) and estimate the rANS part:
+    returns (bytes of tables + rANS stream, context mask)."""
+    mask = 0
+    tab = 0
+    bits = 0.0
+    for c in range(NCTX):
+        m = rans_normalize(hist, c << 8, 2 * W + 1, f)
+        for s in range(2 * W + 1, 256):
+            f[(c << 8) + s] = 0
+        if m > 0:
+            mask |= 1 << c
+            tab += freq_table_bytes(f, c << 8, 2 * W + 1)
+            bits += rans_cost_bits(hist, f, c << 8, 2 * W + 1)
+            cum_freqs(f, c << 8, cm)
+    return tab + 16 + np.int64(np.ceil(bits / 8)), mask
+
+
+@njit(nogil=True, cache=True)
+def temporal_write(data, ref, start, n, layout, E, cmask, syms, ctxs, mags, f, cm, rawbits,
+                   out, o, lim, tbuf):
+    """Write a temporal chunk at out[o:] without passing lim.  Returns the
+    end position, or -1 if it does not fit."""
+    W, mb, em = _fparams(layout)
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    if o + 4 > lim:
+        return -1
+    out[o] = CHUNK_TEMPORAL
+    out[o + 1] = E
+    store_u16(out, o + 2, np.uint16(cmask))
+    o += 4
+    for c in range(NCTX):
+        if cmask & (1 << c):
+            if o + freq_table_bytes(f, c << 8, 2 * W + 1) > lim:
+                return -1
+            o = write_freq_table(f, c << 8, 2 * W + 1, out, o)
+    p = rans_encode(syms, ctxs, True, n, f, cm, tbuf)
+    R = tbuf.size - p
+    nraw = (rawbits + 7) >> 3
+    if o + 4 + R + nraw > lim:
+        return -1
+    store_u32(out, o, np.uint32(R))
+    o += 4
+    copy_bytes(out, o, tbuf, p, R)
+    o += R
+    # raw bits, LSB-first; exactly nraw bytes
+    q = _traw(mags, n, out, o)
+    if q != o + nraw:  # pragma: no cover - would be a bug
+        return -1
+    return q
+
+
+@njit(nogil=True, cache=True)
+def _traw(mags, n, out, o):
+    """The bits of each |d| below its leading one, LSB-first, at out[o:];
+    returns the end."""
+    q = o
+    acc = _U0
+    nb = 0
+    for i in range(n):
+        a = np.int64(ld(mags, i))
+        k = 64 - clz64(np.uint64(a))
+        kb = k - np.int64(k != 0)
+        acc |= np.uint64(a & ((np.int64(1) << kb) - 1)) << np.uint64(nb)
+        nb += kb
+        if nb >= 32:
+            store_u32(out, q, np.uint32(acc & _M32))
+            q += 4
+            acc >>= _S32
+            nb -= 32
+    while nb > 0:
+        out[q] = np.uint8(acc & np.uint64(0xFF))
+        q += 1
+        acc >>= _S8
+        nb -= 8
+    return q
+
+
+@njit(nogil=True, cache=True)
+def temporal_decode(blob, pos, end, n, layout, ref, start, out, ctxs, syms, f, cm, dtab):
+    """Decode a temporal chunk body blob[pos:end] (after the mode byte) into
+    out (units from start).  Returns a status (checksum not checked here)."""
+    W, mb, em = _fparams(layout)
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    if pos + 3 > end:
+        return ERR_TRUNC
+    E = np.int64(blob[pos])
+    cmask = np.int64(load_u16(blob, pos + 1))
+    pos += 3
+    if W == 32:
+        used = _tctx(ref[4 * start:4 * (start + n)].view(np.uint32), n, E, mb, em, ctxs)
+    else:
+        used = _tctx(ref[2 * start:2 * (start + n)].view(np.uint16), n, E, mb, em, ctxs)
+    if used != cmask:
+        return ERR_CTX
+    for c in range(NCTX):
+        if cmask & (1 << c):
+            pos = read_freq_table(blob, pos, end, 2 * W, f, c << 8, cm)
+            if pos < 0:
+                return ERR_FREQ
+            build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
+    if pos + 4 > end:
+        return ERR_TRUNC
+    R = np.int64(load_u32(blob, pos))
+    pos += 4
+    if R > end - pos:
+        return ERR_TRUNC
+    st = rans_decode(blob, pos, pos + R, dtab, ctxs, True, syms, n)
+    if st != OK:
+        return st
+    if W == 32:
+        return _trecon(blob, pos + R, end, ref[4 * start:4 * (start + n)].view(np.uint32),
+                       out[4 * start:4 * (start + n)].view(np.uint32), n, W, syms)
+    return _trecon(blob, pos + R, end, ref[2 * start:2 * (start + n)].view(np.uint16),
+                   out[2 * start:2 * (start + n)].view(np.uint16), n, W, syms)
+
+
+@njit(nogil=True, cache=True)
+def _tctx(r, n, E, mb, em, ctxs):
+    used = 0
+    for i in range(n):
+        c = _ctx_of(np.int64(r[i]), E, mb, em)
+        put(ctxs, i, c)
+        used |= 1 << c
+    return used
+
+
+@njit(nogil=True, cache=True)
+def _trecon(blob, bs, end, r, o, n, W, syms):
+    """Raw bits blob[bs:end] + symbols -> units o[0:n] (= r + d)."""
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    L = end - bs
+    i = 0
+    # fast: a 64-bit bit buffer (nb valid bits) refilled 32 bits at a time
+    # from byte q while q + 4 <= L; an element takes <= 31 bits
+    acc = _U0
+    nb = 0
+    q = 0
+    while i < n:
+        if nb < 32:
+            if q + 4 > L:
+                break
+            acc |= np.uint64(load_u32(blob, bs + q)) << np.uint64(nb)
+            q += 4
+            nb += 32
+        s = np.int64(ld(syms, i))
+        k = (s + 1) >> 1
+        kb = k - np.int64(k != 0)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        a = ((np.int64(1) << k) >> 1) | np.int64(acc & np.uint64((np.int64(1) << kb) - 1))
+        acc >>= np.uint64(kb)
+        nb -= kb
+        d = (a ^ -neg) + neg
+        o[i] = _unmono((_mono(np.int64(ld(r, i)), sb, mask) + d) & mask, sb, mask)
+        i += 1
+    b = 8 * q - nb  # bits consumed
+    while i < n:
+        s = np.int64(ld(syms, i))
+        k = (s + 1) >> 1
+        kb = k - np.int64(k != 0)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        if b + kb > 8 * L:
+            return ERR_BITS
+        acc = np.int64(_slow_load(blob, bs, L, b >> 3) >> np.uint64(b & 7))
+        a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
+        b += kb
+        d = (a ^ -neg) + neg
+        o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+        i += 1
+    if (b + 7) >> 3 != L:
+        return ERR_BITS
+    if b & 7:
+        if (blob[bs + L - 1] >> (b & 7)) != 0:
+            return ERR_BITS
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def _unmono(m, sb, mask):
+    """Inverse of _mono (branchless)."""
+    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))

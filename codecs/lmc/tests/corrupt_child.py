@@ -28,12 +28,25 @@ def cases():
     r = specs[0][0].copy()
     r.view(np.uint16)[::5] ^= 3
     specs.append((specs[0][0], r, 1000))
+    # format v2: temporal chunks (bf16, fp32, fp16), rANS streams alone and under XOR
+    from make_vectors import train_pair
+    for dt, n, seed, chunk in [(ml_dtypes.bfloat16, 3001, 11, 700), (np.float32, 1501, 12, 512),
+                               (np.float16, 2001, 13, 1024)]:
+        x, ref = train_pair(dt, n, seed)
+        specs.append((x, ref, chunk))
+    sk = np.zeros(4000, np.int8)
+    sk[::37] = 3
+    specs.append((sk, None, 1500))
+    i32 = rng.integers(-1000, 1000, 3000).astype(np.int32)
+    i32r = i32.copy()
+    i32r[::50] ^= 4
+    specs.append((i32, i32r, 1000))
     for x, ref, chunk in specs:
         yield x, ref, lmc.compress(x, reference=ref, chunk_size=chunk), rng
 
 
 def main(total):
-    per = total // 7 + 1
+    per = total // 12 + 1
     stats = {"error": 0, "exact": 0}
     for x, ref, blob, rng in cases():
         b0 = np.frombuffer(blob, np.uint8)

@@ -27,6 +27,28 @@ def weights(dt, n, seed, scale=0.02):
     return (rng.standard_normal(n) * scale).astype(np.float32).astype(dt)
 
 
+def train_pair(dt, n, seed, moved=0.3):
+    """(x, ref): a weight-like reference and a next step in which a fraction
+    `moved` of the values took a small update; special values (NaN, inf,
+    +-0, denormals, sign crossings) in both."""
+    rng = np.random.default_rng(seed)
+    r = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    upd = (rng.standard_normal(n) * 2e-4 * (rng.random(n) < moved)).astype(np.float32)
+    x = r + upd
+    fin = np.finfo(np.dtype(dt)) if np.dtype(dt) != ml_dtypes.bfloat16 else ml_dtypes.finfo(dt)
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, float(fin.smallest_subnormal),
+                   -float(fin.smallest_subnormal), float(fin.max), 1e-4, -1e-4], np.float32)
+    k = len(sp)
+    r[:k] = sp
+    x[:k] = sp[::-1]
+    r[k:2 * k] = sp
+    x[k:2 * k] = sp
+    r[2 * k:3 * k] = 1e-5 * np.arange(-5, 5)   # sign crossings
+    x[2 * k:3 * k] = -1e-5 * np.arange(-5, 5)
+    with np.errstate(over="ignore"):
+        return x.astype(dt), r.astype(dt)
+
+
 def vectors():
     rng = np.random.default_rng(2024)
     bf = weights(ml_dtypes.bfloat16, 20001, 1)
@@ -48,6 +70,21 @@ def vectors():
     specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-44, 3.4e38] * 50,
                         np.float32)
     yield "f32_special", specials, None, 64
+    # format v2: temporal chunks (fp32 / fp16 / bf16), rANS streams, reference == x
+    for name, dt, seed in [("bf16_train", ml_dtypes.bfloat16, 6), ("f32_train", np.float32, 7),
+                           ("f16_train", np.float16, 8)]:
+        x, r = train_pair(dt, 9001, seed)
+        yield name, x, r, 4096
+    x, r = train_pair(ml_dtypes.bfloat16, 3000, 9)
+    yield "bf16_same", x, x.copy(), 1024
+    sk = np.zeros(12000, np.int8)
+    sk[rng.random(12000) < 0.03] = rng.integers(-3, 4, 12000)[:1].item() or 1
+    sk[::97] = -2
+    yield "i8_rans", sk, None, 6000
+    i32 = rng.integers(-1000, 1000, 8000).astype(np.int32)
+    i32r = i32.copy()
+    i32r[rng.random(8000) < 0.02] ^= 4
+    yield "i32_xor", i32, i32r, 4000
 
 
 def main():

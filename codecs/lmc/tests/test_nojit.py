@@ -12,10 +12,13 @@ rng = np.random.default_rng(0)
 for dt in (np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.float64):
     x = (rng.standard_normal(300) * 0.02).astype(np.float32).astype(dt)
     r = x.copy(); r.view(np.uint8)[::3] ^= 1
-    for ref in (None, r):
+    r2 = (x.astype(np.float32) * 1.001).astype(dt)   # temporal mode for the floats
+    for ref in (None, r, r2):
         b = lmc.compress(x, chunk_size=128, reference=ref)
         y = lmc.decompress(b, reference=ref)
         assert y.tobytes() == x.tobytes()
+sk = np.zeros(500, np.int8); sk[::29] = 2          # rANS stream
+assert lmc.decompress(lmc.compress(sk)).tobytes() == sk.tobytes()
 print("NOJIT OK")
 """
 

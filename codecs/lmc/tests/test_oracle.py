@@ -135,3 +135,118 @@ def test_split_matches_python_planes():
     K.split_chunk(u8, u8, False, 0, 10000, 2, K.LAYOUT_BF16, planes)
     e, m = _py_planes_bf16(x)
     assert np.array_equal(planes[0], e) and np.array_equal(planes[1], m)
+
+
+# ---------------------------------------------------------------------------
+# format v2: rANS and the temporal mode against the pure-Python decoder
+# (tests/pyref.py, written from FORMAT.md independently of the kernels)
+# ---------------------------------------------------------------------------
+import json  # noqa: E402
+import os  # noqa: E402
+
+import pyref  # noqa: E402
+from helpers import make  # noqa: E402
+from make_vectors import OUT, load, train_pair  # noqa: E402
+
+
+def test_vectors_decode_with_python_oracle():
+    man = json.load(open(os.path.join(OUT, "manifest.json")))
+    cmodes, smodes = set(), set()
+    for name, e in man.items():
+        x = load(name, e)
+        ref = load(name, e, ".ref.npy").tobytes() if e["reference"] else None
+        blob = open(os.path.join(OUT, name + ".lmc"), "rb").read()
+        out, cm, sm = pyref.decode(blob, ref)
+        assert out == x.tobytes(), name
+        cmodes |= cm
+        smodes |= sm
+    assert cmodes == {0, 1, 2, 3} and smodes == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rans_normalize_and_roundtrip(seed):
+    rng = np.random.default_rng(seed)
+    nsym = int(rng.integers(1, 257))
+    cnt = np.zeros(256, np.int64)
+    m = int(rng.integers(1, nsym + 1))
+    syms = rng.choice(nsym, m, replace=False)
+    cnt[syms] = (rng.pareto(0.7, m) * rng.integers(1, 1000)).astype(np.int64) + 1
+    f = np.zeros(256, np.int64)
+    assert K.rans_normalize(cnt, 0, 256, f) == m
+    assert f.sum() == 4096 and ((f > 0) == (cnt > 0)).all()
+    # encode a sequence with these counts, decode with the Python oracle
+    seq = np.repeat(np.arange(256), np.minimum(cnt, 300)).astype(np.uint8)
+    rng.shuffle(seq)
+    cm = np.zeros(256, np.int64)
+    K.cum_freqs(f, 0, cm)
+    n = seq.size
+    buf = np.zeros(2 * n + 16, np.uint8)
+    p = K.rans_encode(seq, seq, False, n, f, cm, buf)
+    stream = bytes(buf[p:])
+    tab = bytearray(K.freq_table_bytes(f, 0, 256))
+    tarr = np.zeros(len(tab), np.uint8)
+    assert K.write_freq_table(f, 0, 256, tarr, 0) == len(tab)
+    t, q = pyref.freq_table(tarr.tobytes(), 0, len(tab), 255)
+    assert q == len(tab)
+    assert pyref.rans(stream, 0, len(stream), [t] * n, n) == list(seq)
+    # size close to the estimate
+    bits = K.rans_cost_bits(np.bincount(seq, minlength=256).astype(np.int64), f, 0, 256)
+    assert len(stream) <= bits / 8 + 16 + 8
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, ml_dtypes.bfloat16], ids=str)
+@pytest.mark.parametrize("case", ["train", "random", "same", "allbits"])
+def test_temporal_against_python_decoder(dt, case):
+    if case == "allbits":
+        if np.dtype(dt).itemsize != 2:
+            x = np.random.default_rng(3).integers(0, 2**32, 3000, dtype=np.uint32).view(dt)
+        else:
+            x = np.arange(65536, dtype=np.uint16)[::7].copy().view(dt)
+        r = x.copy()
+        np.random.default_rng(4).shuffle(r)
+    elif case == "random":
+        x, _ = train_pair(dt, 3000, 1)
+        r = make(dt, 3000, seed=5, kind="random")
+    else:
+        x, r = train_pair(dt, 3000, 2)
+        if case == "same":
+            r = x.copy()
+    blob = lmc.compress(x, reference=r, chunk_size=700)
+    out, cm, _ = pyref.decode(blob, r.tobytes())
+    assert out == x.tobytes()
+    assert lmc.decompress(blob, reference=r).tobytes() == x.tobytes()
+
+
+def test_temporal_estimate_matches_actual():
+    """The encoder's temporal estimate (tables + rANS + raw bits) is within
+    a few bytes of the written chunk."""
+    x, r = train_pair(ml_dtypes.bfloat16, 50000, 3)
+    n = x.size
+    xb, rb = x.view(np.uint8), r.view(np.uint8)
+    E = K.temporal_base(rb, 0, n, K.LAYOUT_BF16)
+    syms = np.empty(n, np.uint8)
+    ctxs = np.empty(n, np.uint8)
+    hist = np.empty(16 * 256, np.int64)
+    f = np.zeros(16 * 256, np.int64)
+    cm = np.zeros(16 * 256, np.int64)
+    mags = np.empty(n, np.uint32)
+    raw = K.temporal_analyze(xb, rb, 0, n, K.LAYOUT_BF16, E, syms, ctxs, mags, hist)
+    est, cmask = K.temporal_estimate(hist, f, cm, 16)
+    out = np.zeros(4 * n, np.uint8)
+    end = K.temporal_write(xb, rb, 0, n, K.LAYOUT_BF16, E, cmask, syms, ctxs, mags, f, cm, raw, out, 0,
+                           out.size, np.zeros(2 * n + 16, np.uint8))
+    est_total = 4 + est + 4 + (raw + 7) // 8
+    assert abs(end - est_total) <= 16, (end, est_total)
+    # python oracle: the symbols are the (class, sign) of the monotone difference
+    W, sb, mask = 16, 1 << 15, 0xFFFF
+    xv, rv = x.view(np.uint16).astype(np.int64), r.view(np.uint16).astype(np.int64)
+
+    def mono(v):
+        return np.where(v & sb, v ^ mask, v ^ sb)
+    d = (mono(xv) - mono(rv)) & mask
+    neg = (d & sb) != 0
+    a = np.where(neg, (-d) & mask, d)
+    k = np.array([int(v).bit_length() for v in a])
+    want = np.where(a == 0, 0, 2 * k - 1 + neg)
+    assert np.array_equal(syms, want.astype(np.uint8))
+    assert np.array_equal(mags, a.astype(np.uint32))

@@ -24,17 +24,31 @@ def arrays(draw):
     return x
 
 
-@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(x=arrays(), chunk=st.integers(1, 5000), threads=st.sampled_from([None, 1, 2]),
-       use_ref=st.booleans(), flips=st.integers(0, 50))
+       use_ref=st.sampled_from([None, "flips", "drift", "random", "same"]),
+       flips=st.integers(0, 50))
 def test_roundtrip_property(x, chunk, threads, use_ref, flips):
     ref = None
-    if use_ref:
+    rng = np.random.default_rng(flips)
+    if use_ref in ("flips", "same"):
         ref = x.copy()
         b = ref.view(np.uint8).reshape(-1)
-        if b.size:
-            idx = np.random.default_rng(flips).integers(0, b.size, flips)
+        if b.size and use_ref == "flips":
+            idx = rng.integers(0, b.size, flips)
             b[idx] ^= 0x21
+    elif use_ref == "random":
+        ref = rng.integers(0, 256, x.nbytes, dtype=np.uint8).view(x.dtype).reshape(x.shape)
+    elif use_ref == "drift":
+        # integer moves of the bit patterns (the temporal mode's model),
+        # wrapping, on a random subset of elements
+        ub = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.itemsize]
+        ref = x.copy()
+        u = ref.view(ub).reshape(-1)
+        sel = rng.random(u.size) < 0.5
+        mv = rng.integers(-(1 << min(flips, 40)), (1 << min(flips, 40)) + 1, u.size)
+        u[sel] = (u[sel].astype(np.int64) + mv[sel]).astype(ub)
+    plain = lmc.compress(x, chunk_size=chunk, threads=1)
     xc = x.copy()
     blob = lmc.compress(x, chunk_size=chunk, threads=threads, reference=ref)
     assert same_bits(x, xc)
@@ -43,3 +57,5 @@ def test_roundtrip_property(x, chunk, threads, use_ref, flips):
     assert same_bits(y, x)
     nch = -(-x.size // chunk)
     assert len(blob) <= x.nbytes + 8 + 8 + 8 + 8 * x.ndim + 13 * nch + 4
+    if ref is not None:  # never larger than alone beyond the reference hash
+        assert len(blob) <= len(plain) + 8

@@ -1,0 +1,300 @@
+"""Independent pure-Python decoder of the lmc format (versions 1 and 2),
+written from FORMAT.md, used as an oracle by the tests.  Slow; for small
+blobs only.  decode(blob, ref_bytes) -> (unit bytes, chunk modes used,
+stream modes used); raises ValueError on anything invalid."""
+import struct
+import zlib
+
+UNIT = {1: 4, 2: 2, 3: 2, 4: 8, 5: 1, 6: 1, 7: 2, 8: 2, 9: 4, 10: 4, 11: 8, 12: 8, 13: 1,
+        14: 8, 15: 1, 16: 1}
+LAYOUT = {1: "f32", 2: "f16", 3: "bf16"}
+NS = {"f32": 4, "f16": 3, "bf16": 2}
+FLOAT = {"f32": (32, 23, 0xFF), "f16": (16, 10, 0x1F), "bf16": (16, 7, 0xFF)}
+M64 = (1 << 64) - 1
+
+
+def checksum(units):
+    C1, C3 = 0x9E3779B97F4A7C15, 0xD6E8FEB86659FD93
+    s1 = s2 = 0
+    for i, v in enumerate(units):
+        s1 = (s1 + v) & M64
+        x = ((v ^ (i * C3 & M64)) * C1) & M64
+        s2 = (s2 + (x ^ (x >> 29))) & M64
+
+    def fold(x):
+        return (x ^ (x >> 32)) & 0xFFFFFFFF
+    return fold(s1) | fold(s2) << 32
+
+
+def split(v, lay, unit):
+    if lay == "bf16":
+        return [(v >> 7) & 0xFF, ((v >> 8) & 0x80) | (v & 0x7F)]
+    if lay == "f16":
+        return [(v >> 10) & 0x1F, ((v >> 13) & 4) | ((v >> 8) & 3), v & 0xFF]
+    if lay == "f32":
+        return [(v >> 23) & 0xFF, ((v >> 24) & 0x80) | ((v >> 16) & 0x7F), (v >> 8) & 0xFF, v & 0xFF]
+    return [(v >> (8 * j)) & 0xFF for j in range(unit)]
+
+
+def merge(bs, lay, unit):
+    if lay == "bf16":
+        return ((bs[1] & 0x80) << 8) | (bs[0] << 7) | (bs[1] & 0x7F)
+    if lay == "f16":
+        return ((bs[1] & 4) << 13) | ((bs[0] & 0x1F) << 10) | ((bs[1] & 3) << 8) | bs[2]
+    if lay == "f32":
+        return ((bs[1] & 0x80) << 24) | (bs[0] << 23) | ((bs[1] & 0x7F) << 16) | (bs[2] << 8) | bs[3]
+    return sum(b << (8 * j) for j, b in enumerate(bs))
+
+
+class Bits:
+    """LSB-first bit reader over b[lo:hi]."""
+
+    def __init__(self, b, lo, hi):
+        self.b, self.lo, self.hi, self.pos = b, lo, hi, 0
+
+    def read(self, k):
+        v = 0
+        for j in range(k):
+            byte = self.lo + ((self.pos + j) >> 3)
+            if byte >= self.hi:
+                raise ValueError("bit stream overrun")
+            v |= ((self.b[byte] >> ((self.pos + j) & 7)) & 1) << j
+        self.pos += k
+        return v
+
+    def finish(self):
+        if (self.pos + 7) // 8 != self.hi - self.lo:
+            raise ValueError("bit stream length")
+        if self.pos & 7 and self.b[self.hi - 1] >> (self.pos & 7):
+            raise ValueError("padding")
+
+
+def huffman(b, pos, end, n):
+    lo, hi = b[pos], b[pos + 1]
+    if hi < lo:
+        raise ValueError("table")
+    cnt = hi - lo + 1
+    nbt = (cnt + 1) // 2
+    lens = {}
+    for j in range(cnt):
+        L = (b[pos + 2 + j // 2] >> (4 * (j & 1))) & 15
+        if L:
+            lens[lo + j] = L
+    if cnt & 1 and b[pos + 2 + nbt - 1] >> 4:
+        raise ValueError("table pad")
+    if lo not in lens or hi not in lens or max(lens.values()) > 11 \
+            or sum(2 ** (11 - L) for L in lens.values()) != 2048:
+        raise ValueError("kraft")
+    code, nxt, codes = 0, {}, {}
+    bl = [sum(1 for L in lens.values() if L == k) for k in range(13)]
+    for k in range(1, 12):
+        code = (code + bl[k - 1]) << 1
+        nxt[k] = code
+    for s in sorted(lens):
+        codes[(lens[s], nxt[lens[s]])] = s
+        nxt[lens[s]] += 1
+    q = pos + 2 + nbt
+    ln = list(struct.unpack_from("<III", b, q))
+    q += 12
+    if sum(ln) > end - q:
+        raise ValueError("jump table")
+    ln.append(end - q - sum(ln))
+    out = [0] * n
+    st = q
+    for k in range(4):
+        br = Bits(b, st, st + ln[k])
+        for i in range(k, n, 4):
+            c, L = 0, 0
+            while True:
+                c = (c << 1) | br.read(1)
+                L += 1
+                if (L, c) in codes:
+                    out[i] = codes[(L, c)]
+                    break
+                if L > 11:
+                    raise ValueError("code")
+        br.finish()
+        st += ln[k]
+    return out
+
+
+def freq_table(b, pos, end, maxsym):
+    if pos + 2 > end:
+        raise ValueError("freq trunc")
+    lo, hi = b[pos], b[pos + 1]
+    if hi < lo or hi > maxsym:
+        raise ValueError("freq range")
+    pos += 2
+    f = {}
+    for s in range(lo, hi + 1):
+        if pos >= end:
+            raise ValueError("freq trunc")
+        if b[pos] & 0x80:
+            if pos + 1 >= end:
+                raise ValueError("freq trunc")
+            v = ((b[pos] & 0x7F) << 8) | b[pos + 1]
+            if not 128 <= v <= 4096:
+                raise ValueError("freq value")
+            pos += 2
+        else:
+            v = b[pos]
+            pos += 1
+        f[s] = v
+    if sum(f.values()) != 4096 or not f[lo] or not f[hi]:
+        raise ValueError("freq sum")
+    slots = []
+    for s in range(lo, hi + 1):
+        slots += [s] * f[s]
+    cum = {}
+    t = 0
+    for s in range(lo, hi + 1):
+        cum[s] = t
+        t += f[s]
+    return (f, cum, slots), pos
+
+
+def rans(b, pos, end, tables, n):
+    """tables[i] = (f, cum, slots) for symbol i."""
+    if end - pos < 16:
+        raise ValueError("rans trunc")
+    x = list(struct.unpack_from("<IIII", b, pos))
+    if min(x) < 1 << 16:
+        raise ValueError("rans state")
+    p = pos + 16
+    out = []
+    for i in range(n):
+        f, cum, slots = tables[i]
+        k = i & 3
+        slot = x[k] & 4095
+        s = slots[slot]
+        x[k] = f[s] * (x[k] >> 12) + slot - cum[s]
+        if x[k] < 1 << 16:
+            if p + 2 > end:
+                raise ValueError("rans overrun")
+            x[k] = (x[k] << 16) | b[p] | b[p + 1] << 8
+            p += 2
+        out.append(s)
+    if p != end or x != [1 << 16] * 4:
+        raise ValueError("rans final")
+    return out
+
+
+def temporal(b, pos, end, n, lay, ref_units):
+    W, mb, em = FLOAT[lay]
+    sb, mask = 1 << (W - 1), (1 << W) - 1
+    E = b[pos]
+    cmask = b[pos + 1] | b[pos + 2] << 8
+    pos += 3
+    ctx = []
+    for r in ref_units:
+        e = (r >> mb) & em
+        ctx.append(15 if e == em else min(max(E - e, 0), 14))
+    if sum(1 << c for c in set(ctx)) != cmask:
+        raise ValueError("context mask")
+    tabs = {}
+    for c in range(16):
+        if cmask >> c & 1:
+            tabs[c], pos = freq_table(b, pos, end, 2 * W)
+    (R,) = struct.unpack_from("<I", b, pos)
+    pos += 4
+    if R > end - pos:
+        raise ValueError("R")
+    syms = rans(b, pos, pos + R, [tabs[c] for c in ctx], n)
+    br = Bits(b, pos + R, end)
+    out = []
+    for s, r in zip(syms, ref_units):
+        d = 0
+        if s:
+            k = (s + 1) // 2
+            a = (1 << (k - 1)) | br.read(k - 1)
+            d = a if s & 1 else -a
+        mr = r ^ mask if r & sb else r ^ sb
+        mv = (mr + d) & mask
+        out.append(mv ^ sb if mv & sb else mv ^ mask)
+    br.finish()
+    return out
+
+
+def decode(blob, ref=None):
+    b = bytes(blob)
+    if b[:4] != b"LMC1":
+        raise ValueError("magic")
+    version, code, flags, ndim = b[4], b[5], b[6], b[7]
+    if version not in (1, 2) or code not in UNIT or flags & ~1 or ndim > 32:
+        raise ValueError("header")
+    shape = struct.unpack_from(f"<{ndim}Q", b, 8)
+    pos = 8 + 8 * ndim
+    chunk, nch = struct.unpack_from("<II", b, pos)
+    pos += 8
+    if flags & 1:
+        pos += 8  # reference hash (checked by lmc itself)
+    tab = [struct.unpack_from("<IQ", b, pos + 12 * c) for c in range(nch)]
+    pos += 12 * nch
+    if zlib.crc32(b[:pos]) != struct.unpack_from("<I", b, pos)[0]:
+        raise ValueError("crc")
+    pos += 4
+    total = 1
+    for s in shape:
+        total *= s
+    unit = UNIT[code]
+    lay = LAYOUT.get(code, "planes")
+    ns = NS.get(lay, unit)
+    out = bytearray()
+    cmodes, smodes = set(), set()
+    for c, (size, chk) in enumerate(tab):
+        n = min(chunk, total - c * chunk)
+        end = pos + size
+        mode = b[pos]
+        cmodes.add(mode)
+        refu = None
+        if ref is not None:
+            rb = ref[c * chunk * unit:(c * chunk + n) * unit]
+            refu = [int.from_bytes(rb[i * unit:(i + 1) * unit], "little") for i in range(n)]
+        if mode == 2:
+            if size != 1 + n * unit:
+                raise ValueError("stored size")
+            units = [int.from_bytes(b[pos + 1 + i * unit:pos + 1 + (i + 1) * unit], "little")
+                     for i in range(n)]
+        elif mode == 3:
+            if version < 2 or lay == "planes" or refu is None:
+                raise ValueError("temporal not allowed")
+            units = temporal(b, pos + 1, end, n, lay, refu)
+        elif mode in (0, 1):
+            if mode == 1 and refu is None:
+                raise ValueError("no ref")
+            q = pos + 1
+            planes = []
+            for s in range(ns):
+                sm = b[q]
+                (L,) = struct.unpack_from("<I", b, q + 1)
+                q += 5
+                if L > end - q:
+                    raise ValueError("stream length")
+                smodes.add(sm)
+                if sm == 0 and L == n:
+                    planes.append(list(b[q:q + n]))
+                elif sm == 1 and L == 1:
+                    planes.append([b[q]] * n)
+                elif sm == 2:
+                    planes.append(huffman(b, q, q + L, n))
+                elif sm == 3 and version >= 2:
+                    t, r0 = freq_table(b, q, q + L, 255)
+                    planes.append(rans(b, r0, q + L, [t] * n, n))
+                else:
+                    raise ValueError("stream mode")
+                q += L
+            if q != end:
+                raise ValueError("trailing")
+            units = [merge([planes[s][i] for s in range(ns)], lay, unit) for i in range(n)]
+            if mode == 1:
+                units = [u ^ r for u, r in zip(units, refu)]
+        else:
+            raise ValueError("chunk mode")
+        if checksum(units) != chk:
+            raise ValueError("checksum")
+        for u in units:
+            out += u.to_bytes(unit, "little")
+        pos = end
+    if pos != len(b):
+        raise ValueError("length")
+    return bytes(out), cmodes, smodes
