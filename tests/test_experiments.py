@@ -156,6 +156,23 @@ def test_renderer_delta_gap(grid, tmp_path):
         assert got == [f"{ratio(df[df['step'] >= 20], codec='lmc', transform=pipe, kind='weight'):.3f}"], label
 
 
+def test_renderer_temporal(grid, tmp_path):
+    md = render("temporal", grid, tmp_path)
+    df = grid[1]
+    header = row(md, "kind", after="float32:").split(" | ")
+    cols = [c.strip(" |") for c in header[1:]]
+    assert cols[:2] == ["LMC alone", "LMC 0.2 (reference)"] and cols[-1] == "bound given the reference"
+    late = df[df["step"] == 30]  # steps 20 and 30 have a reference; the last quarter of them is step 30
+    for kind in ("weight", "exp_avg_sq"):
+        cells = [c.strip(" |") for c in row(md, kind, after="float32:").split(" | ")[1:]]
+        assert cells[0] == f"{ratio(late, codec='lmc', transform='raw', kind=kind):.3f}"
+        assert cells[1] == f"{ratio(late, codec='lmc', transform='reference', kind=kind):.3f}"
+        d = late[(late["codec"] == "zstd") & (late["transform"] == "delta_bytegroup") & (late["kind"] == kind)]
+        assert cells[-1] == f"{d['orig_bytes'].sum() / d['cond_bound_bytes'].astype(float).sum():.3f}"
+    whole = [c.strip(" |") for c in row(md, "whole checkpoint", after="float32:").split(" | ")[1:]]
+    assert whole[1] == f"{ratio(late, codec='lmc', transform='reference'):.3f}"
+
+
 @pytest.mark.slow
 def test_compressibility_xor_analysis(e2e, tmp_path):
     run = e2e["run1"]["dir"]

@@ -1,4 +1,4 @@
-"""LMC, our byte-grouping + Huffman codec (the ``lmc`` distribution under ``codecs/lmc``).
+"""LMC, our byte-grouping + entropy codec (the ``lmc`` distribution under ``codecs/lmc``).
 
 Dtype-aware: it sees the stream's element dtype (bf16, fp16, fp32 get an exponent/sign+mantissa split,
 other types byte planes), so on the ``raw`` pipeline it does its own grouping."""
@@ -15,12 +15,16 @@ from . import Codec, register_codec
 class LMC(Codec):
     codec_id = "lmc"
 
-    def __init__(self, threads: int | None = 1, chunk_size: int | None = None):
+    def __init__(self, threads: int | None = 1, chunk_size: int | None = None, format_version: int | None = None):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
+        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2)):
+            raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes) or 2, got {format_version!r}")
         params = {"threads": threads}
         if chunk_size is not None:
             params["chunk_size"] = chunk_size
+        if format_version is not None:  # absent from the config unless set, so older configs replay unchanged
+            params["format_version"] = format_version
         super().__init__(**params)
 
     @classmethod
@@ -30,7 +34,8 @@ class LMC(Codec):
     @property
     def label(self):
         t = self._params["threads"]
-        return "lmc" if t == 1 else f"lmc-{t or 'all'}t"
+        base = "lmc-v1" if self._params.get("format_version") == 1 else "lmc"
+        return base if t == 1 else f"{base}-{t or 'all'}t"
 
     @property
     def threads(self):
@@ -58,7 +63,8 @@ class LMC(Codec):
         out = lmc.decompress(buf, threads=self._params["threads"])
         return np.ascontiguousarray(out).reshape(-1).view(np.uint8)
 
-    # the ``reference`` pipeline: LMC XORs each chunk with the reference only where that codes smaller
+    # the ``reference`` pipeline: per chunk LMC codes alone, XORed with the reference, or (format 2, floats) in
+    # its temporal mode, whichever its estimates say is smallest
     supports_reference = True
 
     def _encode_ref(self, arr, reference):

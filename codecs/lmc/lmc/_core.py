@@ -187,15 +187,20 @@ def _check_reference(reference, dtype, shape, what):
     return r
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, **options):
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=2, **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
     previous checkpoint) to code against; per chunk the smallest of alone,
     XOR with the reference and (fp32/fp16/bf16) the temporal mode is chosen.
-    ``chunk_size``: elements per chunk (default 131072)."""
+    ``chunk_size``: elements per chunk (default 131072).  ``format_version=1``
+    restricts the encoder to the version-1 modes (Huffman, alone or XOR: what
+    lmc 0.1 wrote and decodes); with 2, a blob that needs none of the
+    version-2 modes is still written as version 1."""
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
-    return _compress(data, threads, reference, chunk_size, dtype, True)
+    if isinstance(format_version, bool) or format_version not in (1, 2):
+        raise ValueError(f"lmc: format_version must be 1 or 2, got {format_version!r}")
+    return _compress(data, threads, reference, chunk_size, dtype, format_version == 2)
 
 
 def _compress(data, threads, reference, chunk_size, dtype, v2):
