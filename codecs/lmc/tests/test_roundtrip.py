@@ -274,3 +274,17 @@ def test_v1_written_when_no_v2_mode_needed():
     x = make(ml_dtypes.bfloat16, 10000)
     assert lmc.info(lmc.compress(x))["version"] == 1
     assert lmc.info(lmc.compress(x, reference=x))["version"] == 1  # XOR of equal: constant
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
+def test_format_version_1(dtype):
+    """format_version=1: only the version-1 modes (what lmc 0.1 decodes), never smaller than version 2."""
+    x, r = train_pair(dtype, 100000, 11)
+    for ref in (None, r):
+        v1 = lmc.compress(x, reference=ref, format_version=1)
+        assert lmc.info(v1)["version"] == 1
+        assert same_bits(lmc.decompress(v1, reference=ref), x)
+        assert len(lmc.compress(x, reference=ref)) <= len(v1)
+    for bad in (0, 3, True, "1", None):
+        with pytest.raises(ValueError, match="format_version"):
+            lmc.compress(x, format_version=bad)
