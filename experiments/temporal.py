@@ -1,7 +1,8 @@
 """Render ``lmcbench experiment=temporal`` into results/temporal/: every checkpoint coded against the one before
 by LMC 0.2 (the previous checkpoint as context), LMC 0.1's per-chunk XOR choice, z4ai's ``compress_delta``,
 zstd and ZipNN on the XOR delta, beside LMC alone and two bounds: the order-0 bound of the XOR delta's byte
-planes and the bound given the reference (each byte plane coded with the reference's plane as context).
+planes and the bound given the reference (the byte planes coded with the reference's same byte, and whether the
+higher bytes are unchanged, as context).
 
 Re-render an existing run:  python experiments/temporal.py RUN_DIR [OUT_DIR]
 """
@@ -107,8 +108,9 @@ def render(run_dir: str, out_dir: str) -> str:
         "reference (per chunk the smallest of alone, XOR and the temporal mode), LMC 0.1's per-chunk XOR choice, "
         "z4ai's compress_delta, zstd on the XOR delta's byte planes and ZipNN on the XOR delta, beside LMC "
         "alone. Bounds: the per-block order-0 bound of the XOR delta's byte planes, and the bound given the "
-        "reference (each byte plane coded by an adaptive coder with the same plane of the previous checkpoint "
-        "as context). Ratio = original / compressed bytes; every round trip verified; one thread.")
+        "reference (each byte plane coded by an adaptive coder with the previous checkpoint's same byte, and "
+        "whether the higher bytes are unchanged, as context: the reach of a byte-context coder; a coder that "
+        "models how values move can go below it). Ratio = original / compressed bytes; every round trip verified; one thread.")
     t = tidy(df)
     b = bounds(df)
     every = pd.concat([t, b], ignore_index=True)

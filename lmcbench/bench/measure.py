@@ -76,16 +76,23 @@ def block_bound_bytes(a: np.ndarray, block: int = 65536) -> float:
     return float((block_entropies(a, block) * lengths).sum() / 8)
 
 
-def joint_histogram(a: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-    """Counts of the 65536 (context byte, byte) pairs of two aligned byte streams: ``ctx`` byte ``i`` is the
-    context of ``a`` byte ``i``. Returned as a (256 contexts, 256 values) array."""
-    a8 = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
-    c8 = np.ascontiguousarray(ctx).reshape(-1).view(np.uint8)
-    if a8.size != c8.size:
-        raise ValueError(f"joint_histogram: streams of {a8.size} and {c8.size} bytes are not aligned")
-    pair = c8.astype(np.uint16) << 8
-    pair |= a8
-    return np.bincount(pair, minlength=65536).astype(np.int64).reshape(256, 256)
+def plane_context_counts(x: np.ndarray, ref: np.ndarray) -> list[np.ndarray]:
+    """Per byte plane of the elements (index ``j`` = byte ``j``, little-endian), the counts of that byte under a
+    context from the reference: the reference's same byte, and whether every more significant byte of the
+    element equals the reference's (planes are taken from the most significant down, so this is the chain rule
+    with the higher planes summarised by one bit). Returned as ``(512 contexts, 256 values)`` arrays."""
+    k = x.dtype.itemsize
+    xb = np.ascontiguousarray(x).reshape(-1).view(np.uint8).reshape(-1, k)
+    rb = np.ascontiguousarray(ref).reshape(-1).view(np.uint8).reshape(-1, k)
+    if xb.shape != rb.shape:
+        raise ValueError(f"plane_context_counts: {xb.shape} and {rb.shape} are not aligned")
+    same_above = np.ones(len(xb), bool)
+    out = [None] * k
+    for j in range(k - 1, -1, -1):
+        ctx = rb[:, j].astype(np.uint32) | (same_above.astype(np.uint32) << 8)
+        out[j] = np.bincount((ctx << 8) | xb[:, j], minlength=512 * 256).astype(np.int64).reshape(512, 256)
+        same_above &= xb[:, j] == rb[:, j]
+    return out
 
 
 def adaptive_bits(counts: np.ndarray, alpha: float = 0.5) -> float:

@@ -17,7 +17,7 @@ class BenchOptions:
     entropy_block_kib: int = 64  # block size of the per-block order-0 entropy bound
     xor_analysis: bool = True  # xor.csv: which bits change between consecutive steps of each tensor
     xor_lags: list = field(default_factory=lambda: [1])  # ... and between steps this many checkpoints apart
-    cond_bound: bool = True  # cond_bound_bytes: each stream of a temporal pipeline given the reference's stream
+    cond_bound: bool = True  # cond_bound_bytes: the byte planes coded with the reference as context
     verify: bool = True
     progress: bool = True
 

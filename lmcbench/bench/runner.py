@@ -21,7 +21,7 @@ from ..dtypes import dtype_name
 from ..errors import NotApplicable
 from ..sources import Source
 from ..transforms import Pipeline, Stream
-from .measure import ZERO, adaptive_bits, block_bound_bytes, byte_histogram, entropy_bits, joint_histogram, timed
+from .measure import ZERO, adaptive_bits, block_bound_bytes, byte_histogram, entropy_bits, plane_context_counts, timed
 from .options import BenchOptions
 from .records import RECORD_COLUMNS, STREAM_COLUMNS, CsvAppender
 from .xor import XorAnalysis
@@ -135,6 +135,7 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     chunk_elems = max(1, int(opts.chunk_mib * 2**20) // max(1, x.itemsize))
     dt = dtype_name(rec.dtype)
     rows, srows, new_refs = [], [], {}
+    cond_planes: dict = {}  # reference step -> per-plane counts, then bytes (the bound given the reference)
     for pname, pipe in pipelines.items():
         hist = refs.get(pname) or []
         hist = [hist] if isinstance(hist, tuple) else list(hist)
@@ -145,8 +146,9 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         hists: dict[str, np.ndarray] = {}
         sbytes: dict[str, int] = {}
         sblock: dict[str, float] = {}  # per-block order-0 bound (bytes) of each stream
-        joint: dict[str, np.ndarray] = {}  # (reference byte, byte) counts of each stream, for the bound given it
-        spatial = _spatial(pipe) if opts.cond_bound and ref_flat is not None else None
+        want_cond = opts.cond_bound and ref_flat is not None and ref_step not in cond_planes
+        if want_cond:
+            cond_planes[ref_step] = None  # per byte plane: (context, byte) counts given this reference
         ttime = utime = ZERO
         broken = None  # a decoded copy, made only if some slice fails to round-trip
         for b, end in _slices(n, chunk_elems):
@@ -160,10 +162,10 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 hists[s.name] = hists.get(s.name, 0) + h
                 sbytes[s.name] = sbytes.get(s.name, 0) + s.nbytes
                 sblock[s.name] = sblock.get(s.name, 0.0) + block_bound_bytes(s.data, opts.entropy_block_kib * 1024)
-            if spatial is not None:
-                # each stream against the same stream of the reference (the pipeline without its delta)
-                for s, c in zip(streams, spatial.encode(rs)):
-                    joint[s.name] = joint.get(s.name, 0) + joint_histogram(s.data, c.data)
+            if want_cond:  # once per reference, whatever the pipelines that use it
+                counts = plane_context_counts(xs, rs)
+                prev = cond_planes[ref_step]
+                cond_planes[ref_step] = counts if prev is None else [a + c for a, c in zip(prev, counts)]
             ut = timed(lambda: pipe.decode(streams, rs, rec.dtype, xs.shape), wu, opts.repeats, opts.budget_s)[1]
             utime = utime + ut
             first = True
@@ -200,8 +202,9 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
         blk_bound = sum(sblock.values())
         tot_stream = sum(sbytes.values())
         ent_avg = (sum(entropy_bits(h) * int(h.sum()) for h in hists.values()) / tot_stream) if tot_stream else 0.0
-        cond = {sname: min(adaptive_bits(j), adaptive_bits(hists[sname])) / 8 for sname, j in joint.items()}
-        cond_bound = round(sum(cond.values()), 1) if cond else ""
+        planes = _plane_bounds(cond_planes, ref_step) if opts.cond_bound and ref_flat is not None else None
+        cond_bound = round(sum(planes), 1) if planes else ""
+        cond = _per_stream(planes, list(hists)) if planes else {}
         for sname, h in hists.items():
             srows.append({"step": rec.step, "tensor": rec.name, "kind": rec.kind, "dtype": dt, "transform": pname,
                           "stream": sname, "ref_step": "" if ref_step is None else ref_step, "bytes": sbytes[sname],
@@ -236,10 +239,23 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     return rows, srows, new_refs
 
 
-def _spatial(pipe: Pipeline) -> Pipeline:
-    """The pipeline without its temporal transform: applied to the reference, its streams line up byte for byte
-    with the pipeline's streams of the tensor (a delta always comes before any splitting transform)."""
-    return Pipeline(pipe.name + ":spatial", [t for t in pipe.transforms if not t.temporal])
+def _plane_bounds(cond_planes: dict, ref_step) -> list[float]:
+    """Bytes per byte plane of the bound given the reference: each plane's adaptive code length under its
+    context (or the adaptive order-0 one, if smaller: a coder may ignore the reference), cached per reference."""
+    counts = cond_planes[ref_step]
+    if counts and not isinstance(counts[0], float):
+        cond_planes[ref_step] = counts = [min(adaptive_bits(c), adaptive_bits(c.sum(axis=0))) / 8 for c in counts]
+    return counts
+
+
+def _per_stream(planes: list[float], names: list[str]) -> dict:
+    """The bound given the reference per stream, where the streams say what part of the tensor they hold: the
+    byte planes ``b<j>`` (a delta then byte-grouping) get their plane's, a single stream the whole bound."""
+    if len(names) == 1:
+        return {names[0]: sum(planes)}
+    if sorted(names) == sorted(f"b{j}" for j in range(len(planes))):
+        return {f"b{j}": v for j, v in enumerate(planes)}
+    return {}
 
 
 def _verify(pipe, dec, ref, dtype, xs, acc: _Acc):

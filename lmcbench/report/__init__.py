@@ -157,8 +157,9 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
         lines += [f"Aggregates leave out step {steps[0]} (the first step has no previous checkpoint to delta "
                   "against), so every transform is compared on the same data. Ratio = sum of original bytes / sum "
                   "of compressed bytes; MiB/s = original MiB / seconds, transform included. `bound` = the "
-                  "order-0 entropy bound of the transform's streams; `bound given the reference` = each stream coded "
-                  "by an adaptive coder with the same stream of the previous checkpoint as context.", ""]
+                  "order-0 entropy bound of the transform's streams; `bound given the reference` = the byte planes "
+                  "coded by an adaptive coder with the previous checkpoint's same byte (and whether the higher "
+                  "bytes are unchanged) as context.", ""]
     for (kind, dtype), part in ok.groupby(["kind", "dtype"], sort=False):
         agg = aggregate(part, ["transform", "codec_label"])
         p = pivot(agg, "ratio")
