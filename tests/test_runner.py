@@ -149,6 +149,28 @@ def test_bound_given_the_reference():
     assert rows[0]["cond_bound_bytes"] >= 0.99 * rows[0]["orig_bytes"]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16, np.float16, np.uint8], ids=str)
+def test_plane_context_counts_against_numpy(dtype):
+    """The compiled counts equal a NumPy statement of the definition: plane j's byte under the context (the
+    reference's byte j, whether every higher byte equals the reference's)."""
+    from lmcbench.bench.measure import plane_context_counts
+
+    r = random_bits(5000, dtype, seed=1)
+    x = r.copy().reshape(-1).view(np.uint8)
+    x[::7] ^= 1  # some elements move in their lowest byte, a few higher ones by the random flips below
+    x[::31] = random_bits(x[::31].size, np.uint8, seed=2)
+    x = x.view(r.dtype)
+    k = r.dtype.itemsize
+    xb, rb = x.view(np.uint8).reshape(-1, k), r.view(np.uint8).reshape(-1, k)
+    got = plane_context_counts(x, r)
+    same = np.ones(len(xb), bool)
+    for j in range(k - 1, -1, -1):
+        ctx = rb[:, j].astype(np.int64) + 256 * same
+        want = np.bincount(ctx * 256 + xb[:, j], minlength=512 * 256).reshape(512, 256)
+        assert (got[j] == want).all(), j
+        same &= xb[:, j] == rb[:, j]
+
+
 def test_delta_reference_decoded_across_slices():
     x = random_bits(1000, np.float32, seed=3)
     opts = BenchOptions(warmup=0, repeats=1, budget_s=0.0, progress=False, chunk_mib=400 / 2**20)  # 100 elements

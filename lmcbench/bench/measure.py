@@ -7,6 +7,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 
@@ -86,13 +87,22 @@ def plane_context_counts(x: np.ndarray, ref: np.ndarray) -> list[np.ndarray]:
     rb = np.ascontiguousarray(ref).reshape(-1).view(np.uint8).reshape(-1, k)
     if xb.shape != rb.shape:
         raise ValueError(f"plane_context_counts: {xb.shape} and {rb.shape} are not aligned")
-    same_above = np.ones(len(xb), bool)
-    out = [None] * k
-    for j in range(k - 1, -1, -1):
-        ctx = rb[:, j].astype(np.uint32) | (same_above.astype(np.uint32) << 8)
-        out[j] = np.bincount((ctx << 8) | xb[:, j], minlength=512 * 256).astype(np.int64).reshape(512, 256)
-        same_above &= xb[:, j] == rb[:, j]
-    return out
+    counts = np.zeros((k, 512, 256), np.int64)
+    _plane_counts(xb, rb, counts)
+    return list(counts)
+
+
+@numba.njit(nogil=True, cache=True)
+def _plane_counts(xb, rb, counts):  # pragma: no cover - compiled (the NumPy form is in the tests)
+    n, k = xb.shape
+    for i in range(n):
+        same = 1
+        for j in range(k - 1, -1, -1):
+            a = xb[i, j]
+            c = rb[i, j]
+            counts[j, (same << 8) | c, a] += 1
+            if a != c:
+                same = 0
 
 
 def adaptive_bits(counts: np.ndarray, alpha: float = 0.5) -> float:
