@@ -173,9 +173,11 @@ def _plot(by: pd.DataFrame, methods, path):
                 color, ls = STYLE.get(m, (None, "-"))
                 ax.plot(s["step"], s["ratio"], color=color, ls=ls, marker="." if m == OURS else None, label=m)
 
-    fig, _ = facet_grid(dtypes, kinds, draw, panel=(4.2, 3.0), title=lambda d, k: f"{k} ({d})",
-                        row_label=lambda d: "ratio", legend="figure")
-    return save(fig, path, suptitle=None, rect=(0, 0, 1, 0.9))
+    fig, axes = facet_grid(dtypes, kinds, draw, panel=(4.2, 3.0), title=lambda d, k: f"{k} ({d})",
+                           row_label=lambda d: "ratio", legend=None)
+    handles, labels = max((ax.get_legend_handles_labels() for ax in axes.ravel()), key=lambda hl: len(hl[1]))
+    fig.legend(handles, labels, loc="upper center", ncol=4, frameon=False, fontsize=8)
+    return save(fig, path, rect=(0, 0, 1, 1 - 0.5 / (3.0 * len(dtypes))))
 
 
 if __name__ == "__main__":
