@@ -32,6 +32,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from ._core import FormatError, compress, info
+from ._files import atomic_file
 from ._dcp_format import (
     _LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, _Checkpoint, _crc, _dtype_name, _Item, _key,
     _metadata_json, _Plan, _tensor_bytes, is_lmc_checkpoint,
@@ -117,37 +118,25 @@ class LMCStorageWriter(StorageWriter):
         sp: _Plan = plan.storage_data
         name = f"{sp.prefix}0{SUFFIX}"
         final = os.path.join(self.path, name)
-        tmp = os.path.join(self.path, f".{name}.tmp-{uuid.uuid4().hex[:12]}")
         ref = self._reference_checkpoint()
         results = []
-        try:
-            with open(tmp, "wb") as f:
-                f.write(MAGIC + sp.save_id.encode("ascii"))
-                # bytes first, then tensors one at a time: one resolved tensor in memory at a time
-                order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
-                for wi in order:
-                    data = planner.resolve_data(wi)
-                    if wi.type == WriteItemType.BYTE_IO:
-                        raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
-                        blob, codec = self._code_bytes(raw)
-                        rec = dict(codec=codec, size=len(raw), crc32=_crc(raw))
-                    else:
-                        blob, rec = self._code_tensor(wi, data, ref, sp.save_id)
-                    pos = f.tell()
-                    f.write(blob)
-                    item = _Item(name, pos, len(blob), **rec)
-                    results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
-                    del data, blob
-                f.flush()
-                if self.sync_files:
-                    os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_file(final, sync=self.sync_files) as f:
+            f.write(MAGIC + sp.save_id.encode("ascii"))
+            # bytes first, then tensors one at a time: one resolved tensor in memory at a time
+            order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
+            for wi in order:
+                data = planner.resolve_data(wi)
+                if wi.type == WriteItemType.BYTE_IO:
+                    raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
+                    blob, codec = self._code_bytes(raw)
+                    rec = dict(codec=codec, size=len(raw), crc32=_crc(raw))
+                else:
+                    blob, rec = self._code_tensor(wi, data, ref, sp.save_id)
+                pos = f.tell()
+                f.write(blob)
+                item = _Item(name, pos, len(blob), **rec)
+                results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
+                del data, blob
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -200,21 +189,8 @@ class LMCStorageWriter(StorageWriter):
             metadata.version = CURRENT_DCP_VERSION
         doc = _metadata_json(metadata, items, self.save_id, reference, self.path)
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
-        final = os.path.join(self.path, METADATA_FILE)
-        tmp = os.path.join(self.path, f".{METADATA_FILE}.tmp-{uuid.uuid4().hex[:12]}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                if self.sync_files:
-                    os.fsync(f.fileno())
-            os.replace(tmp, final)
-        except BaseException:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_file(os.path.join(self.path, METADATA_FILE), sync=self.sync_files) as f:
+            f.write(data)
 
 
 

@@ -8,6 +8,8 @@ import secrets
 import struct
 import zlib
 
+from .._files import atomic_file
+
 MANIFEST = "lmc-archive.json"
 LOCK = ".lock"
 FORMAT = "lmc-archive"
@@ -72,18 +74,9 @@ def fsync_dir(path):
 
 def atomic_write(path, data):
     """Write bytes to path via a fsynced temporary file and rename."""
-    d = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(d, TMP_PREFIX + secrets.token_hex(6))
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
-    fsync_dir(d)
+    with atomic_file(path, prefix=TMP_PREFIX) as f:
+        f.write(data)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def _unlink(path):
