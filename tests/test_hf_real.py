@@ -5,7 +5,6 @@ rows for weights and both Adam moments with every codec and every pipeline."""
 from __future__ import annotations
 
 import csv
-import os
 
 import pytest
 

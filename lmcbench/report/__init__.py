@@ -84,7 +84,7 @@ def comparable(df: pd.DataFrame) -> pd.DataFrame:
 def aggregate(df: pd.DataFrame, by) -> pd.DataFrame:
     """Ratio and throughput of groups: sums of bytes and seconds, so big tensors weigh as they should."""
     if "cond_bound_bytes" not in df:  # records written before the bound given the reference existed
-        df = df.assign(cond_bound_bytes=np.nan)
+        df = df.assign(cond_bound_bytes=float("nan"))
     g = df.groupby(by, dropna=False, sort=False).agg(orig_bytes=("orig_bytes", "sum"), comp_bytes=("comp_bytes", "sum"),
                                          compress_s=("compress_s", "sum"), decompress_s=("decompress_s", "sum"),
                                          bound_bytes=("entropy_bound_bytes", "sum"),

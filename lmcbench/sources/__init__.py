@@ -8,6 +8,7 @@ keeps the previous step of the tensor it is working on.
 
 from __future__ import annotations
 
+import os
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -167,6 +168,36 @@ _SOURCES: dict[str, str] = {
     "dcp": "lmcbench.sources.dcp:DCPSource",
     "tinygpt": "lmcbench.sources.tinygpt:TinyGPTSource",
 }
+
+
+class PatternSource(Source):
+    """A source given by ``path`` (a glob, file or folder) with the step taken from each name by ``step_regex``
+    (the last integer in the name by default)."""
+
+    usage = "source.path=GLOB"
+
+    def __init__(self, path=None, step_regex=r"(\d+)(?!.*\d)", **kw):
+        super().__init__(**kw)
+        if not path:
+            raise SourceError(f"source={self.source_type} needs {self.usage}")
+        self.pattern = os.path.expanduser(str(path))
+        try:
+            self.step_regex = re.compile(step_regex)
+        except re.error as e:
+            raise ConfigError(f"source.step_regex: bad regular expression: {e}") from None
+
+    def describe(self):
+        return self.pattern
+
+    def step_of(self, path: str, what: str = "file") -> int:
+        """The step in ``path``'s last name, or a one-line error naming the path."""
+        m = self.step_regex.search(os.path.basename(os.path.normpath(path)))
+        if not m:
+            raise SourceError(f"{path}: no step in the {what} name (source.step_regex={self.step_regex.pattern!r})")
+        try:
+            return int(m.group(1) if m.groups() else m.group(0))
+        except ValueError:
+            raise SourceError(f"{path}: step_regex matched {m.group(0)!r}, not an integer") from None
 
 
 def get_source(config) -> Source:

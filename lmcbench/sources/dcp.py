@@ -13,37 +13,17 @@ import os
 import re
 
 from ..checkpoints.dcp import LMC_METADATA, PLAIN_METADATA, dcp_format, dcp_refs
-from ..errors import ConfigError, SourceError
-from . import Source
+from ..errors import SourceError
+from . import PatternSource
 
 _CHECKPOINT_NAME = re.compile(r"^(step|checkpoint)[-_]?\d+$")
 
 
-class DCPSource(Source):
+class DCPSource(PatternSource):
     source_type = "dcp"
 
-    def __init__(self, path=None, step_regex=r"(\d+)(?!.*\d)", **kw):
-        super().__init__(**kw)
-        if not path:
-            raise SourceError("source=dcp needs source.path=DIR or GLOB (DCP checkpoint folders, e.g. "
-                              "'ckpts/step-*' or a folder of step-<N>/ folders)")
-        self.pattern = os.path.expanduser(str(path))
-        try:
-            self.step_regex = re.compile(step_regex)
-        except re.error as e:
-            raise ConfigError(f"source.step_regex: bad regular expression: {e}") from None
-
-    def describe(self):
-        return self.pattern
-
-    def _step(self, d: str) -> int:
-        m = self.step_regex.search(os.path.basename(os.path.normpath(d)))
-        if not m:
-            raise SourceError(f"{d}: no step in the folder name (source.step_regex={self.step_regex.pattern!r})")
-        try:
-            return int(m.group(1) if m.groups() else m.group(0))
-        except ValueError:
-            raise SourceError(f"{d}: step_regex matched {m.group(0)!r}, not an integer") from None
+    usage = ("source.path=DIR or GLOB (DCP checkpoint folders, e.g. 'ckpts/step-*' or a folder of step-<N>/ "
+             "folders)")
 
     def folders(self) -> list[tuple[int, str]]:
         """``[(step, checkpoint folder)]`` in step order."""
@@ -72,7 +52,7 @@ class DCPSource(Source):
                 if not os.path.isdir(d) or not dcp_format(d):
                     raise SourceError(f"{d}: not a complete DCP checkpoint folder (no {PLAIN_METADATA} or "
                                       f"{LMC_METADATA})")
-        out = sorted((self._step(d), d) for d in dirs)
+        out = sorted((self.step_of(d, "folder"), d) for d in dirs)
         for (s1, d1), (s2, d2) in zip(out, out[1:]):
             if s1 == s2:
                 raise SourceError(f"{d1} and {d2} are both step {s1} (source.step_regex="

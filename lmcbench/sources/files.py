@@ -12,8 +12,8 @@ from ..checkpoints.safetensors import safetensors_refs
 from ..checkpoints.tensors import TensorRef
 from ..checkpoints.torchfile import is_optimizer_state, optimizer_refs, state_dict_refs, torch_load
 from ..checkpoints.trainer_folder import slot_names
-from ..errors import ConfigError, SourceError
-from . import Source
+from ..errors import SourceError
+from . import PatternSource
 
 
 def kind_from_name(name: str) -> str:
@@ -24,21 +24,10 @@ def kind_from_name(name: str) -> str:
     return "weight"
 
 
-class FilesSource(Source):
+class FilesSource(PatternSource):
     source_type = "files"
 
-    def __init__(self, path=None, step_regex=r"(\d+)(?!.*\d)", **kw):
-        super().__init__(**kw)
-        if not path:
-            raise SourceError("source=files needs source.path=GLOB (e.g. 'ckpts/step*.safetensors')")
-        self.pattern = os.path.expanduser(str(path))
-        try:
-            self.step_regex = re.compile(step_regex)
-        except re.error as e:
-            raise ConfigError(f"source.step_regex: bad regular expression: {e}") from None
-
-    def describe(self):
-        return self.pattern
+    usage = "source.path=GLOB (e.g. 'ckpts/step*.safetensors')"
 
     def files(self) -> list[tuple[int, str]]:
         paths = sorted(glob.glob(self.pattern, recursive=True))
@@ -47,16 +36,7 @@ class FilesSource(Source):
                 paths = [self.pattern]
             else:
                 raise SourceError(f"{self.pattern}: no files match")
-        out = []
-        for p in paths:
-            m = self.step_regex.search(os.path.basename(p))
-            if not m:
-                raise SourceError(f"{p}: no step in the file name (source.step_regex={self.step_regex.pattern!r})")
-            try:
-                out.append((int(m.group(1) if m.groups() else m.group(0)), p))
-            except ValueError:
-                raise SourceError(f"{p}: step_regex matched {m.group(0)!r}, not an integer") from None
-        return out
+        return [(self.step_of(p), p) for p in paths]
 
     def _index(self):
         entries = self._index_steps(self.files(), self._refs)

@@ -1,6 +1,5 @@
 """On-disk storage of an lmc archive: manifest, segment files, checksums,
 atomic replacement and locking (format: ARCHIVE.md)."""
-import hashlib
 import json
 import os
 import re
