@@ -18,7 +18,8 @@ inside the sub-stream (slow byte-wise refill otherwise).
 import numpy as np
 from numba import njit
 
-from ._intrinsics import clz64, ld, load_u16, load_u32, load_u64, mulhi64, store_u16, store_u32, store_u64
+from ._intrinsics import (clz64, f64_bits, ld, load_u16, load_u32, load_u64, mulhi64, store_u16,
+                          store_u32, store_u64)
 from ._intrinsics import st as put
 
 MAXLEN = 11
@@ -1127,7 +1128,7 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
 
 @njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
-                 planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, lut, syms):
+                 planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms):
     """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
     dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
@@ -1144,7 +1145,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
             return ERR_FLAGS
         if not has_ref:
             return ERR_NOREF
-        st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, lut,
+        st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
                              syms)
         if st != OK:
             return st
@@ -1256,14 +1257,14 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
     f = np.empty(NCTX * 256, np.int64)
     cm = np.empty(NCTX * 256, np.int64)
     dtab = np.empty(NCTX * PROB_SCALE, np.uint32)
-    lut = np.empty(256, np.uint8)
+    cb = np.empty(min(chunk, total) + 16, np.uint16)
     syms = np.empty(min(chunk, total) + 16, np.uint8)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
                                  ref, has_ref, out, start, chks[c], planes, dec, dec3,
-                                 dec1, lens, tmp, version, f, cm, dtab, lut, syms)
+                                 dec1, lens, tmp, version, f, cm, dtab, cb, syms)
 
 
 @njit(nogil=True, cache=True)
@@ -1685,15 +1686,17 @@ def _tsyms(x, r, n, W, mb, em, E, jb, low):
         d = (_mono(xv, sb, mask) - _mono(rv, sb, mask)) & mask
         neg = (d >> (W - 1)) & 1          # d read as signed W-bit
         a = ((d ^ -neg) + neg) & mask     # |d| (2^(W-1) for the most negative)
-        k = 64 - clz64(np.uint64(a))
-        nz = np.int64(k != 0)
+        # bit length of a from the exponent of float64(a >> 1) (an int32:
+        # exact, and unlike a count of leading zeros it vectorizes on AVX2)
+        nz = np.int64(a != 0)
+        k = max((f64_bits(np.float64(np.int32(a >> 1))) >> 52) - 1022, 0) + nz
         raw += k - nz
         jb[i] = np.uint16(c * KS + 2 * k - nz + neg)
         low[i] = np.uint32(a ^ ((np.int64(1) << k) >> 1))
     return raw
 
 
-SAMPLE = 16   # the estimates that decide which modes to analyse exactly use 1/SAMPLE
+SAMPLE = 32   # the estimates that decide which modes to analyse exactly use 1/SAMPLE
 
 
 @njit(nogil=True, cache=True)
@@ -2014,9 +2017,9 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, r
 # symbols (context from the reference through a 256-entry table, 4
 # interleaved rANS states), one loop reads the raw bits and writes the units.
 @njit(nogil=True, cache=True)
-def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, lut, syms):
+def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb, syms):
     """Decode a temporal chunk body blob[pos:end] (after the mode byte) into
-    out (units from start); lut: uint8[256], syms: uint8[>= n] scratch.
+    out (units from start); cb: uint16[>= n], syms: uint8[>= n] scratch.
     Returns a status (checksum not checked here)."""
     W, mb, em = _fparams(layout)
     if pos + 3 > end:
@@ -2026,10 +2029,10 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, lut
     pos += 3
     if W == 32:
         r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
-        used = _tmask(r32, n, E, mb, em)
+        used = _tmask(r32, n, E, mb, em, cb)
     else:
         r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
-        used = _tmask(r16, n, E, mb, em)
+        used = _tmask(r16, n, E, mb, em, cb)
     if used != cmask:
         return ERR_CTX
     for c in range(NCTX):
@@ -2044,15 +2047,13 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, lut
     pos += 4
     if R > end - pos:
         return ERR_TRUNC
-    for e in range(em + 1):
-        lut[e] = _ctx_of(np.int64(e) << mb, E, mb, em)
     if W == 32:
-        st = _tdsyms(blob, pos, pos + R, r32, n, mb, em, lut, dtab, syms)
+        st = _tdsyms(blob, pos, pos + R, cb, n, dtab, syms)
         if st != OK:
             return st
         return _trecon(blob, pos + R, end, r32, out[4 * start:4 * (start + n)].view(np.uint32),
                        n, W, syms)
-    st = _tdsyms(blob, pos, pos + R, r16, n, mb, em, lut, dtab, syms)
+    st = _tdsyms(blob, pos, pos + R, cb, n, dtab, syms)
     if st != OK:
         return st
     return _trecon(blob, pos + R, end, r16, out[2 * start:2 * (start + n)].view(np.uint16),
@@ -2060,8 +2061,9 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, lut
 
 
 @njit(nogil=True, cache=True)
-def _tmask(r, n, E, mb, em):
-    """The set of contexts of the reference units (branch-free: vectorizes)."""
+def _tmask(r, n, E, mb, em, cb):
+    """cb[i] = context of r[i] << 12 (u16); returns the set of contexts
+    (branch-free: vectorizes)."""
     used = np.int32(0)
     E32 = np.int32(E)
     m = np.int32(em)
@@ -2070,15 +2072,15 @@ def _tmask(r, n, E, mb, em):
         c = min(max(E32 - e, np.int32(0)), np.int32(14))
         c = np.int32(15) if e == m else c
         used |= np.int32(1) << c
+        cb[i] = np.uint16(c << PROB_BITS)
     return np.int64(used)
 
 
 @njit(nogil=True, cache=True)
-def _tdstep(x, i, r, mb, em, lut, dtab, syms, blob, p):
-    """Symbol i from state x (table of its context), renormalised from
-    blob[p] (2 bytes known inside the blob); returns (x, p)."""
-    c = np.int64(ld(lut, (np.int64(ld(r, i)) >> mb) & em))
-    e = np.int64(ld(dtab, (c << PROB_BITS) + (x & 4095)))
+def _tdstep(x, i, cb, dtab, syms, blob, p):
+    """Symbol i from state x (table of its context, at cb[i]), renormalised
+    from blob[p] (2 bytes known inside the blob); returns (x, p)."""
+    e = np.int64(ld(dtab, np.int64(ld(cb, i)) + (x & 4095)))
     put(syms, i, e & 255)
     x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
     g = np.int64(x < RANS_L)
@@ -2087,9 +2089,9 @@ def _tdstep(x, i, r, mb, em, lut, dtab, syms, blob, p):
 
 
 @njit(nogil=True, cache=True)
-def _tdsyms(blob, pos, end, r, n, mb, em, lut, dtab, syms):
+def _tdsyms(blob, pos, end, cb, n, dtab, syms):
     """The n symbols of the rANS stream blob[pos:end] into syms (symbol i
-    with the table of the context of r[i]).  Every word read is checked
+    with the context table at dtab[cb[i]:]).  Every word read is checked
     against end; the stream must be consumed exactly and all 4 final
     states must equal 2^16."""
     if end - pos < 16:
@@ -2104,10 +2106,10 @@ def _tdsyms(blob, pos, end, r, n, mb, em, lut, dtab, syms):
     i = 0
     n4 = n & ~3
     while i < n4 and p + 8 <= end:   # <= 4 words per 4 symbols
-        x0, p = _tdstep(x0, i, r, mb, em, lut, dtab, syms, blob, p)
-        x1, p = _tdstep(x1, i + 1, r, mb, em, lut, dtab, syms, blob, p)
-        x2, p = _tdstep(x2, i + 2, r, mb, em, lut, dtab, syms, blob, p)
-        x3, p = _tdstep(x3, i + 3, r, mb, em, lut, dtab, syms, blob, p)
+        x0, p = _tdstep(x0, i, cb, dtab, syms, blob, p)
+        x1, p = _tdstep(x1, i + 1, cb, dtab, syms, blob, p)
+        x2, p = _tdstep(x2, i + 2, cb, dtab, syms, blob, p)
+        x3, p = _tdstep(x3, i + 3, cb, dtab, syms, blob, p)
         i += 4
     xs = np.empty(4, np.int64)
     xs[0] = x0
@@ -2117,8 +2119,7 @@ def _tdsyms(blob, pos, end, r, n, mb, em, lut, dtab, syms):
     while i < n:
         k = i & 3
         x = xs[k]
-        c = np.int64(lut[(np.int64(r[i]) >> mb) & em])
-        e = np.int64(dtab[(c << PROB_BITS) + (x & 4095)])
+        e = np.int64(dtab[np.int64(cb[i]) + (x & 4095)])
         syms[i] = e & 255
         x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
         if x < RANS_L:
@@ -2146,13 +2147,18 @@ def _trecon(blob, bs, end, r, o, n, W, syms):
     L = end - bs
     b = 0
     i = 0
+    # per symbol: leading one | raw bit count << 32 | negative << 40
+    stab = np.empty(256, np.int64)
+    for s in range(256):
+        k = min((s + 1) >> 1, W)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        stab[s] = ((np.int64(1) << k) >> 1) | ((k - np.int64(k != 0)) << 32) | (neg << 40)
     # an element takes <= W - 1 bits: the 8 bytes at b >> 3 hold them
     while i < n and (b >> 3) + 8 <= L:
-        s = np.int64(ld(syms, i))
-        k = (s + 1) >> 1
-        kb = k - np.int64(k != 0)
-        neg = -(np.int64(s != 0) & (1 - (s & 1)))
-        a = ((np.int64(1) << k) >> 1) | np.int64(
+        t = ld(stab, np.int64(ld(syms, i)))
+        kb = (t >> 32) & 63
+        neg = -(t >> 40)
+        a = (t & 0xFFFFFFFF) | np.int64(
             (load_u64(blob, bs + (b >> 3)) >> np.uint64(b & 7))
             & ((np.uint64(1) << np.uint64(kb)) - np.uint64(1)))
         b += kb
