@@ -265,7 +265,8 @@ def test_temporal_estimate_matches_actual():
     ectx = (rv >> 7) & 0xFF
     ctx = np.where(ectx == 0xFF, 15, np.clip(E - ectx, 0, 14))
     assert np.array_equal(jb, (ctx * 33 + want).astype(np.uint16))
-    assert np.array_equal(low, np.where(a == 0, 0, a - (1 << np.maximum(k - 1, 0))).astype(np.uint32))
+    want_low = np.where(a == 0, 0, a - (1 << np.maximum(k - 1, 0)))
+    assert np.array_equal(low, want_low.astype(np.uint32))
     for c in range(16):
         for s in range(33):
             assert hist[c * 256 + s] == np.sum((ctx == c) & (want == s))
