@@ -737,12 +737,13 @@ def _uses_rans(modes, ns):
 
 @njit(nogil=True, cache=True)
 def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, planes, planes2,
-                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, et):
+                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
     temporal scratch (float layouts with a reference and v2): jb, low: n
     u16 / u32; th: int32[4 * NCTX * 65]; ha, hx: int32[ns * 1024]; thist,
-    tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16 bytes; rbuf: >= 4n + 16
-    bytes; et: uint64[2 * NCTX * 65]).  v2: format-v2 modes allowed.  The
+    tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16 bytes; rbuf: >= n * unit
+    bytes; kbt: uint8[NCTX * 65]; et: uint64[2 * NCTX * 65]; out must have
+    4 bytes of room past o + n * unit).  v2: format-v2 modes allowed.  The
     mode is chosen from estimates: alone, XOR (with a reference) or temporal
     (with a reference, float layouts), the smallest estimate winning,
     temporal only when it saves more than 1/TEMPORAL_MARGIN (it decodes
@@ -821,7 +822,7 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
     e = -1
     if cost < nbytes:
         if best == CHUNK_TEMPORAL:
-            e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, rbuf, et)
+            e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, kbt, et)
         elif best == CHUNK_XOR:
             if temporal:
                 xor_into(rbuf, data, ref, base, nbytes)
@@ -1214,14 +1215,15 @@ def encode_range(data, ref, has_ref, v2, total, chunk, unit, layout, ns, scratch
     tf = np.zeros(NCTX * 256, np.int64)
     tcm = np.zeros(NCTX * 256, np.int64)
     et = np.zeros(2 * NCTX * 65, np.uint64)
+    kbt = np.zeros(NCTX * 65, np.uint8)
     tbuf = np.empty(2 * m + 32, np.uint8)
-    rbuf = np.empty(4 * tm + 16, np.uint8)
+    rbuf = np.empty(unit * tm + 16, np.uint8)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         sz, ck, u = encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, scratch,
                                  c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
-                                 tbuf[:2 * n + 16], rbuf, et)
+                                 tbuf[:2 * n + 16], rbuf, kbt, et)
         sizes[c] = sz
         chks[c] = ck
         used[c] = u
@@ -1910,54 +1912,29 @@ def _renc2(x, m, info, buf, p):
 
 
 @njit(nogil=True, cache=True)
-def _tenc_step(x, i, jb, low, et, buf, p, rbuf, q, acc, nb):
-    """Element i: its symbol into state x (words below buf[p]) and its raw
-    bits prepended to the bit buffer (acc, nb valid bits), 32 bits stored
-    below rbuf[q] once nb >= 32 (the store is speculative: rbuf[q-4:q] is
-    not yet written)."""
-    j = np.int64(ld(jb, i))
-    info = ld(et, 2 * j + 1)
-    x, p = _renc2(x, ld(et, 2 * j), info, buf, p)
-    kb = np.int64((info >> np.uint64(26)) & np.uint64(31))
-    acc = (acc << np.uint64(kb)) | np.uint64(ld(low, i))
-    nb += kb
-    g = np.int64(nb >= 32)
-    store_u32(rbuf, q - 4, np.uint32((acc >> np.uint64((nb - 32) & 63)) & _M32))
-    return x, p, q - (g << 2), acc, nb - (g << 5)
-
-
-@njit(nogil=True, cache=True)
-def _tenc(jb, low, n, et, buf, rbuf, rawbits):
+def _tenc(jb, n, et, buf):
     """rANS-encode the joint symbols jb[0:n] backwards into the end of buf
-    (as rans_encode) and, in the same loop, write the raw bits (low[i], kb
-    bits from the table) backwards into rbuf[8 : 8 + ceil(rawbits / 8)]
-    (rbuf[0:8] is slack for speculative stores).  Returns the start of the
-    rANS stream in buf."""
+    (as rans_encode, with the packed table et).  Returns the stream start."""
     p = buf.size
-    nraw = (rawbits + 7) >> 3
-    q = 8 + nraw
-    acc = _U0
-    nb = np.int64(8 * nraw - rawbits)  # zero padding bits at the top
     xs = np.empty(4, np.uint64)
     xs[:] = np.uint64(RANS_L)
     n4 = n & ~3
     for i in range(n - 1, n4 - 1, -1):  # the last n % 4 symbols first
-        xs[i & 3], p, q, acc, nb = _tenc_step(xs[i & 3], i, jb, low, et, buf, p, rbuf, q, acc, nb)
+        j = np.int64(ld(jb, i))
+        xs[i & 3], p = _renc2(xs[i & 3], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
     x0 = xs[0]
     x1 = xs[1]
     x2 = xs[2]
     x3 = xs[3]
-    for g4 in range(n4 - 4, -1, -4):
-        x3, p, q, acc, nb = _tenc_step(x3, g4 + 3, jb, low, et, buf, p, rbuf, q, acc, nb)
-        x2, p, q, acc, nb = _tenc_step(x2, g4 + 2, jb, low, et, buf, p, rbuf, q, acc, nb)
-        x1, p, q, acc, nb = _tenc_step(x1, g4 + 1, jb, low, et, buf, p, rbuf, q, acc, nb)
-        x0, p, q, acc, nb = _tenc_step(x0, g4, jb, low, et, buf, p, rbuf, q, acc, nb)
-    while nb > 0:  # nb is a multiple of 8 here
-        nb -= 8
-        q -= 1
-        rbuf[q] = np.uint8((acc >> np.uint64(nb)) & np.uint64(0xFF))
-    if q != 8:  # pragma: no cover - would be a bug
-        return -1
+    for g in range(n4 - 4, -1, -4):
+        j3 = np.int64(ld(jb, g + 3))
+        j2 = np.int64(ld(jb, g + 2))
+        j1 = np.int64(ld(jb, g + 1))
+        j0 = np.int64(ld(jb, g))
+        x3, p = _renc2(x3, ld(et, 2 * j3), ld(et, 2 * j3 + 1), buf, p)
+        x2, p = _renc2(x2, ld(et, 2 * j2), ld(et, 2 * j2 + 1), buf, p)
+        x1, p = _renc2(x1, ld(et, 2 * j1), ld(et, 2 * j1 + 1), buf, p)
+        x0, p = _renc2(x0, ld(et, 2 * j0), ld(et, 2 * j0 + 1), buf, p)
     p -= 16
     store_u32(buf, p, np.uint32(x0))
     store_u32(buf, p + 4, np.uint32(x1))
@@ -1967,10 +1944,35 @@ def _tenc(jb, low, n, et, buf, rbuf, rawbits):
 
 
 @njit(nogil=True, cache=True)
-def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, rbuf, et):
-    """Write a temporal chunk at out[o:] without passing lim (tbuf: >= 2n +
-    16 bytes, rbuf: >= ceil(rawbits / 8) + 8 bytes, et: uint64[2 * NCTX *
-    (2W + 1)] scratch).  Returns the end position, or -1 if it does not fit."""
+def _traw(jb, low, n, kbt, out, o):
+    """The raw bits (low[i], kbt[jb[i]] of them) LSB-first at out[o:];
+    returns the end.  Stores 4 bytes at a time speculatively: out must
+    have 4 bytes of room past the end."""
+    q = o
+    acc = _U0
+    nb = 0
+    for i in range(n):
+        acc |= np.uint64(ld(low, i)) << np.uint64(nb)
+        nb += np.int64(ld(kbt, np.int64(ld(jb, i))))
+        store_u32(out, q, np.uint32(acc & _M32))
+        g = np.int64(nb >= 32)
+        q += g << 2
+        acc >>= np.uint64(g << 5)
+        nb -= g << 5
+    while nb > 0:
+        out[q] = np.uint8(acc & np.uint64(0xFF))
+        q += 1
+        acc >>= _S8
+        nb -= 8
+    return q
+
+
+@njit(nogil=True, cache=True)
+def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et):
+    """Write a temporal chunk at out[o:] without passing lim (out must have 4
+    bytes of room past lim; tbuf: >= 2n + 16 bytes, kbt: uint8[NCTX * (2W +
+    1)] and et: uint64[2 * NCTX * (2W + 1)] scratch).  Returns the end
+    position, or -1 if it does not fit."""
     KS = 2 * W + 1
     if o + 4 > lim:
         return -1
@@ -1987,10 +1989,10 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, r
                 fs = f[(c << 8) + s]
                 if fs > 0:
                     k = (s + 1) >> 1
-                    _enc_entry(fs, cm[(c << 8) + s], k - np.int64(k != 0), et, c * KS + s)
-    p = _tenc(jb, low, n, et, tbuf, rbuf, rawbits)
-    if p < 0:  # pragma: no cover - would be a bug
-        return -1
+                    kb = k - np.int64(k != 0)
+                    _enc_entry(fs, cm[(c << 8) + s], kb, et, c * KS + s)
+                    kbt[c * KS + s] = kb
+    p = _tenc(jb, n, et, tbuf)
     R = tbuf.size - p
     nraw = (rawbits + 7) >> 3
     if o + 4 + R + nraw > lim:
@@ -1999,8 +2001,10 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, r
     o += 4
     copy_bytes(out, o, tbuf, p, R)
     o += R
-    copy_bytes(out, o, rbuf, 8, nraw)
-    return o + nraw
+    q = _traw(jb, low, n, kbt, out, o)
+    if q != o + nraw:  # pragma: no cover - would be a bug
+        return -1
+    return q
 
 
 # Decoder: a vectorized pass checks the context mask, one loop decodes the

@@ -239,7 +239,7 @@ def test_temporal_estimate_matches_actual():
     est, cmask = K.temporal_estimate(hist, f, cm, 16)
     out = np.zeros(4 * n, np.uint8)
     end = K.temporal_write(E, cmask, jb, low, n, 16, f, cm, raw, out, 0, out.size,
-                           np.zeros(2 * n + 16, np.uint8), np.zeros(4 * n + 16, np.uint8),
+                           np.zeros(2 * n + 16, np.uint8), np.zeros(16 * 65, np.uint8),
                            np.zeros(2 * 16 * 65, np.uint64))
     est_total = 4 + est + 4 + (raw + 7) // 8
     assert abs(end - est_total) <= 16, (end, est_total)
