@@ -170,6 +170,34 @@ def _run_chunks(fn, args, nch, nthreads):
             f.result()
 
 
+# The encoder's scratch (every chunk's worst-case payload, gathered into the
+# blob afterwards) is reused across calls: a fresh buffer costs a page fault
+# per 4 KiB on first touch, which on the measured VM was ~40% of the
+# compress time of a small tensor.  At most one buffer of at most
+# _SCRATCH_KEEP bytes is kept.
+_SCRATCH_KEEP = 64 << 20
+_SCRATCH = [None]
+_SCRATCH_LOCK = threading.Lock()
+
+
+def _take_scratch(nbytes):
+    with _SCRATCH_LOCK:
+        b = _SCRATCH[0]
+        if b is not None and b.size >= nbytes:
+            _SCRATCH[0] = None
+            return b[:nbytes]
+    return np.empty(nbytes, np.uint8)
+
+
+def _give_scratch(b):
+    base = b if b.base is None else b.base
+    if base.size <= _SCRATCH_KEEP:
+        with _SCRATCH_LOCK:
+            cur = _SCRATCH[0]
+            if cur is None or cur.size < base.size:
+                _SCRATCH[0] = base
+
+
 def _ref_hash(ref_u8, total, chunk, unit, nthreads):
     nch = -(-total // chunk) if total else 0
     chks = np.zeros(nch, np.uint64)
@@ -235,36 +263,40 @@ def _compress(data, threads, reference, chunk_size, dtype, v2):
     chks = np.zeros(nch, np.uint64)
     used = np.zeros(nch, np.bool_)
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
-    scratch = np.empty(nch * cap, np.uint8) if nch else _EMPTY
-    _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, bool(v2), total, chunk, unit, layout,
-                                 ns, scratch, cap, sizes, chks, used), nch, nth)
-    if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
-        raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
-    version = 2 if used.any() else 1
-    head = bytearray()
-    head += MAGIC
-    head += struct.pack("<BBBB", version, code, flags, len(shape))
-    head += struct.pack(f"<{len(shape)}Q", *shape)
-    head += struct.pack("<II", chunk, nch)
-    head += refhash
-    table = np.empty(nch, dtype=[("size", "<u4"), ("chk", "<u8")])
-    table["size"] = sizes
-    table["chk"] = chks
-    head += table.tobytes()
-    head += struct.pack("<I", zlib.crc32(head))
-    hl = len(head)
-    offsets = np.empty(nch, np.int64)
-    if nch:
-        offsets[0] = hl
-        np.cumsum(sizes[:-1], out=offsets[1:])
-        offsets[1:] += hl
-    total_len = hl + int(sizes.sum())
-    blob, out = _new_bytes(total_len)
-    out[:hl] = np.frombuffer(head, np.uint8)
-    _run_chunks(K.gather_range, (scratch, cap, sizes, offsets, out), nch, nth)
-    if blob is None:
-        return out.tobytes()
-    return blob
+    scratch = _take_scratch(nch * cap) if nch else None
+    try:
+        _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, bool(v2), total, chunk, unit,
+                                     layout, ns, scratch, cap, sizes, chks, used), nch, nth)
+        if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
+            raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
+        version = 2 if used.any() else 1
+        head = bytearray()
+        head += MAGIC
+        head += struct.pack("<BBBB", version, code, flags, len(shape))
+        head += struct.pack(f"<{len(shape)}Q", *shape)
+        head += struct.pack("<II", chunk, nch)
+        head += refhash
+        table = np.empty(nch, dtype=[("size", "<u4"), ("chk", "<u8")])
+        table["size"] = sizes
+        table["chk"] = chks
+        head += table.tobytes()
+        head += struct.pack("<I", zlib.crc32(head))
+        hl = len(head)
+        offsets = np.empty(nch, np.int64)
+        if nch:
+            offsets[0] = hl
+            np.cumsum(sizes[:-1], out=offsets[1:])
+            offsets[1:] += hl
+        total_len = hl + int(sizes.sum())
+        blob, out = _new_bytes(total_len)
+        out[:hl] = np.frombuffer(head, np.uint8)
+        _run_chunks(K.gather_range, (scratch, cap, sizes, offsets, out), nch, nth)
+        if blob is None:
+            return out.tobytes()
+        return blob
+    finally:
+        if scratch is not None:
+            _give_scratch(scratch)
 
 
 def _bytes_api():

@@ -29,6 +29,12 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
     def clz64(x):
         return 64 - int(x).bit_length()
 
+    def mulhi64(a, b):
+        return np.uint64((int(a) * int(b)) >> 64)
+
+    def f64_bits(x):
+        return np.int64(np.float64(x).view(np.int64))
+
     def st(arr, idx, val):
         arr[int(idx)] = val
 
@@ -115,6 +121,31 @@ else:
 
         def codegen(context, builder, signature, args):
             return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+        return sig, codegen
+
+    @intrinsic
+    def mulhi64(typingctx, a, b):
+        """High 64 bits of the 128-bit product of two uint64 (one mul)."""
+        if not (isinstance(a, types.Integer) and a.bitwidth == 64
+                and isinstance(b, types.Integer) and b.bitwidth == 64):
+            return None
+        sig = types.uint64(a, b)
+
+        def codegen(context, builder, signature, args):
+            i128 = ir.IntType(128)
+            p = builder.mul(builder.zext(args[0], i128), builder.zext(args[1], i128))
+            return builder.trunc(builder.lshr(p, ir.Constant(i128, 64)), ir.IntType(64))
+        return sig, codegen
+
+    @intrinsic
+    def f64_bits(typingctx, x):
+        """The IEEE bits of a float64, as int64 (a bitcast)."""
+        if not isinstance(x, types.Float) or x.bitwidth != 64:
+            return None
+        sig = types.int64(x)
+
+        def codegen(context, builder, signature, args):
+            return builder.bitcast(args[0], ir.IntType(64))
         return sig, codegen
 
     load_u16 = _mk_load(16)

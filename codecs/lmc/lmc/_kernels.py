@@ -18,7 +18,8 @@ inside the sub-stream (slow byte-wise refill otherwise).
 import numpy as np
 from numba import njit
 
-from ._intrinsics import clz64, ld, load_u16, load_u32, load_u64, store_u16, store_u32, store_u64
+from ._intrinsics import (clz64, f64_bits, ld, load_u16, load_u32, load_u64, mulhi64, store_u16,
+                          store_u32, store_u64)
 from ._intrinsics import st as put
 
 MAXLEN = 11
@@ -141,41 +142,31 @@ def copy_bytes(dst, d0, src, s0, n):
 
 
 @njit(nogil=True, cache=True)
-def _mix(v, i):
-    x = (v ^ (np.uint64(i) * _C3)) * _C1
-    return x ^ (x >> _S29)
+def _csum(d, n):
+    # i * C3 as an induction variable (ic += C3): no multiply by i, and the
+    # loop vectorizes (~28% faster than recomputing i * C3)
+    s1 = _U0
+    s2 = _U0
+    ic = _U0
+    for i in range(n):
+        v = np.uint64(d[i])
+        s1 += v
+        x = (v ^ ic) * _C1
+        ic += _C3
+        s2 += x ^ (x >> _S29)
+    return _fold(s1, s2)
 
 
 @njit(nogil=True, cache=True)
 def checksum_units(data, start, n, unit):
-    s1 = _U0
-    s2 = _U0
     base = start * unit
     if unit == 1:
-        d = data[base:base + n]
-        for i in range(n):
-            v = np.uint64(d[i])
-            s1 += v
-            s2 += _mix(v, i)
-    elif unit == 2:
-        d = data[base:base + 2 * n].view(np.uint16)
-        for i in range(n):
-            v = np.uint64(d[i])
-            s1 += v
-            s2 += _mix(v, i)
-    elif unit == 4:
-        d = data[base:base + 4 * n].view(np.uint32)
-        for i in range(n):
-            v = np.uint64(d[i])
-            s1 += v
-            s2 += _mix(v, i)
-    else:
-        d = data[base:base + 8 * n].view(np.uint64)
-        for i in range(n):
-            v = d[i]
-            s1 += v
-            s2 += _mix(v, i)
-    return _fold(s1, s2)
+        return _csum(data[base:base + n], n)
+    if unit == 2:
+        return _csum(data[base:base + 2 * n].view(np.uint16), n)
+    if unit == 4:
+        return _csum(data[base:base + 4 * n].view(np.uint32), n)
+    return _csum(data[base:base + 8 * n].view(np.uint64), n)
 
 
 @njit(nogil=True, cache=True)
@@ -513,17 +504,25 @@ def _table_bytes(lens):
 
 @njit(nogil=True, cache=True)
 def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, allow_rans):
-    """Choose a mode per stream; returns the total payload size (incl. the
-    5-byte stream headers).  Huffman and raw sizes are exact; the rANS size
-    (f, cm: its quantised table per stream at s * 256) is estimated from
-    the quantised frequencies and is taken only when it saves more than
-    1/RANS_MARGIN of the faster choice plus RANS_SLACK bytes."""
+    """Count the symbols of each plane per sub-stream into h (zeroed by the
+    caller), then analyze_hist."""
+    for s in range(ns):
+        histo4(planes[s], n, h[s])
+    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, allow_rans)
+
+
+@njit(nogil=True, cache=True)
+def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, allow_rans):
+    """Choose a mode per stream from its counts h[s, sub-stream, symbol];
+    returns the total payload size (incl. the 5-byte stream headers).
+    Huffman and raw sizes are exact; the rANS size (f, cm: its quantised
+    table per stream at s * 256) is estimated from the quantised
+    frequencies and is taken only when it saves more than 1/RANS_MARGIN of
+    the faster choice plus RANS_SLACK bytes."""
     freq = np.empty(256, np.int64)
     sub = np.empty(4, np.int64)
     total = 0
     for s in range(ns):
-        p = planes[s]
-        histo4(p, n, h[s])
         for c in range(256):
             freq[c] = h[s, 0, c] + h[s, 1, c] + h[s, 2, c] + h[s, 3, c]
         m = huffman_lengths(freq, lens[s])
@@ -738,25 +737,23 @@ def _uses_rans(modes, ns):
 
 @njit(nogil=True, cache=True)
 def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, planes, planes2,
-                 tsyms, tctx, tmags, thist, tf, tcm, tbuf):
+                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
-    tsyms, tctx: n bytes; thist, tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16
-    bytes).  v2: format-v2 modes allowed.  The mode is chosen from
-    estimates: alone, XOR (with a reference) or temporal (with a reference,
-    float layouts), the smallest estimate winning, temporal only when it
-    saves more than 1/TEMPORAL_MARGIN (it decodes slower).  Returns
-    (size, checksum, uses a v2 mode)."""
+    temporal scratch (float layouts with a reference and v2): jb, low: n
+    u16 / u32; th: int32[4 * NCTX * 65]; ha, hx: int32[ns * 1024]; thist,
+    tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16 bytes; rbuf: >= n * unit
+    bytes; kbt: uint8[NCTX * 65]; et: uint64[2 * NCTX * 65]; out must have
+    4 bytes of room past o + n * unit).  v2: format-v2 modes allowed.  The
+    mode is chosen from estimates: alone, XOR (with a reference) or temporal
+    (with a reference, float layouts), the smallest estimate winning,
+    temporal only when it saves more than 1/TEMPORAL_MARGIN (it decodes
+    slower).  Returns (size, checksum, uses a v2 mode)."""
     h = np.zeros((ns, 4, 256), np.int64)
     lens = np.zeros((ns, 256), np.uint8)
     modes = np.empty(ns, np.int64)
     sizes = np.empty(ns, np.int64)
     f = np.zeros(ns * 256, np.int64)
     cm = np.zeros(ns * 256, np.int64)
-    chk = split_chunk(data, ref, False, start, n, unit, layout, planes)
-    cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, v2)
-    best = CHUNK_ALONE
-    score = cost_a
-    cost = cost_a
     h2 = h
     lens2 = lens
     modes2 = modes
@@ -770,33 +767,66 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
         sizes2 = np.empty(ns, np.int64)
         f2 = np.zeros(ns * 256, np.int64)
         cm2 = np.zeros(ns * 256, np.int64)
-        split_chunk(data, ref, True, start, n, unit, layout, planes2)
-        cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, v2)
-        if cost_x < score:
-            best = CHUNK_XOR
-            score = cost_x
-            cost = cost_x
     E = 0
     cmask = 0
     raw = 0
-    if has_ref and v2 and layout != LAYOUT_PLANES:
-        W = 32 if layout == LAYOUT_F32 else 16
+    W = 32 if layout == LAYOUT_F32 else 16
+    temporal = has_ref and v2 and layout != LAYOUT_PLANES
+    nbytes = n * unit
+    base = start * unit
+    do_t = temporal
+    do_x = has_ref
+    cost_t = 0
+    if temporal:
+        # exact counts of the alone coding; the XOR and temporal codings are
+        # estimated on a sample first and analysed exactly only where they
+        # may win; the chosen mode is split into planes afterwards
+        chk = checksum_units(data, start, n, unit)
+        stream_count(data, ref, False, start, n, layout, ha)
+        stream_hist(ha, ns, h)
+        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, v2)
         E = temporal_base(ref, start, n, layout)
-        raw = temporal_analyze(data, ref, start, n, layout, E, tsyms, tctx, tmags, thist)
-        trans, cmask = temporal_estimate(thist, tf, tcm, W)
-        cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
+        est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
+        do_t = est_t - est_t // 16 < cost_a
+        if do_t:
+            raw = temporal_count(data, ref, start, n, layout, E, jb, low, th)
+            temporal_hist(th, W, thist)
+            trans, cmask = temporal_estimate(thist, tf, tcm, W)
+            cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
+        do_x = est_x - est_x // 16 < (min(cost_a, cost_t) if do_t else cost_a)
+        cost_x = cost_a + 1
+        if do_x:
+            stream_count(data, ref, True, start, n, layout, hx)
+            stream_hist(hx, ns, h2)
+            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, v2)
+    else:
+        chk = split_chunk(data, ref, False, start, n, unit, layout, planes)
+        cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, v2)
+        cost_x = cost_a
+        if has_ref:
+            split_chunk(data, ref, True, start, n, unit, layout, planes2)
+            cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, v2)
+    best = CHUNK_ALONE
+    score = cost_a
+    cost = cost_a
+    if do_x and cost_x < score:
+        best = CHUNK_XOR
+        score = cost_x
+        cost = cost_x
+    if do_t:
         if cost_t + cost_t // TEMPORAL_MARGIN < score:
             best = CHUNK_TEMPORAL
             cost = cost_t
     o0 = o
-    nbytes = n * unit
     lim = o + nbytes  # an encoded chunk must be smaller than a stored one
     e = -1
     if cost < nbytes:
         if best == CHUNK_TEMPORAL:
-            e = temporal_write(data, ref, start, n, layout, E, cmask, tsyms, tctx, tmags, tf,
-                               tcm, raw, out, o, lim, tbuf)
+            e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, kbt, et)
         elif best == CHUNK_XOR:
+            if temporal:
+                xor_into(rbuf, data, ref, base, nbytes)
+                split_units(rbuf, n, unit, layout, planes2)
             e = _write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
                               out, o, lim, tbuf)
         # never larger than the alone encoding (exact unless it uses rANS)
@@ -804,12 +834,14 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
             best = CHUNK_ALONE
             e = -1
         if best == CHUNK_ALONE:
+            if temporal:
+                split_units(data[base:base + nbytes], n, unit, layout, planes)
             e = _write_planes(CHUNK_ALONE, planes, n, ns, modes, sizes, h, lens, f, cm,
                               out, o, lim, tbuf)
     if e < 0:
         # stored chunk: the original units verbatim (never larger than input)
         out[o] = CHUNK_STORED
-        copy_bytes(out, o + 1, data, start * unit, nbytes)
+        copy_bytes(out, o + 1, data, base, nbytes)
         return 1 + nbytes, chk, False
     if best == CHUNK_TEMPORAL:
         used = True
@@ -1087,7 +1119,7 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
 
 @njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
-                 planes, dec, dec3, dec1, lens, tmp, version, ctxs, syms, f, cm, dtab):
+                 planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms):
     """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
     dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
@@ -1104,8 +1136,8 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
             return ERR_FLAGS
         if not has_ref:
             return ERR_NOREF
-        st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, ctxs, syms,
-                             f, cm, dtab)
+        st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
+                             syms)
         if st != OK:
             return st
         if checksum_units(out, start, n, unit) != expected:
@@ -1174,19 +1206,24 @@ def encode_range(data, ref, has_ref, v2, total, chunk, unit, layout, ns, scratch
     planes = np.empty((ns, m), np.uint8)
     planes2 = np.empty((ns, m if has_ref else 1), np.uint8)
     tm = m if (has_ref and v2 and layout != LAYOUT_PLANES) else 1
-    tsyms = np.empty(tm, np.uint8)
-    tctx = np.empty(tm, np.uint8)
-    tmags = np.empty(tm, np.uint32)
+    jb = np.empty(tm, np.uint16)
+    low = np.empty(tm, np.uint32)
+    th = np.empty(4 * NCTX * 65, np.int32)
+    ha = np.empty(ns * 1024, np.int32)
+    hx = np.empty(ns * 1024, np.int32)
     thist = np.empty(NCTX * 256, np.int64)
     tf = np.zeros(NCTX * 256, np.int64)
     tcm = np.zeros(NCTX * 256, np.int64)
+    et = np.zeros(2 * NCTX * 65, np.uint64)
+    kbt = np.zeros(NCTX * 65, np.uint8)
     tbuf = np.empty(2 * m + 32, np.uint8)
+    rbuf = np.empty(unit * tm + 16, np.uint8)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         sz, ck, u = encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, scratch,
-                                 c * cap, planes, planes2, tsyms, tctx, tmags, thist, tf, tcm,
-                                 tbuf[:2 * n + 16])
+                                 c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
+                                 tbuf[:2 * n + 16], rbuf, kbt, et)
         sizes[c] = sz
         chks[c] = ck
         used[c] = u
@@ -1209,17 +1246,17 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
     dec1 = np.empty(TABSIZE, np.uint16)
     lens = np.empty(256, np.uint8)
     tmp = np.empty(4 * (((min(chunk, total) + 3) >> 2) + 16), np.uint8)
-    ctxs = np.empty(min(chunk, total) + 16, np.uint8)
-    syms = np.empty(min(chunk, total) + 16, np.uint8)
     f = np.empty(NCTX * 256, np.int64)
     cm = np.empty(NCTX * 256, np.int64)
     dtab = np.empty(NCTX * PROB_SCALE, np.uint32)
+    cb = np.empty(min(chunk, total) + 16, np.uint16)
+    syms = np.empty(min(chunk, total) + 16, np.uint8)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
                                  ref, has_ref, out, start, chks[c], planes, dec, dec3,
-                                 dec1, lens, tmp, version, ctxs, syms, f, cm, dtab)
+                                 dec1, lens, tmp, version, f, cm, dtab, cb, syms)
 
 
 @njit(nogil=True, cache=True)
@@ -1584,12 +1621,12 @@ def temporal_base(ref, start, n, layout):
 
 @njit(nogil=True, cache=True)
 def _tbase(r, n, mb, em):
-    E = 0
+    E = np.int32(0)
+    m = np.int32(em)
     for i in range(n):
-        e = (np.int64(r[i]) >> mb) & em
-        if e != em and e > E:
-            E = e
-    return E
+        e = np.int32(r[i] >> mb) & m
+        E = max(E, e & -np.int32(e != m))  # (branch-free: vectorizes)
+    return np.int64(E)
 
 
 @njit(nogil=True, cache=True)
@@ -1606,42 +1643,220 @@ def _mono(v, sb, mask):
 
 
 @njit(nogil=True, cache=True)
-def temporal_analyze(data, ref, start, n, layout, E, syms, ctxs, mags, hist):
-    """Symbols, contexts and |d| of the chunk into syms/ctxs/mags[0:n], the
-    symbol counts into hist[ctx * 256 + sym] (zeroed here).  Returns the raw
-    bit count."""
-    W, mb, em = _fparams(layout)
-    for j in range(NCTX * 256):
-        hist[j] = 0
-    if W == 32:
-        return _tanalyze(data[4 * start:4 * (start + n)].view(np.uint32),
-                         ref[4 * start:4 * (start + n)].view(np.uint32), n, W, mb, em, E,
-                         syms, ctxs, mags, hist)
-    return _tanalyze(data[2 * start:2 * (start + n)].view(np.uint16),
-                     ref[2 * start:2 * (start + n)].view(np.uint16), n, W, mb, em, E,
-                     syms, ctxs, mags, hist)
+def _unmono(m, sb, mask):
+    """Inverse of _mono (branchless)."""
+    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
+
+
+# Encoder.  The alone coding is counted exactly (stream_count, no split
+# into planes); the temporal and XOR codings are first estimated on a
+# sample (temporal_sample) and counted exactly only where they may win
+# (temporal_count: per element the joint symbol j = context * (2W + 1) +
+# symbol, u16, and the bits of |d| below its leading one, u32).  Counts are
+# kept in 4 partial tables (element i in table i % 4): consecutive elements
+# never wait on each other's increment, and the Huffman sizes need the
+# counts per sub-stream anyway.  Only the chosen mode is split into planes.
+@njit(nogil=True, cache=True)
+def _inc(h, j):
+    put(h, j, ld(h, j) + 1)
 
 
 @njit(nogil=True, cache=True)
-def _tanalyze(x, r, n, W, mb, em, E, syms, ctxs, mags, hist):
+def _tsyms(x, r, n, W, mb, em, E, jb, low):
+    """Joint symbols and raw bits (branch-free, no stores that depend on
+    the data: the loop vectorizes)."""
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
+    KS = 2 * W + 1
     raw = 0
     for i in range(n):
+        xv = np.int64(x[i])
         rv = np.int64(r[i])
-        c = _ctx_of(rv, E, mb, em)
-        d = (_mono(np.int64(x[i]), sb, mask) - _mono(rv, sb, mask)) & mask
+        e = (rv >> mb) & em
+        c = min(max(E - e, 0), 14)
+        c = 15 if e == em else c
+        d = (_mono(xv, sb, mask) - _mono(rv, sb, mask)) & mask
         neg = (d >> (W - 1)) & 1          # d read as signed W-bit
         a = ((d ^ -neg) + neg) & mask     # |d| (2^(W-1) for the most negative)
-        k = 64 - clz64(np.uint64(a))
-        nz = np.int64(k != 0)
-        s = 2 * k - nz + neg
+        # bit length of a from the exponent of float64(a >> 1) (an int32:
+        # exact, and unlike a count of leading zeros it vectorizes on AVX2)
+        nz = np.int64(a != 0)
+        k = max((f64_bits(np.float64(np.int32(a >> 1))) >> 52) - 1022, 0) + nz
         raw += k - nz
-        put(syms, i, s)
-        put(ctxs, i, c)
-        put(mags, i, a)
-        hist[(c << 8) + s] += 1
+        jb[i] = np.uint16(c * KS + 2 * k - nz + neg)
+        low[i] = np.uint32(a ^ ((np.int64(1) << k) >> 1))
     return raw
+
+
+SAMPLE = 32   # the estimates that decide which modes to analyse exactly use 1/SAMPLE
+
+
+@njit(nogil=True, cache=True)
+def _ent_bits(cnt, c0, m):
+    """Order-0 entropy (bits) of the counts cnt[c0:c0+m]."""
+    tot = 0
+    for s in range(m):
+        tot += cnt[c0 + s]
+    bits = 0.0
+    if tot > 0:
+        lt = np.log2(np.float64(tot))
+        for s in range(m):
+            c = cnt[c0 + s]
+            if c > 0:
+                bits += c * (lt - np.log2(np.float64(c)))
+    return bits
+
+
+@njit(nogil=True, cache=True)
+def temporal_sample(data, ref, start, n, layout, E, ts, xs):
+    """Estimated sizes (bytes) of the temporal and of the XOR coding of the
+    chunk from every SAMPLE-th group of 4 elements: order-0 entropies of the
+    (context, symbol) counts, raw bits and byte-stream counts, scaled
+    (no table costs: the estimates only decide whether to analyse a mode
+    exactly).  ts: int64[NCTX * 65], xs: int64[4 * 256] scratch.  Below
+    64 sampled groups it returns (0, 0): analyse everything."""
+    W, mb, em = _fparams(layout)
+    ts[:] = 0
+    xs[:] = 0
+    if n < 64 * 4 * SAMPLE:  # small chunk: analyse every mode exactly
+        return 0, 0
+    if W == 32:
+        raw, m = _tsample(data[4 * start:4 * (start + n)].view(np.uint32),
+                          ref[4 * start:4 * (start + n)].view(np.uint32), n, layout, E, ts, xs)
+    else:
+        raw, m = _tsample(data[2 * start:2 * (start + n)].view(np.uint16),
+                          ref[2 * start:2 * (start + n)].view(np.uint16), n, layout, E, ts, xs)
+    if m == 0:
+        return 0, 0
+    KS = 2 * W + 1
+    bt = np.float64(raw)
+    for c in range(NCTX):
+        bt += _ent_bits(ts, c * KS, KS)
+    ns = 2 if layout == LAYOUT_BF16 else (3 if layout == LAYOUT_F16 else 4)
+    bx = 0.0
+    for s in range(ns):
+        bx += min(_ent_bits(xs, s * 256, 256), 8.0 * m)
+    sc = n / (8.0 * m)
+    return np.int64(bt * sc), np.int64(bx * sc)
+
+
+@njit(nogil=True, cache=True)
+def _tsample(x, r, n, layout, E, ts, xs):
+    W, mb, em = _fparams(layout)
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    KS = 2 * W + 1
+    raw = 0
+    m = 0
+    for g in range(0, n - 3, 4 * SAMPLE):
+        for i in range(g, g + 4):
+            xv = np.int64(x[i])
+            rv = np.int64(r[i])
+            c = _ctx_of(rv, E, mb, em)
+            d = (_mono(xv, sb, mask) - _mono(rv, sb, mask)) & mask
+            neg = (d >> (W - 1)) & 1
+            a = ((d ^ -neg) + neg) & mask
+            k = 64 - clz64(np.uint64(a))
+            nz = np.int64(k != 0)
+            raw += k - nz
+            ts[c * KS + 2 * k - nz + neg] += 1
+            xr = xv ^ rv
+            if layout == LAYOUT_BF16:
+                xs[(xr >> 7) & 0xFF] += 1
+                xs[256 + (((xr >> 8) & 0x80) | (xr & 0x7F))] += 1
+            elif layout == LAYOUT_F16:
+                xs[(xr >> 10) & 0x1F] += 1
+                xs[256 + (((xr >> 13) & 4) | ((xr >> 8) & 3))] += 1
+                xs[512 + (xr & 0xFF)] += 1
+            else:
+                xs[(xr >> 23) & 0xFF] += 1
+                xs[256 + (((xr >> 24) & 0x80) | ((xr >> 16) & 0x7F))] += 1
+                xs[512 + ((xr >> 8) & 0xFF)] += 1
+                xs[768 + (xr & 0xFF)] += 1
+        m += 4
+    return raw, m
+
+
+@njit(nogil=True, cache=True)
+def stream_count(data, ref, use_ref, start, n, layout, hs):
+    """Byte-stream counts of the units (XOR the reference when use_ref) in 4
+    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here)."""
+    hs[:] = 0
+    if layout == LAYOUT_F32:
+        x = data[4 * start:4 * (start + n)].view(np.uint32)
+        r = ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 23) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
+            _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
+            _inc(hs, 3072 + hb + (v & 0xFF))
+        return
+    x = data[2 * start:2 * (start + n)].view(np.uint16)
+    r = ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x
+    if layout == LAYOUT_BF16:
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 7) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
+    else:
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 10) & 0x1F))
+            _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
+            _inc(hs, 2048 + hb + (v & 0xFF))
+
+
+@njit(nogil=True, cache=True)
+def temporal_count(data, ref, start, n, layout, E, jb, low, th):
+    """Joint symbols jb and raw bits low of the chunk, their counts in 4
+    partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns
+    the raw bit count."""
+    W, mb, em = _fparams(layout)
+    th[:] = 0
+    NK = NCTX * (2 * W + 1)
+    if W == 32:
+        x = data[4 * start:4 * (start + n)].view(np.uint32)
+        r = ref[4 * start:4 * (start + n)].view(np.uint32)
+        raw = _tsyms(x, r, n, W, mb, em, E, jb, low)
+    else:
+        x16 = data[2 * start:2 * (start + n)].view(np.uint16)
+        r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
+        raw = _tsyms(x16, r16, n, W, mb, em, E, jb, low)
+    for i in range(n):
+        _inc(th, ((i & 3) * NK) + np.int64(ld(jb, i)))
+    return raw
+
+
+@njit(nogil=True, cache=True)
+def temporal_hist(th, W, hist):
+    """Sum the 4 partial (context, symbol) tables into hist[ctx * 256 + sym]."""
+    KS = 2 * W + 1
+    NK = NCTX * KS
+    hist[:] = 0
+    for c in range(NCTX):
+        for s in range(KS):
+            j = c * KS + s
+            hist[(c << 8) + s] = (np.int64(th[j]) + np.int64(th[NK + j])
+                                  + np.int64(th[2 * NK + j]) + np.int64(th[3 * NK + j]))
+
+
+@njit(nogil=True, cache=True)
+def stream_hist(hs, ns, h):
+    """int32 stream counts hs[s * 1024 + k * 256 + c] -> int64 h[s, k, c]."""
+    for s in range(ns):
+        for k in range(4):
+            for c in range(256):
+                h[s, k, c] = hs[s * 1024 + k * 256 + c]
 
 
 @njit(nogil=True, cache=True)
@@ -1663,59 +1878,87 @@ def temporal_estimate(hist, f, cm, W):
     return tab + 16 + np.int64(np.ceil(bits / 8)), mask
 
 
-@njit(nogil=True, cache=True)
-def temporal_write(data, ref, start, n, layout, E, cmask, syms, ctxs, mags, f, cm, rawbits,
-                   out, o, lim, tbuf):
-    """Write a temporal chunk at out[o:] without passing lim.  Returns the
-    end position, or -1 if it does not fit."""
-    W, mb, em = _fparams(layout)
-    sb = np.int64(1) << (W - 1)
-    mask = (np.int64(1) << W) - 1
-    if o + 4 > lim:
-        return -1
-    out[o] = CHUNK_TEMPORAL
-    out[o + 1] = E
-    store_u16(out, o + 2, np.uint16(cmask))
-    o += 4
-    for c in range(NCTX):
-        if cmask & (1 << c):
-            if o + freq_table_bytes(f, c << 8, 2 * W + 1) > lim:
-                return -1
-            o = write_freq_table(f, c << 8, 2 * W + 1, out, o)
-    p = rans_encode(syms, ctxs, True, n, f, cm, tbuf)
-    R = tbuf.size - p
-    nraw = (rawbits + 7) >> 3
-    if o + 4 + R + nraw > lim:
-        return -1
-    store_u32(out, o, np.uint32(R))
-    o += 4
-    copy_bytes(out, o, tbuf, p, R)
-    o += R
-    # raw bits, LSB-first; exactly nraw bytes
-    q = _traw(mags, n, out, o)
-    if q != o + nraw:  # pragma: no cover - would be a bug
-        return -1
-    return q
+_ALL1 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 @njit(nogil=True, cache=True)
-def _traw(mags, n, out, o):
-    """The bits of each |d| below its leading one, LSB-first, at out[o:];
-    returns the end."""
+def _enc_entry(fs, cum, kb, et, j):
+    """Encoder table entry j (two u64): the reciprocal m with
+    x div f = mulhi(x, m) for x < 2^32 (exact: the error of m / 2^64 times
+    x is below 2^-32 < 1/f), and bias | (4096 - f) << 13 | kb << 26 | f << 32
+    with x' = x + bias + q * (4096 - f) = q * 4096 + x mod f + cum.  f = 1:
+    m = 2^64 - 1 gives q = x - 1, compensated by bias = cum + 4095."""
+    if fs == 1:
+        m = _ALL1
+        bias = cum + PROB_SCALE - 1
+    else:
+        m = _ALL1 // np.uint64(fs) + np.uint64(1)
+        bias = cum
+    et[2 * j] = m
+    et[2 * j + 1] = np.uint64(bias | ((PROB_SCALE - fs) << 13) | (kb << 26) | (fs << 32))
+
+
+@njit(nogil=True, cache=True)
+def _renc2(x, m, info, buf, p):
+    """Encode one symbol (table entry m, info) into state x (uint64 < 2^32),
+    pushing at most one 16-bit word below buf[p]; returns (x, p)."""
+    fs = info >> _S32
+    g = np.uint64(x >= (fs << np.uint64(20)))
+    store_u16(buf, p - 2, np.uint16(x & np.uint64(0xFFFF)))   # speculative
+    p -= np.int64(g) << 1
+    x >>= g << np.uint64(4)
+    q = mulhi64(x, m)
+    return x + (info & np.uint64(8191)) + q * ((info >> np.uint64(13)) & np.uint64(8191)), p
+
+
+@njit(nogil=True, cache=True)
+def _tenc(jb, n, et, buf):
+    """rANS-encode the joint symbols jb[0:n] backwards into the end of buf
+    (as rans_encode, with the packed table et).  Returns the stream start."""
+    p = buf.size
+    xs = np.empty(4, np.uint64)
+    xs[:] = np.uint64(RANS_L)
+    n4 = n & ~3
+    for i in range(n - 1, n4 - 1, -1):  # the last n % 4 symbols first
+        j = np.int64(ld(jb, i))
+        xs[i & 3], p = _renc2(xs[i & 3], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
+    x0 = xs[0]
+    x1 = xs[1]
+    x2 = xs[2]
+    x3 = xs[3]
+    for g in range(n4 - 4, -1, -4):
+        j3 = np.int64(ld(jb, g + 3))
+        j2 = np.int64(ld(jb, g + 2))
+        j1 = np.int64(ld(jb, g + 1))
+        j0 = np.int64(ld(jb, g))
+        x3, p = _renc2(x3, ld(et, 2 * j3), ld(et, 2 * j3 + 1), buf, p)
+        x2, p = _renc2(x2, ld(et, 2 * j2), ld(et, 2 * j2 + 1), buf, p)
+        x1, p = _renc2(x1, ld(et, 2 * j1), ld(et, 2 * j1 + 1), buf, p)
+        x0, p = _renc2(x0, ld(et, 2 * j0), ld(et, 2 * j0 + 1), buf, p)
+    p -= 16
+    store_u32(buf, p, np.uint32(x0))
+    store_u32(buf, p + 4, np.uint32(x1))
+    store_u32(buf, p + 8, np.uint32(x2))
+    store_u32(buf, p + 12, np.uint32(x3))
+    return p
+
+
+@njit(nogil=True, cache=True)
+def _traw(jb, low, n, kbt, out, o):
+    """The raw bits (low[i], kbt[jb[i]] of them) LSB-first at out[o:];
+    returns the end.  Stores 4 bytes at a time speculatively: out must
+    have 4 bytes of room past the end."""
     q = o
     acc = _U0
     nb = 0
     for i in range(n):
-        a = np.int64(ld(mags, i))
-        k = 64 - clz64(np.uint64(a))
-        kb = k - np.int64(k != 0)
-        acc |= np.uint64(a & ((np.int64(1) << kb) - 1)) << np.uint64(nb)
-        nb += kb
-        if nb >= 32:
-            store_u32(out, q, np.uint32(acc & _M32))
-            q += 4
-            acc >>= _S32
-            nb -= 32
+        acc |= np.uint64(ld(low, i)) << np.uint64(nb)
+        nb += np.int64(ld(kbt, np.int64(ld(jb, i))))
+        store_u32(out, q, np.uint32(acc & _M32))
+        g = np.int64(nb >= 32)
+        q += g << 2
+        acc >>= np.uint64(g << 5)
+        nb -= g << 5
     while nb > 0:
         out[q] = np.uint8(acc & np.uint64(0xFF))
         q += 1
@@ -1725,21 +1968,67 @@ def _traw(mags, n, out, o):
 
 
 @njit(nogil=True, cache=True)
-def temporal_decode(blob, pos, end, n, layout, ref, start, out, ctxs, syms, f, cm, dtab):
+def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et):
+    """Write a temporal chunk at out[o:] without passing lim (out must have 4
+    bytes of room past lim; tbuf: >= 2n + 16 bytes, kbt: uint8[NCTX * (2W +
+    1)] and et: uint64[2 * NCTX * (2W + 1)] scratch).  Returns the end
+    position, or -1 if it does not fit."""
+    KS = 2 * W + 1
+    if o + 4 > lim:
+        return -1
+    out[o] = CHUNK_TEMPORAL
+    out[o + 1] = E
+    store_u16(out, o + 2, np.uint16(cmask))
+    o += 4
+    for c in range(NCTX):
+        if cmask & (1 << c):
+            if o + freq_table_bytes(f, c << 8, KS) > lim:
+                return -1
+            o = write_freq_table(f, c << 8, KS, out, o)
+            for s in range(KS):
+                fs = f[(c << 8) + s]
+                if fs > 0:
+                    k = (s + 1) >> 1
+                    kb = k - np.int64(k != 0)
+                    _enc_entry(fs, cm[(c << 8) + s], kb, et, c * KS + s)
+                    kbt[c * KS + s] = kb
+    p = _tenc(jb, n, et, tbuf)
+    R = tbuf.size - p
+    nraw = (rawbits + 7) >> 3
+    if o + 4 + R + nraw > lim:
+        return -1
+    store_u32(out, o, np.uint32(R))
+    o += 4
+    copy_bytes(out, o, tbuf, p, R)
+    o += R
+    q = _traw(jb, low, n, kbt, out, o)
+    if q != o + nraw:  # pragma: no cover - would be a bug
+        return -1
+    return q
+
+
+# Decoder: a vectorized pass checks the context mask, one loop decodes the
+# symbols (context from the reference through a 256-entry table, 4
+# interleaved rANS states), one loop reads the raw bits and writes the units.
+@njit(nogil=True, cache=True)
+def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb, syms):
     """Decode a temporal chunk body blob[pos:end] (after the mode byte) into
-    out (units from start).  Returns a status (checksum not checked here)."""
+    out (units from start); cb: uint16[>= n], syms: uint8[>= n] scratch.
+    Returns a status (checksum not checked here)."""
     W, mb, em = _fparams(layout)
-    sb = np.int64(1) << (W - 1)
-    mask = (np.int64(1) << W) - 1
     if pos + 3 > end:
         return ERR_TRUNC
     E = np.int64(blob[pos])
     cmask = np.int64(load_u16(blob, pos + 1))
     pos += 3
     if W == 32:
-        used = _tctx(ref[4 * start:4 * (start + n)].view(np.uint32), n, E, mb, em, ctxs)
+        r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
+        o32 = out[4 * start:4 * (start + n)].view(np.uint32)
+        used = _tmask(r32, n, E, mb, em, cb, o32, W)
     else:
-        used = _tctx(ref[2 * start:2 * (start + n)].view(np.uint16), n, E, mb, em, ctxs)
+        r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
+        o16 = out[2 * start:2 * (start + n)].view(np.uint16)
+        used = _tmask(r16, n, E, mb, em, cb, o16, W)
     if used != cmask:
         return ERR_CTX
     for c in range(NCTX):
@@ -1754,56 +2043,134 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, ctxs, syms, f, c
     pos += 4
     if R > end - pos:
         return ERR_TRUNC
-    st = rans_decode(blob, pos, pos + R, dtab, ctxs, True, syms, n)
+    st = _tdsyms(blob, pos, pos + R, cb, n, dtab, syms)
     if st != OK:
         return st
     if W == 32:
-        return _trecon(blob, pos + R, end, ref[4 * start:4 * (start + n)].view(np.uint32),
-                       out[4 * start:4 * (start + n)].view(np.uint32), n, W, syms)
-    return _trecon(blob, pos + R, end, ref[2 * start:2 * (start + n)].view(np.uint16),
-                   out[2 * start:2 * (start + n)].view(np.uint16), n, W, syms)
+        st = _trecon(blob, pos + R, end, o32, n, W, syms)
+        _unmono_all(o32, n, W)
+    else:
+        st = _trecon(blob, pos + R, end, o16, n, W, syms)
+        _unmono_all(o16, n, W)
+    return st
 
 
 @njit(nogil=True, cache=True)
-def _tctx(r, n, E, mb, em, ctxs):
-    used = 0
-    for i in range(n):
-        c = _ctx_of(np.int64(r[i]), E, mb, em)
-        put(ctxs, i, c)
-        used |= 1 << c
-    return used
-
-
-@njit(nogil=True, cache=True)
-def _trecon(blob, bs, end, r, o, n, W, syms):
-    """Raw bits blob[bs:end] + symbols -> units o[0:n] (= r + d)."""
+def _tmask(r, n, E, mb, em, cb, o, W):
+    """cb[i] = context of r[i] << 12 (u16), o[i] = mono(r[i]); returns the
+    set of contexts (branch-free: vectorizes)."""
+    used = np.int32(0)
+    E32 = np.int32(E)
+    m = np.int32(em)
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
-    L = end - bs
+    for i in range(n):
+        rv = r[i]
+        e = np.int32(rv >> mb) & m
+        c = min(max(E32 - e, np.int32(0)), np.int32(14))
+        c = np.int32(15) if e == m else c
+        used |= np.int32(1) << c
+        cb[i] = np.uint16(c << PROB_BITS)
+        o[i] = _mono(np.int64(rv), sb, mask)
+    return np.int64(used)
+
+
+@njit(nogil=True, cache=True)
+def _unmono_all(o, n, W):
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    for i in range(n):
+        o[i] = _unmono(np.int64(o[i]), sb, mask)
+
+
+@njit(nogil=True, cache=True)
+def _tdstep(x, i, cb, dtab, syms, blob, p):
+    """Symbol i from state x (table of its context, at cb[i]), renormalised
+    from blob[p] (2 bytes known inside the blob); returns (x, p)."""
+    e = np.int64(ld(dtab, np.int64(ld(cb, i)) + (x & 4095)))
+    put(syms, i, e & 255)
+    x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
+    g = np.int64(x < RANS_L)
+    x = (x << (g << 4)) | (np.int64(load_u16(blob, p)) & -g)
+    return x, p + (g << 1)
+
+
+@njit(nogil=True, cache=True)
+def _tdsyms(blob, pos, end, cb, n, dtab, syms):
+    """The n symbols of the rANS stream blob[pos:end] into syms (symbol i
+    with the context table at dtab[cb[i]:]).  Every word read is checked
+    against end; the stream must be consumed exactly and all 4 final
+    states must equal 2^16."""
+    if end - pos < 16:
+        return ERR_RANS
+    x0 = np.int64(load_u32(blob, pos))
+    x1 = np.int64(load_u32(blob, pos + 4))
+    x2 = np.int64(load_u32(blob, pos + 8))
+    x3 = np.int64(load_u32(blob, pos + 12))
+    if x0 < RANS_L or x1 < RANS_L or x2 < RANS_L or x3 < RANS_L:
+        return ERR_RANS
+    p = pos + 16
     i = 0
-    # fast: a 64-bit bit buffer (nb valid bits) refilled 32 bits at a time
-    # from byte q while q + 4 <= L; an element takes <= 31 bits
-    acc = _U0
-    nb = 0
-    q = 0
+    n4 = n & ~3
+    while i < n4 and p + 8 <= end:   # <= 4 words per 4 symbols
+        x0, p = _tdstep(x0, i, cb, dtab, syms, blob, p)
+        x1, p = _tdstep(x1, i + 1, cb, dtab, syms, blob, p)
+        x2, p = _tdstep(x2, i + 2, cb, dtab, syms, blob, p)
+        x3, p = _tdstep(x3, i + 3, cb, dtab, syms, blob, p)
+        i += 4
+    xs = np.empty(4, np.int64)
+    xs[0] = x0
+    xs[1] = x1
+    xs[2] = x2
+    xs[3] = x3
     while i < n:
-        if nb < 32:
-            if q + 4 > L:
-                break
-            acc |= np.uint64(load_u32(blob, bs + q)) << np.uint64(nb)
-            q += 4
-            nb += 32
-        s = np.int64(ld(syms, i))
-        k = (s + 1) >> 1
-        kb = k - np.int64(k != 0)
-        neg = np.int64(s != 0) & (1 - (s & 1))
-        a = ((np.int64(1) << k) >> 1) | np.int64(acc & np.uint64((np.int64(1) << kb) - 1))
-        acc >>= np.uint64(kb)
-        nb -= kb
-        d = (a ^ -neg) + neg
-        o[i] = _unmono((_mono(np.int64(ld(r, i)), sb, mask) + d) & mask, sb, mask)
+        k = i & 3
+        x = xs[k]
+        e = np.int64(dtab[np.int64(cb[i]) + (x & 4095)])
+        syms[i] = e & 255
+        x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
+        if x < RANS_L:
+            if p + 2 > end:
+                return ERR_RANS
+            x = (x << 16) | np.int64(load_u16(blob, p))
+            p += 2
+        xs[k] = x
         i += 1
-    b = 8 * q - nb  # bits consumed
+    if p != end:
+        return ERR_RANS
+    for k in range(4):
+        if xs[k] != RANS_L:
+            return ERR_RANS
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def _trecon(blob, bs, end, o, n, W, syms):
+    """Raw bits blob[bs:end] + symbols: o[i] = mono(r[i]) -> mono(r[i]) + d
+    (mod 2^W; _unmono_all then gives the units).  The fast
+    loop reads 8 bytes at bit b (branch-free) while they lie inside the
+    raw stream; the rest byte by byte with checks."""
+    mask = (np.int64(1) << W) - 1
+    L = end - bs
+    b = 0
+    i = 0
+    # per symbol: leading one | raw bit count << 32 | negative << 40
+    stab = np.empty(256, np.int64)
+    for s in range(256):
+        k = min((s + 1) >> 1, W)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        stab[s] = ((np.int64(1) << k) >> 1) | ((k - np.int64(k != 0)) << 32) | (neg << 40)
+    # an element takes <= W - 1 bits: the 8 bytes at b >> 3 hold them
+    while i < n and (b >> 3) + 8 <= L:
+        t = ld(stab, np.int64(ld(syms, i)))
+        kb = (t >> 32) & 63
+        neg = -(t >> 40)
+        a = (t & 0xFFFFFFFF) | np.int64(
+            (load_u64(blob, bs + (b >> 3)) >> np.uint64(b & 7))
+            & ((np.uint64(1) << np.uint64(kb)) - np.uint64(1)))
+        b += kb
+        put(o, i, (np.int64(ld(o, i)) + ((a ^ neg) - neg)) & mask)
+        i += 1
     while i < n:
         s = np.int64(ld(syms, i))
         k = (s + 1) >> 1
@@ -1815,7 +2182,7 @@ def _trecon(blob, bs, end, r, o, n, W, syms):
         a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
         b += kb
         d = (a ^ -neg) + neg
-        o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+        o[i] = (np.int64(o[i]) + d) & mask
         i += 1
     if (b + 7) >> 3 != L:
         return ERR_BITS
@@ -1823,9 +2190,3 @@ def _trecon(blob, bs, end, r, o, n, W, syms):
         if (blob[bs + L - 1] >> (b & 7)) != 0:
             return ERR_BITS
     return OK
-
-
-@njit(nogil=True, cache=True)
-def _unmono(m, sb, mask):
-    """Inverse of _mono (branchless)."""
-    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))

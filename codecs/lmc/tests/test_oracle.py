@@ -224,19 +224,33 @@ def test_temporal_estimate_matches_actual():
     n = x.size
     xb, rb = x.view(np.uint8), r.view(np.uint8)
     E = K.temporal_base(rb, 0, n, K.LAYOUT_BF16)
-    syms = np.empty(n, np.uint8)
-    ctxs = np.empty(n, np.uint8)
+    jb = np.empty(n, np.uint16)
+    low = np.empty(n, np.uint32)
+    th = np.empty(4 * 16 * 65, np.int32)
+    ha = np.empty(2 * 1024, np.int32)
+    hx = np.empty(2 * 1024, np.int32)
     hist = np.empty(16 * 256, np.int64)
     f = np.zeros(16 * 256, np.int64)
     cm = np.zeros(16 * 256, np.int64)
-    mags = np.empty(n, np.uint32)
-    raw = K.temporal_analyze(xb, rb, 0, n, K.LAYOUT_BF16, E, syms, ctxs, mags, hist)
+    raw = K.temporal_count(xb, rb, 0, n, K.LAYOUT_BF16, E, jb, low, th)
+    K.stream_count(xb, rb, False, 0, n, K.LAYOUT_BF16, ha)
+    K.stream_count(xb, rb, True, 0, n, K.LAYOUT_BF16, hx)
+    K.temporal_hist(th, 16, hist)
     est, cmask = K.temporal_estimate(hist, f, cm, 16)
     out = np.zeros(4 * n, np.uint8)
-    end = K.temporal_write(xb, rb, 0, n, K.LAYOUT_BF16, E, cmask, syms, ctxs, mags, f, cm, raw, out, 0,
-                           out.size, np.zeros(2 * n + 16, np.uint8))
+    end = K.temporal_write(E, cmask, jb, low, n, 16, f, cm, raw, out, 0, out.size,
+                           np.zeros(2 * n + 16, np.uint8), np.zeros(16 * 65, np.uint8),
+                           np.zeros(2 * 16 * 65, np.uint64))
     est_total = 4 + est + 4 + (raw + 7) // 8
     assert abs(end - est_total) <= 16, (end, est_total)
+    # the stream counts of the units and of the units XOR the reference
+    e_a, m_a = _py_planes_bf16(x)
+    e_x, m_x = _py_planes_bf16((x.view(np.uint16) ^ r.view(np.uint16)).view(ml_dtypes.bfloat16))
+    for hs, planes in ((ha, (e_a, m_a)), (hx, (e_x, m_x))):
+        for s, p in enumerate(planes):
+            for k in range(4):
+                want_h = np.bincount(p[k::4], minlength=256)
+                assert np.array_equal(hs[s * 1024 + k * 256:s * 1024 + k * 256 + 256], want_h)
     # python oracle: the symbols are the (class, sign) of the monotone difference
     W, sb, mask = 16, 1 << 15, 0xFFFF
     xv, rv = x.view(np.uint16).astype(np.int64), r.view(np.uint16).astype(np.int64)
@@ -248,5 +262,11 @@ def test_temporal_estimate_matches_actual():
     a = np.where(neg, (-d) & mask, d)
     k = np.array([int(v).bit_length() for v in a])
     want = np.where(a == 0, 0, 2 * k - 1 + neg)
-    assert np.array_equal(syms, want.astype(np.uint8))
-    assert np.array_equal(mags, a.astype(np.uint32))
+    ectx = (rv >> 7) & 0xFF
+    ctx = np.where(ectx == 0xFF, 15, np.clip(E - ectx, 0, 14))
+    assert np.array_equal(jb, (ctx * 33 + want).astype(np.uint16))
+    want_low = np.where(a == 0, 0, a - (1 << np.maximum(k - 1, 0)))
+    assert np.array_equal(low, want_low.astype(np.uint32))
+    for c in range(16):
+        for s in range(33):
+            assert hist[c * 256 + s] == np.sum((ctx == c) & (want == s))
