@@ -172,9 +172,7 @@ class ZipNNPerTensor(Method):
     name = "zipnn"
     MIN_BYTES = 256
 
-    def __init__(self, root, cfg):
-        super().__init__(root, cfg)
-        self._z = {}
+    _z = {}  # (dtype name, threads) -> a ZipNN object, made once per process (the warm-up makes them)
 
     def path(self, step):
         return os.path.join(self.dir, f"step-{step}.zipnn")
@@ -182,11 +180,10 @@ class ZipNNPerTensor(Method):
     def _zipnn(self, dtype):
         from zipnn import ZipNN
 
-        name = _ZIPNN_DTYPES.get(dtype, "bfloat16")
-        if name not in self._z:
-            self._z[name] = ZipNN(method="AUTO", input_format="byte", bytearray_dtype=name,
-                                  threads=self.cfg.threads or 0)
-        return self._z[name]
+        key = (_ZIPNN_DTYPES.get(dtype, "bfloat16"), self.cfg.threads or 0)
+        if key not in self._z:
+            self._z[key] = ZipNN(method="AUTO", input_format="byte", bytearray_dtype=key[0], threads=key[1])
+        return self._z[key]
 
     def _save(self, state, step, keyframe):
         skel = io.BytesIO()
