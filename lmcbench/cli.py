@@ -112,9 +112,11 @@ def run_task(cfg, out_dir: str) -> dict:
     task = cfg.get("task") or "bench"
     if task == "excp":
         return run_excp_task(cfg, out_dir)
+    if task == "store":
+        return run_store_task(cfg, out_dir)
     if task != "bench":
         raise ConfigError(f"task: unknown task {task!r}; known: bench (the lossless grid), excp (lossy, "
-                          "experiment=excp)")
+                          "experiment=excp), store (saving checkpoints, experiment=checkpoint_store)")
     from omegaconf import OmegaConf
 
     from .bench import runner
@@ -187,6 +189,26 @@ def run_excp_task(cfg, out_dir: str) -> dict:
     _render_preset(cfg, out_dir)
     print(f"excp (lossy): {os.path.join(out_dir, 'summary.json')}: ratio_full {summary['ratio_full']:.1f}x, "
           f"final eval loss {summary['final_eval_loss_compressed']:.4f} vs {summary['final_eval_loss_baseline']:.4f}")
+    return summary
+
+
+def run_store_task(cfg, out_dir: str) -> dict:
+    """``task: store`` (``lmcbench experiment=checkpoint_store``): a series' checkpoints saved by each method."""
+    from omegaconf import OmegaConf
+
+    from .sources import get_source
+    from .store import run_store
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        f.write(OmegaConf.to_yaml(cfg))
+    env = environment(cfg, get_source(c["source"]), {})
+    t0 = time.time()
+    summary = run_store(c, out_dir, log=lambda m: print(m, file=sys.stderr))
+    _write_environment(env, {k: v for k, v in summary.items() if not isinstance(v, (list, dict))}, t0, out_dir)
+    _render_preset(cfg, out_dir)
+    print(f"store: {os.path.join(out_dir, 'store_checkpoints.csv')}; every restore bit-exact: {summary['verified']}")
     return summary
 
 

@@ -135,3 +135,12 @@ def test_excp_options_merge_onto_the_dataclass_defaults():
     assert run == dataclasses.asdict(ExCPRunConfig())
     cfg, run = _opts({"excp": yaml("experiment", "excp")["excp"]})
     assert cfg.archiver == "zstd" and run["eval_batches"] == 16 and run["sweep"]["steps"] == 2
+
+
+# ------------------------------------------------------------------------------------------- checkpoint_store
+def test_checkpoint_store_preset_states_the_dataclass_defaults():
+    from lmcbench.store import StoreConfig
+
+    stated = yaml("experiment", "checkpoint_store")["store"]
+    assert differences(stated, field_defaults(StoreConfig)) == {}
+    assert StoreConfig.from_options(stated) == StoreConfig()

@@ -1,0 +1,165 @@
+"""``task: store`` (``lmcbench experiment=checkpoint_store``): every method round-trips bit-exactly, the LMC archive is
+smaller than torch.save after the first step, the report holds the values of the CSV, bad options are one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from lmcbench import cli
+from lmcbench.errors import ConfigError
+from lmcbench.store import METHODS, StoreConfig
+
+from lmcbench_testlib import REPO, make_trainer_folder, run_cli
+
+MiB = 2**20
+
+
+def renderer():
+    spec = importlib.util.spec_from_file_location("lmcbench_experiment_checkpoint_store",
+                                                  REPO / "experiments" / "checkpoint_store.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def big_model_folder(root, steps=(10, 20, 30)):
+    """A Trainer folder of a model large enough (~40k parameters) that coding against the previous step pays for
+    the archive's own headers: two Linear layers and AdamW with a small learning rate."""
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.ReLU(), torch.nn.Linear(256, 32))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    done = 0
+    for step in steps:
+        for _ in range(step - done):
+            x = torch.randn(16, 128)
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        done = step
+        d = root / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+                  str(d / "model.safetensors"), metadata={"format": "pt"})
+        torch.save(opt.state_dict(), d / "optimizer.pt")
+    return root
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """The preset on a small Trainer folder (3 checkpoints, keyframe every 2), through run_task, rendered."""
+    base = tmp_path_factory.mktemp("store")
+    big_model_folder(base / "train")
+    results = base / "results"
+    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "experiment=checkpoint_store", "source=hf_trainer", f"source.path={base / 'train'}",
+            "store.keyframe_every=2", f"results_dir={results}"])
+    summary = cli.run_task(cfg, str(base / "run"))
+    df = pd.read_csv(base / "run" / "store_checkpoints.csv", keep_default_na=False, na_values=[""])
+    return base / "run", results / "checkpoint_store", summary, df
+
+
+def test_every_method_round_trips(run):
+    _, _, summary, df = run
+    assert summary["verified"] is True
+    assert set(summary["methods"]) == set(METHODS), summary["notes"]  # every library is in the test environment
+    for variant in ("fp32", "bf16"):
+        part = df[df["variant"] == variant]
+        assert len(part) == 3 * len(METHODS)
+        restored = part[part["restore"].notna()]
+        assert set(restored["restore"]) == {"middle", "last"}
+        assert len(restored) == 2 * len(METHODS) and restored["verified"].astype(str).eq("True").all()
+        assert (part["bytes"] > 0).all() and (part["blocked_s"] >= 0).all()
+        assert (part["total_s"] >= part["blocked_s"]).all()
+        assert list(part[part["method"] == "lmc_dcp"]["keyframe"].astype(str)) == ["True", "False", "True"]
+    # bf16 weights: fewer tensor bytes than fp32
+    sb = df.groupby("variant")["state_bytes"].first()
+    assert sb["bf16"] < sb["fp32"]
+
+
+def test_lmc_archive_is_smaller_than_torch_save_after_the_first_step(run):
+    _, _, _, df = run
+    for variant in ("fp32", "bf16"):
+        part = df[df["variant"] == variant]
+        ts = part[part["method"] == "torch_save"].set_index("step")["bytes"]
+        for m in ("lmc_archive", "lmc_archive_bg"):
+            a = part[part["method"] == m].set_index("step")["bytes"]
+            assert all(a[s] < ts[s] for s in ts.index[1:]), (variant, m, a.to_dict(), ts.to_dict())
+
+
+def test_the_report_holds_the_values_of_the_csv(run):
+    run_dir, out, summary, df = run
+    text = (out / "report.md").read_text()
+    assert text.startswith("# ") and "- command:" in text
+    assert (out / "bytes_and_blocked.png").stat().st_size > 1000
+    assert json.loads((out / "summary.json").read_text())["steps"] == [10, 20, 30]
+    for variant in ("fp32", "bf16"):
+        section = text[text.index(f"## Weights {variant}"):]
+        part = df[df["variant"] == variant]
+        ref = part[part["method"] == "torch_save"]["bytes"].mean()
+        for m in METHODS:
+            rows = part[part["method"] == m]
+            line = next(ln for ln in section.splitlines() if ln.startswith(f"| {m} |"))
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            last = rows[rows["restore"] == "last"]["restore_s"].iloc[0]
+            middle = rows[rows["restore"] == "middle"]["restore_s"].iloc[0]
+            assert cells == [m, f"{rows['bytes'].mean() / MiB:.3f}", f"{ref / rows['bytes'].mean():.3f}",
+                             f"{rows['blocked_s'].mean():.4f}", f"{rows['total_s'].mean():.4f}", f"{last:.4f}",
+                             f"{middle:.4f}", "yes"]
+            # and summary.json's table holds the same numbers
+            t = summary["table"][variant][m]
+            assert t["mean_bytes"] == pytest.approx(rows["bytes"].mean())
+            assert t["mean_blocked_s"] == pytest.approx(rows["blocked_s"].mean())
+            assert t["verified"] is True
+    assert "LMC archive smaller than torch.save at every step after the first: yes" in text
+    # the renderer run again on the run folder gives the same report
+    again = renderer().render(str(run_dir), str(out.parent / "again"))
+    assert open(again).read() == text
+
+
+def test_a_trainer_folder_of_the_test_library_round_trips(tmp_path):
+    """The shared test folder (safetensors weights, AdamW built from named parameters), a subset of methods."""
+    from lmcbench.store import run_store
+
+    make_trainer_folder(tmp_path / "out", steps=(10, 20))
+    s = run_store({"source": {"type": "hf_trainer", "path": str(tmp_path / "out")},
+                   "store": {"methods": ["torch_save", "zipnn", "lmc_archive", "lmc_dcp"], "variants": ["bf16"]}},
+                  str(tmp_path / "run"), log=lambda m: None)
+    assert s["verified"] and set(s["table"]["bf16"]) == {"torch_save", "zipnn", "lmc_archive", "lmc_dcp"}
+    assert not (tmp_path / "run" / "checkpoints").exists()  # deleted as it went (keep_checkpoints false)
+
+
+@pytest.mark.parametrize("opts, needle", [
+    ({"keyframe_every": 0}, "store.keyframe_every: expected a positive integer"),
+    ({"methods": ["torch_save", "pickle"]}, "store.methods: unknown 'pickle'"),
+    ({"variants": ["fp8"]}, "store.variants: unknown 'fp8'"),
+    ({"variants": []}, "store.variants: expected a non-empty list"),
+    ({"threads": 0}, "store.threads: expected a positive integer or null"),
+    ({"zstd_level": 30}, "store.zstd_level: expected an integer in [1, 22]"),
+    ({"keep_checkpoints": "yes"}, "store.keep_checkpoints: expected true or false"),
+    ({"speed": 1}, "store: unknown option(s) speed"),
+])
+def test_bad_options_are_one_clear_line(opts, needle):
+    with pytest.raises(ConfigError) as e:
+        StoreConfig.from_options(opts)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_options_on_the_command_line(tmp_path):
+    p = run_cli(["experiment=checkpoint_store", "store.keyframe_every=0", f"hydra.run.dir={tmp_path / 'run'}",
+                 f"results_dir={tmp_path / 'res'}"], cwd=tmp_path, cache=tmp_path / "cache")
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "lmcbench: error: store.keyframe_every: expected a positive integer (checkpoints), got 0"]
+    p = run_cli(["experiment=checkpoint_store", "source=files", "source.path=/nonexistent",
+                 f"hydra.run.dir={tmp_path / 'run2'}"], cwd=tmp_path, cache=tmp_path / "cache")
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
