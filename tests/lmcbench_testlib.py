@@ -233,3 +233,25 @@ def tiny_overrides() -> list[str]:
     return ["source=tinygpt"] + [f"source.train.{k}={v}" for k, v in TINY_TRAIN.items()]
 
 
+
+
+def assert_one_line_error(excinfo, *needles):
+    """A raised LmcbenchError whose message is one line holding each of ``needles``; returns the message."""
+    from lmcbench.errors import LmcbenchError
+
+    msg = str(excinfo.value)
+    assert isinstance(excinfo.value, LmcbenchError)
+    assert "\n" not in msg.strip(), msg
+    for n in needles:
+        assert str(n) in msg, f"{n!r} not in {msg!r}"
+    return msg
+
+
+def load_experiment(name: str):
+    """The renderer ``experiments/<name>.py`` as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"lmcbench_experiment_{name}", REPO / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

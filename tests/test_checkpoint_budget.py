@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import pandas as pd
 import pytest
 
-from lmcbench_testlib import REPO
+from lmcbench_testlib import load_experiment
 
 MiB = 2**20
 
 
 @pytest.fixture(scope="module")
 def cb():
-    spec = importlib.util.spec_from_file_location("lmcbench_experiment_checkpoint_budget",
-                                                  REPO / "experiments" / "checkpoint_budget.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("checkpoint_budget")
 
 
 BF16 = {"weight": "bfloat16", "exp_avg": "float32", "exp_avg_sq": "float32"}

@@ -3,7 +3,6 @@ smaller than torch.save after the first step, the report holds the values of the
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pandas as pd
@@ -14,17 +13,13 @@ from lmcbench import cli
 from lmcbench.errors import ConfigError
 from lmcbench.store import METHODS, StoreConfig
 
-from lmcbench_testlib import REPO, make_trainer_folder, run_cli
+from lmcbench_testlib import load_experiment, make_trainer_folder, run_cli
 
 MiB = 2**20
 
 
 def renderer():
-    spec = importlib.util.spec_from_file_location("lmcbench_experiment_checkpoint_store",
-                                                  REPO / "experiments" / "checkpoint_store.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("checkpoint_store")
 
 
 def big_model_folder(root, steps=(10, 20, 30)):

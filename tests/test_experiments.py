@@ -3,7 +3,6 @@ given (an in-process grid run on a small Trainer folder), and the presets run en
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
@@ -18,7 +17,7 @@ from lmcbench.report.header import collect
 from lmcbench.sources import get_source
 from lmcbench.transforms import Pipeline
 
-from lmcbench_testlib import REPO, make_trainer_folder
+from lmcbench_testlib import REPO, load_experiment, make_trainer_folder
 
 # renderers of lossless grid runs (excp renders its own lossy run: tests/test_excp_experiment.py; checkpoint_store
 # its own task's files: tests/test_checkpoint_store.py)
@@ -27,11 +26,8 @@ RENDERERS = sorted(p[:-3] for p in os.listdir(REPO / "experiments") if p.endswit
 GiB = 2**30
 
 
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"lmcbench_experiment_{name}", REPO / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+load = load_experiment
+
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
 
-from lmcbench.errors import LmcbenchError, SourceError
+from lmcbench.errors import SourceError
 from lmcbench.sources import get_source
 
-from lmcbench_testlib import BF16, to_np
+from lmcbench_testlib import BF16, assert_one_line_error, to_np
 
 STEPS = (10, 20, 30)
 FORMATS = ("plain", "zstd", "lmc")
@@ -82,15 +82,6 @@ def write_series(root: Path, fmt: str, marker: Path | None = None) -> dict:
 def series(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"dcp_{request.param}") / "run"
     return request.param, root, write_series(root, request.param)
-
-
-def assert_one_line_error(excinfo, *needles):
-    msg = str(excinfo.value)
-    assert isinstance(excinfo.value, LmcbenchError)
-    assert "\n" not in msg.strip(), msg
-    for n in needles:
-        assert str(n) in msg, f"{n!r} not in {msg!r}"
-    return msg
 
 
 def test_every_tensor_bit_exact_with_kinds_and_steps(series):

@@ -14,10 +14,10 @@ import torch
 
 from lmcbench.checkpoints import safetensors as st_format
 from lmcbench.checkpoints import torchfile
-from lmcbench.errors import ConfigError, LmcbenchError, SourceError
+from lmcbench.errors import ConfigError, SourceError
 from lmcbench.sources import TensorRecord, get_source
 
-from lmcbench_testlib import BF16, PARAM_NAMES, PARAM_SHAPES, make_trainer_folder, to_np
+from lmcbench_testlib import BF16, PARAM_NAMES, PARAM_SHAPES, assert_one_line_error, make_trainer_folder, to_np
 
 
 def hf(path, **kw):
@@ -50,15 +50,6 @@ def check_tensor_major(entries):
     for k in set(keys):
         steps = [e.step for e in entries if e.key == k]
         assert steps == sorted(steps) and len(set(steps)) == len(steps)
-
-
-def assert_one_line_error(excinfo, *needles):
-    msg = str(excinfo.value)
-    assert isinstance(excinfo.value, LmcbenchError)
-    assert "\n" not in msg.strip(), msg
-    for n in needles:
-        assert str(n) in msg, f"{n!r} not in {msg!r}"
-    return msg
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ import glob
 import os
 import re
 import sys
-import time
 
 import ml_dtypes
 import numpy as np
@@ -25,6 +24,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import lmc  # noqa: E402
+from bench import best  # noqa: E402  (the timing helper of bench.py beside this file)
 from lmc._core import _compress  # noqa: E402
 
 try:
@@ -49,16 +49,6 @@ def load_step(folder):
     for key in ("exp_avg", "exp_avg_sq"):
         kinds[key] = [st[i][key].float().numpy().ravel() for i in sorted(st)]
     return {k: np.concatenate(v).astype(np.float32) for k, v in kinds.items()}
-
-
-def best(f, repeat):
-    ts = []
-    r = None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        r = f()
-        ts.append(time.perf_counter() - t)
-    return min(ts), r
 
 
 def measure(x, r, repeat, zdt):
