@@ -47,11 +47,16 @@ class LMCStorageWriter(StorageWriter):
     ``reference``: an earlier LMC DCP checkpoint folder; a chunk with the same FQN, offsets, sizes and dtype
     there is this chunk's reference (XOR delta per LMC chunk where smaller); other chunks are coded alone.
     Loading then needs the reference (and its own references) in place. ``keyframe=True`` ignores
-    ``reference``. ``threads``: LMC threads (None: all cores). Bytes items are stored as they are, or
+    ``reference``, and so does a reference already ``max_chain - 1`` links deep: the checkpoint is then a
+    keyframe, so that loading one decodes at most ``max_chain`` versions of a tensor and the cost of a save
+    (which decodes its reference) stays bounded however long the run (``None``: no limit). ``threads``: LMC threads (None: all cores). Bytes items are stored as they are, or
     zlib-compressed when smaller."""
 
-    def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True):
+    def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True, max_chain=10):
         super().__init__()
+        if max_chain is not None and (isinstance(max_chain, bool) or not isinstance(max_chain, int) or max_chain < 1):
+            raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")
+        self.max_chain = max_chain
         self.path = os.fspath(path)
         self.reference = None if reference is None else os.fspath(reference)
         self.keyframe = bool(keyframe)
@@ -97,8 +102,22 @@ class LMCStorageWriter(StorageWriter):
                 raise ValueError(f"lmc.dcp: {self.path}: a checkpoint cannot be its own reference")
             if not os.path.isdir(self.reference):
                 raise FileNotFoundError(f"lmc.dcp: reference checkpoint {self.reference}: no such folder")
-            self._ref = _Checkpoint(self.reference, self.threads)
-        return self._ref
+            ref = _Checkpoint(self.reference, self.threads)
+            self._ref = False if self._too_deep(ref) else ref
+        return None if self._ref is False else self._ref
+
+    def _too_deep(self, ref) -> bool:
+        """Whether coding against ``ref`` would make a chain of more than ``max_chain`` checkpoints."""
+        if self.max_chain is None:
+            return False
+        links = 1  # this checkpoint against ref
+        ck = ref
+        while ck.doc.get("reference") is not None:
+            links += 1
+            if links >= self.max_chain:
+                return True
+            ck = ck.reference()
+        return links >= self.max_chain
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         os.makedirs(self.path, exist_ok=True)

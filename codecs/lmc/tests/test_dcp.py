@@ -306,3 +306,26 @@ def test_reader_errors_are_format_errors(tmp_path, good):
     with pytest.raises(lmc.FormatError):
         for key in ck.items:
             ck.decode(key)
+
+
+def test_max_chain_bounds_the_reference_chain(tmp_path):
+    """Each save against the one before; with max_chain=3 every third checkpoint is a keyframe, so loading
+    any of them decodes at most three versions of a tensor, and every one loads bit-exact."""
+    m, opt, step = train_state()
+    states, prev = [], None
+    for i in range(7):
+        sd = snapshot(m, opt)
+        states.append(sd)
+        save(sd, tmp_path / f"step-{i}", reference=prev, max_chain=3)
+        prev = tmp_path / f"step-{i}"
+        step()
+    keyframes = [meta(tmp_path / f"step-{i}")["reference"] is None for i in range(7)]
+    assert keyframes == [True, False, False, True, False, False, True]
+    for i, sd in enumerate(states):
+        assert_same(sd, load(sd, tmp_path / f"step-{i}"))
+    # no limit: one chain
+    save(states[-1], tmp_path / "free", reference=tmp_path / "step-5", max_chain=None)
+    assert meta(tmp_path / "free")["reference"] is not None
+    for bad in (0, -1, True, 2.5):
+        with pytest.raises(ValueError, match="max_chain"):
+            LMCStorageWriter(tmp_path / "x", max_chain=bad)
