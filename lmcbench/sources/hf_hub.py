@@ -1,5 +1,5 @@
-"""A Hugging Face Hub repository's revisions as a series: ``source.repo_id`` at ``source.revisions`` (branches,
-tags or commits, e.g. Pythia's ``step1000``), each revision a checkpoint folder as the Trainer writes it (the
+"""A Hugging Face Hub repository's revisions as a series: ``source.repo_id`` at ``source.revisions`` (branches
+or tags, e.g. Pythia's ``step1000``), each revision a checkpoint folder as the Trainer writes it (the
 weights, and ``optimizer.pt`` with Adam's moments when the repository has one), read by
 :mod:`lmcbench.checkpoints.trainer_folder` as ``source=hf_trainer`` reads a local ``checkpoint-<step>/``.
 
@@ -16,7 +16,13 @@ tensor is loaded and deleted from the cache once the run moves to the next one (
 run). Only what this run put into the cache is deleted: the files of the repository's cache folder that were
 not there before the revision was fetched (its snapshot links, its blobs unless a snapshot kept in the cache
 still links to them, the ref and the tree listing). Nothing is deleted when the run stops on an error, and a
-revision already in the cache before the run is left as it was.
+revision already in the cache before the run is left as it was. (Another process downloading into the same
+repository's cache folder at the same moment would have its new files counted as this run's.)
+
+Step-major, the first selected revision is fetched to build the index and the others are listed with its
+tensors; each is checked against them when it is fetched (a revision with other tensors is a one-line error).
+Tensors are copied into memory when loaded, so that a deleted revision's files are not kept alive by the
+runner's references (memory-mapped files only free their disk space when unmapped).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..checkpoints.fileio import one_line
 from ..errors import ConfigError, SourceError
@@ -41,9 +48,15 @@ ALLOW_PATTERNS = ["model.safetensors", "model-*-of-*.safetensors", "model.safete
 
 
 def _log(msg: str) -> None:
-    from tqdm.auto import tqdm
-
     tqdm.write(msg, file=sys.stderr)  # between the lines of a progress bar, if one is drawn
+
+
+class _Quiet(tqdm):
+    """No progress bar (the dry run's, which lists files)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["disable"] = True
+        super().__init__(*args, **kwargs)
 
 
 def _size(n: float) -> str:
@@ -55,8 +68,9 @@ def _size(n: float) -> str:
 
 
 def read_files(names: list[str]) -> list[str]:
-    """The files of ``names`` (a revision's, relative) that :func:`~lmcbench.checkpoints.trainer_folder.weight_refs`
-    reads: safetensors weights leave any ``pytorch_model*.bin`` out, one ``model.safetensors`` its shards too."""
+    """The files of ``names`` (a revision's, relative) worth fetching, as
+    :func:`~lmcbench.checkpoints.trainer_folder.weight_refs` chooses the weights: safetensors weights leave any
+    ``pytorch_model*.bin`` out, one ``model.safetensors`` the shards too."""
     def st_shards(n):
         return n.startswith("model-") and n.endswith(".safetensors") or n == "model.safetensors.index.json"
 
@@ -123,9 +137,10 @@ class HFHubSource(Source):
             raise SourceError("source=hf_hub needs source.repo_id=ORG/NAME (e.g. EleutherAI/pythia-70m)")
         if isinstance(revisions, (str, int)):
             revisions = [revisions]
-        if not revisions or not isinstance(revisions, (list, tuple)):
-            raise SourceError("source=hf_hub needs 'source.revisions=[REV,...]' (branches, tags or commits, e.g. "
-                              "[step1000,step2000])")
+        revs = [str(r) for r in revisions] if revisions is not None and not isinstance(revisions, dict) else []
+        if not revs:
+            raise SourceError("source=hf_hub needs 'source.revisions=[REV,...]' (branches or tags, the step in "
+                              "each name, e.g. [step1000,step2000])")
         try:
             from huggingface_hub import constants
             from huggingface_hub.file_download import repo_folder_name
@@ -140,7 +155,7 @@ class HFHubSource(Source):
             raise ConfigError(f"source.repo_id: {one_line(e)}") from None
         known = [t for t in constants.REPO_TYPES if t]
         if repo_type not in known:
-            raise ConfigError(f"source.repo_type: {repo_type!r}; known: {', '.join(known)}")
+            raise ConfigError(f"source.repo_type: unknown {repo_type!r}; known: {', '.join(known)}")
         self.repo_type = repo_type
         self.cache_dir = str(Path(cache_dir or constants.HF_HUB_CACHE).expanduser().resolve())
         self.endpoint = endpoint or None
@@ -151,7 +166,6 @@ class HFHubSource(Source):
         self.allow_patterns = [str(p) for p in pats]
         self.delete_after = bool(delete_after)
         self.step_major = self.delete_after
-        revs = [str(r) for r in revisions]
         self.located = sorted((parse_step(self.step_regex, r, f"{self.repo_id}@{r}", "revision name"), r)
                               for r in revs)
         for (s1, r1), (s2, r2) in zip(self.located, self.located[1:]):
@@ -162,7 +176,7 @@ class HFHubSource(Source):
         self._step_of = {r: s for s, r in self.located}
         self._snapshots: dict[str, str] = {}  # revision -> its snapshot folder
         self._ours: dict[str, set[str]] = {}  # revision -> what fetching it added to the cache folder
-        self._current = None  # step-major: (step, {(name, kind): TensorRef}) of the revision in hand
+        self._current = None  # step-major: (revision, {(name, kind): TensorRef}) of the revision in hand
         self._template = None  # step-major: (revision, {(name, kind): (dtype, shape)}) of the first one
         self._files: dict[tuple, str] = {}  # step-major: (name, kind) -> its file in the revision
 
@@ -201,7 +215,7 @@ class HFHubSource(Source):
         from huggingface_hub.errors import DryRunError
 
         try:
-            infos = self._call(rev, allow_patterns=self.allow_patterns, dry_run=True)
+            infos = self._call(rev, allow_patterns=self.allow_patterns, dry_run=True, tqdm_class=_Quiet)
         except DryRunError:
             return self.allow_patterns, None  # offline or unreachable: what the cache holds decides
         except Exception as ex:  # noqa: BLE001 - any Hub failure is one line naming the repository and revision
@@ -217,12 +231,13 @@ class HFHubSource(Source):
         the cache is recorded (:meth:`_forget` deletes that and nothing else)."""
         if rev in self._snapshots:
             return self._snapshots[rev]
+        before = cache_listing(self.folder)  # before the dry run too: it writes the revision's ref
         patterns, size = self._select(rev)
         sel = [r for s, r in self.located if self.steps is None or s in self.steps]
         what = "in the cache" if size == 0 else ("from the cache (the Hub is not reached)" if size is None
                                                  else f"downloading {_size(size)}")
-        _log(f"hf_hub: {self.repo_id}@{rev} (step {self._step_of[rev]}, revision {sel.index(rev) + 1}/{len(sel)}): {what}")
-        before = cache_listing(self.folder)
+        _log(f"hf_hub: {self.repo_id}@{rev} (step {self._step_of[rev]}, revision {sel.index(rev) + 1}/{len(sel)}): "
+             f"{what}")
         try:
             path = self._call(rev, allow_patterns=patterns)
         except Exception as ex:  # noqa: BLE001 - see _select; a partial download stays in the cache
