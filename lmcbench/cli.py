@@ -55,7 +55,9 @@ def build(cfg):
         c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", "") or "a value"
-        hint = " (e.g. source.path=DIR)" if str(key).startswith("source") else ""
+        hint = {"source.path": " (e.g. source.path=DIR)",
+                "source.repo_id": " (e.g. source.repo_id=EleutherAI/pythia-70m)",
+                "source.revisions": " (e.g. 'source.revisions=[step1000,step2000]')"}.get(str(key), "")
         raise ConfigError(f"{key} must be given{hint}") from None
     if not c.get("codec"):
         raise ConfigError("no codec selected (codec=[...])")
