@@ -4,7 +4,8 @@ End to end, through the CLI in subprocesses, on a small Trainer folder built her
 as a real ``-m hydra/launcher=submitit_local`` multirun over ``source.shard=0/3,1/3,2/3``, merged by
 ``lmcbench-report``; a submitit_local sweep over the codecs, merged. Both merges give the unsplit run's records
 (every column but the times) and its ratio tables. In-process: the partition, the shard option's errors, and
-the merge's refusal of a missing, repeated or mixed shard.
+the merge's refusal of a missing, repeated or mixed shard. The end-to-end tests (about a minute on 2 cores, most
+of it starting eight processes) and the one that trains the series are marked ``slow``.
 """
 
 from __future__ import annotations
@@ -95,13 +96,12 @@ def sweeps(tmp_path_factory):
         p = run_cli(["-m", "hydra/launcher=submitit_local"] + grid + sweep + [f"hydra.sweep.dir={d}"], base, cache,
                     timeout=400)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
-        m = subprocess.run([sys.executable, "-m", "lmcbench.report.merge", str(d), "--no-figures"],
-                           env=cli_env(cache), capture_output=True, text=True, timeout=120)
-        assert m.returncode == 0, m.stderr[-3000:]
+        assert merge.main([str(d), "--no-figures"]) == 0  # lmcbench-report DIR
         out[name] = d
     return out
 
 
+@pytest.mark.slow
 def test_each_job_writes_a_run_folder(sweeps):
     d = sweeps["shards"]
     for i in range(3):
@@ -121,6 +121,7 @@ def test_each_job_writes_a_run_folder(sweeps):
     assert not (sweeps["base"] / "outputs").exists()  # hydra.job.chdir=false: nothing lands outside the sweep dir
 
 
+@pytest.mark.slow
 def test_shards_are_disjoint_tensor_subsets(sweeps):
     owners = {}
     for i in range(3):
@@ -135,6 +136,7 @@ def test_shards_are_disjoint_tensor_subsets(sweeps):
     assert len(owners) == 36
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep", ["shards", "codecs"])
 def test_merged_records_equal_the_unsplit_run(sweeps, sweep):
     whole = comparable_rows(load_records(sweeps["whole"]), RECORD_KEY)
@@ -151,6 +153,7 @@ def test_merged_records_equal_the_unsplit_run(sweeps, sweep):
         pd.testing.assert_frame_equal(comparable_rows(b, key), comparable_rows(a, key))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sweep", ["shards", "codecs"])
 def test_merged_report_equals_the_unsplit_report(sweeps, sweep):
     whole = ratio_tables((sweeps["whole"] / "report.md").read_text())
@@ -166,6 +169,7 @@ def test_merged_report_equals_the_unsplit_report(sweeps, sweep):
         assert "shard" not in md
 
 
+@pytest.mark.slow
 def test_merge_refuses_the_whole_beside_its_shards(sweeps, capsys):
     assert merge.main([str(sweeps["whole"]), str(sweeps["shards"]), "--no-figures",
                        "-o", str(sweeps["base"] / "both")]) == 2
@@ -334,6 +338,7 @@ def test_sweep_point_errors_before_anything_is_launched(tmp_path, series):
 # the jobs of a sweep over the embedded series start together: one trains it, the others wait for it
 # ------------------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_concurrent_jobs_train_the_series_once(tmp_path):
     from lmcbench.tinygpt.series import Series
 
