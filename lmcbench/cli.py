@@ -55,7 +55,9 @@ def build(cfg):
         c = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except MissingMandatoryValue as e:
         key = getattr(e, "full_key", "") or "a value"
-        hint = " (e.g. source.path=DIR)" if str(key).startswith("source") else ""
+        hint = {"source.path": " (e.g. source.path=DIR)",
+                "source.repo_id": " (e.g. source.repo_id=EleutherAI/pythia-70m)",
+                "source.revisions": " (e.g. 'source.revisions=[step1000,step2000]')"}.get(str(key), "")
         raise ConfigError(f"{key} must be given{hint}") from None
     if not c.get("codec"):
         raise ConfigError("no codec selected (codec=[...])")
@@ -309,7 +311,14 @@ def _sweep_points(overrides: list[str]) -> list[list[str]]:
 def _check_point(cfg) -> None:
     """What a job would refuse at its start: the grid of a bench run, the source of the other tasks."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
 
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as e:
+        if "HydraConfig" in str(e):  # ${hydra:...}: known only in the job, which checks itself
+            return
+        raise
     task = cfg.get("task") or "bench"
     if task == "bench":
         build(cfg)

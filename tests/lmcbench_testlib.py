@@ -202,6 +202,34 @@ def make_trainer_folder(root: Path, steps=(10, 20), named=True, weights="safeten
     return out
 
 
+def make_hf_cache(cache: Path, repo_id: str, revisions: dict) -> dict[str, str]:
+    """A Hugging Face Hub cache folder laid out as ``huggingface_hub`` keeps one: ``models--ORG--NAME/`` with
+    ``blobs/<sha256>`` (each file's content once), ``snapshots/<commit>/<file>`` relative links to the blobs and
+    ``refs/<revision>`` holding the commit hash. ``revisions``: name -> a folder whose files are the revision's.
+    Returns name -> commit hash."""
+    import hashlib
+    import shutil
+
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    commits = {}
+    for rev, folder in revisions.items():
+        files = {p.relative_to(folder).as_posix(): p for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+        digests = {rel: hashlib.sha256(p.read_bytes()).hexdigest() for rel, p in files.items()}
+        commit = hashlib.sha1(json.dumps([repo_id, rev, digests], sort_keys=True).encode()).hexdigest()
+        for rel, digest in digests.items():
+            blob = repo / "blobs" / digest
+            if not blob.exists():
+                blob.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(files[rel], blob)
+            link = repo / "snapshots" / commit / rel
+            link.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.path.relpath(blob, link.parent), link)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / rev).write_text(commit)  # no newline, as huggingface_hub writes it
+        commits[rev] = commit
+    return commits
+
+
 def to_np(t) -> np.ndarray:
     from lmcbench.checkpoints.torchfile import torch_to_numpy
 

@@ -16,7 +16,8 @@ from lmcbench.report.options import ReportOptions
 from lmcbench.sources import Source
 from lmcbench.transforms import Pipeline
 
-from lmcbench_testlib import codec_configs, group_options, make_trainer_folder, option_content, pipeline_configs
+from lmcbench_testlib import (codec_configs, group_options, make_hf_cache, make_trainer_folder, option_content,
+                              pipeline_configs)
 
 
 def composed(overrides):
@@ -100,11 +101,18 @@ def test_every_report_option(name):
 
 
 @pytest.mark.parametrize("name", group_options("source"))
-def test_every_source_option(name, trainer_dir, tmp_path):
+def test_every_source_option(name, trainer_dir, tmp_path, monkeypatch):
     import shutil
 
     shutil.copy(trainer_dir / "checkpoint-10" / "model.safetensors", tmp_path / "run3_step10.safetensors")
+    if name == "hf_hub":  # the Trainer checkpoint as revision step10 of a repository in an offline cache
+        from huggingface_hub import constants
+
+        make_hf_cache(tmp_path / "hub", "lmcbench-tests/tiny", {"step10": trainer_dir / "checkpoint-10"})
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     extra = {"hf_trainer": [f"source.path={trainer_dir}"],
+             "hf_hub": ["source.repo_id=lmcbench-tests/tiny", "source.revisions=[step10]",
+                        f"source.cache_dir={tmp_path}/hub"],
              "files": [f"source.path={tmp_path}/*.safetensors", r"source.step_regex='step(\d+)'"],
              "dcp": [f"source.path={tmp_path}/dcp"],
              "tinygpt": [f"source.cache_dir={tmp_path}"],

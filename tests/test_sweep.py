@@ -357,3 +357,16 @@ def test_concurrent_jobs_train_the_series_once(tmp_path):
         os.path.basename(series.path)]
     steps = sorted(p.name for p in (tmp_path / os.path.basename(series.path)).iterdir() if p.is_dir())
     assert steps == ["checkpoint-10", "checkpoint-20", "checkpoint-30"]
+
+
+def test_sweep_precheck_leaves_hydra_interpolations_to_the_job(series, capsys):
+    """A value that names the job (``${hydra:job.num}``) resolves only in the job: the sweep is not refused for
+    it (its points are checked by their jobs), while the same sweep without it has every point checked."""
+    args = ["-m", "source=hf_trainer", f"source.path={series}", "codec=[zstd]", "pipeline=[raw]",
+            "source.kinds=[weight],[exp_avg]"]
+    cli._precheck(args + ["results_dir=/nonexistent/r-${hydra:job.num}"])
+    with pytest.raises(SystemExit) as ei:
+        cli._precheck(args + ["results_dir=/nonexistent/r", "source.shard=0/2,1/2,5/2"])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "'5/2'" in err and "source.kinds=[weight]" in err and "source.shard=5/2" in err, err

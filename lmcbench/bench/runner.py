@@ -1,7 +1,8 @@
 """The grid runner: pipelines x codecs over every selected tensor of every step, each tensor loaded once.
 
 Memory: the source yields tensors tensor-major, so a temporal pipeline keeps only the previous step of the
-tensor it works on. A tensor larger than ``chunk_mib`` is measured in independent slices of that size
+tensor it works on (a step-major source, one checkpoint at a time, makes it keep every tensor's: a checkpoint's
+worth per step of lag). A tensor larger than ``chunk_mib`` is measured in independent slices of that size
 (every transform here is elementwise, and parallel codecs chunk their input the same way), so the working
 set is the tensor, its reference and a few slices: about twice the largest tensor plus a fixed overhead.
 
@@ -61,9 +62,10 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     total_bytes = sum(e.nbytes for e in entries)
     skipped: dict[tuple, str] = {}
     n_rows = n_fail = 0
-    # pipeline -> [(step, decoded array)] of the current tensor's last ``pipeline.lag`` steps
-    refs: dict[str, list[tuple[int, np.ndarray]]] = {}
-    current_key = None
+    # tensor key -> {pipeline: [(step, decoded array)]}, that tensor's last ``pipeline.lag`` steps: only the
+    # current tensor's when tensor-major, every tensor's (a checkpoint's worth per step of lag) when step-major
+    held: dict[tuple, dict[str, list[tuple[int, np.ndarray]]]] = {}
+    step_major = source.step_major
     warmed: set = set()  # (codec or pipeline, dtype) pairs that had their warm-up calls
     bar = None
     if opts.progress:
@@ -73,18 +75,17 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                    dynamic_ncols=True, disable=None)
     try:
         for e in entries:
-            if e.key != current_key:
-                refs.clear()  # only the previous steps of *this* tensor are ever kept
+            if e.key not in held and not step_major:
+                held.clear()  # tensor-major: only the previous steps of *this* tensor are ever kept
                 if xor is not None:
                     xor.new_tensor()
-                current_key = e.key
             rec = source.load(e)
             if xor is not None:
-                xor.add(rec)
+                xor.add(rec, e.key)
             if bar is not None:
                 bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
-            rows, srows, new_refs = measure_tensor(rec, pipelines, codecs, opts, refs, skipped, warmed, restrict)
-            refs = new_refs
+            rows, srows, held[e.key] = measure_tensor(rec, pipelines, codecs, opts, held.get(e.key, {}), skipped,
+                                                      warmed, restrict)
             records.write(rows)
             streams_out.write(srows)
             n_rows += len(rows)
@@ -92,6 +93,7 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
             if bar is not None:
                 bar.update(e.nbytes)
             del rec
+        source.finish()
     finally:
         if bar is not None:
             bar.close()

@@ -9,25 +9,28 @@ from .records import XOR_COLUMNS, CsvAppender
 
 
 class XorAnalysis:
-    """Writes ``xor.csv`` as the tensors come, tensor-major: each step of a tensor against the steps ``lags``
-    checkpoints before it, keeping only as many earlier steps of the tensor in hand as the largest lag."""
+    """Writes ``xor.csv`` as the tensors come: each step of a tensor against the steps ``lags`` checkpoints
+    before it, keeping as many earlier steps of each tensor in hand as the largest lag. Tensor-major, the
+    runner calls :meth:`new_tensor` between tensors and only the current one's are kept; step-major, every
+    tensor's are (told apart by ``key``)."""
 
     def __init__(self, path: str, lags, slice_bytes: int):
         self.out = CsvAppender(path, XOR_COLUMNS)
         self.lags = sorted(set(lags))
         self.slice_bytes = slice_bytes
-        self.prev: list = []  # (step, array) of the earlier steps of the current tensor, oldest first
+        self.prev: dict = {}  # tensor key -> (step, array) of its earlier steps, oldest first
 
     def new_tensor(self):
-        self.prev = []
+        self.prev = {}
 
-    def add(self, rec):
+    def add(self, rec, key=None):
+        prev = self.prev.get(key, [])
         for lag in self.lags:
-            if len(self.prev) >= lag:
-                pstep, parr = self.prev[-lag]
+            if len(prev) >= lag:
+                pstep, parr = prev[-lag]
                 if parr.shape == rec.array.shape and parr.dtype == rec.array.dtype:
                     self.out.write([{**xor_row(rec, pstep, parr, self.slice_bytes), "lag": lag}])
-        self.prev = (self.prev + [(rec.step, rec.array)])[-self.lags[-1]:]
+        self.prev[key] = (prev + [(rec.step, rec.array)])[-self.lags[-1]:]
 
     def close(self):
         self.out.close()

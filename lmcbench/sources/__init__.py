@@ -3,7 +3,10 @@
 A source first builds a cheap *index* of :class:`TensorEntry` (step, name, kind, dtype, shape and how to
 load it) without reading tensor data, then loads tensors lazily, one at a time. Iteration is
 *tensor-major*: every step of one tensor before the next tensor, so that a temporal transform only ever
-keeps the previous step of the tensor it is working on.
+keeps the previous step of the tensor it is working on. A source that can only hold one checkpoint at a time
+(``hf_hub`` with ``delete_after``: each revision is downloaded, measured and deleted) sets ``step_major``: its
+entries come checkpoint by checkpoint, and the runner keeps every tensor's previous steps instead (one
+checkpoint's worth of memory per step of lag).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class Source:
     """Base class: subclasses implement :meth:`_index` (all entries, unfiltered)."""
 
     source_type = ""
+    step_major = False  # entries step by step (every tensor of a checkpoint before the next checkpoint)
 
     def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, cast_kinds=None, shard=None,
                  **unknown):
@@ -110,6 +114,10 @@ class Source:
     def describe(self) -> str:
         return self.source_type
 
+    def finish(self) -> None:
+        """Called by the runner once every entry was measured (never after an error): a source that holds
+        something per checkpoint lets go of the last one here."""
+
     def _index_steps(self, located, refs) -> list[TensorEntry]:
         """The entries of ``located`` (``[(step, file or folder)]``): ``refs(where)`` (format readers'
         :class:`~lmcbench.checkpoints.TensorRef` s) for the selected steps; the other steps are listed with a
@@ -124,7 +132,8 @@ class Source:
 
     # -- selection and iteration --------------------------------------------------------------------------
     def entries(self) -> list[TensorEntry]:
-        """The selected entries, grouped tensor-major (all steps of a tensor in step order)."""
+        """The selected entries, grouped tensor-major (all steps of a tensor in step order), or step by step
+        (each step's tensors in the same order) when :attr:`step_major` is set."""
         all_entries = self._index()
         if not any(e.name for e in all_entries) and self.steps is None:
             raise SourceError(f"{self.describe()}: no tensors found")
@@ -154,6 +163,8 @@ class Source:
         out = []
         for g in groups.values():
             out.extend(sorted(g, key=lambda e: e.step))
+        if self.step_major:
+            out.sort(key=lambda e: e.step)  # stable: within a step, the tensor-major order of the tensors
         return out
 
     def _keep_shard(self, groups: OrderedDict) -> OrderedDict:
@@ -194,7 +205,31 @@ _SOURCES: dict[str, str] = {
     "files": "lmcbench.sources.files:FilesSource",
     "dcp": "lmcbench.sources.dcp:DCPSource",
     "tinygpt": "lmcbench.sources.tinygpt:TinyGPTSource",
+    "hf_hub": "lmcbench.sources.hf_hub:HFHubSource",
 }
+
+
+STEP_REGEX = r"(\d+)(?!.*\d)"  # the last integer in a name
+
+
+def compile_step_regex(pattern) -> re.Pattern:
+    """``source.step_regex`` compiled, or a one-line error."""
+    try:
+        return re.compile(pattern)
+    except (re.error, TypeError) as e:
+        raise ConfigError(f"source.step_regex: bad regular expression: {e}") from None
+
+
+def parse_step(regex: re.Pattern, name: str, where: str, what: str) -> int:
+    """The step ``regex`` finds in ``name`` (its first group, else the whole match), or a one-line error naming
+    ``where`` (``what``: what the name is, e.g. "file name")."""
+    m = regex.search(name)
+    if not m:
+        raise SourceError(f"{where}: no step in the {what} (source.step_regex={regex.pattern!r})")
+    try:
+        return int(m.group(1) if m.groups() else m.group(0))
+    except ValueError:
+        raise SourceError(f"{where}: step_regex matched {m.group(0)!r}, not an integer") from None
 
 
 class PatternSource(Source):
@@ -203,28 +238,19 @@ class PatternSource(Source):
 
     usage = "source.path=GLOB"
 
-    def __init__(self, path=None, step_regex=r"(\d+)(?!.*\d)", **kw):
+    def __init__(self, path=None, step_regex=STEP_REGEX, **kw):
         super().__init__(**kw)
         if not path:
             raise SourceError(f"source={self.source_type} needs {self.usage}")
         self.pattern = os.path.expanduser(str(path))
-        try:
-            self.step_regex = re.compile(step_regex)
-        except re.error as e:
-            raise ConfigError(f"source.step_regex: bad regular expression: {e}") from None
+        self.step_regex = compile_step_regex(step_regex)
 
     def describe(self):
         return self.pattern
 
     def step_of(self, path: str, what: str = "file") -> int:
         """The step in ``path``'s last name, or a one-line error naming the path."""
-        m = self.step_regex.search(os.path.basename(os.path.normpath(path)))
-        if not m:
-            raise SourceError(f"{path}: no step in the {what} name (source.step_regex={self.step_regex.pattern!r})")
-        try:
-            return int(m.group(1) if m.groups() else m.group(0))
-        except ValueError:
-            raise SourceError(f"{path}: step_regex matched {m.group(0)!r}, not an integer") from None
+        return parse_step(self.step_regex, os.path.basename(os.path.normpath(path)), path, f"{what} name")
 
 
 def get_source(config) -> Source:

@@ -14,6 +14,15 @@ from ..errors import SourceError
 from . import Source
 
 
+def checkpoint_refs(d: str, kinds=None) -> list:
+    """The tensors of one Trainer checkpoint folder ``d``: its weights and, when it has an ``optimizer.pt`` and
+    ``kinds`` (None = all) wants more than weights, the optimizer's per-parameter tensors."""
+    weights, order = weight_refs(d)
+    if os.path.exists(os.path.join(d, OPTIMIZER_FILE)) and (kinds is None or set(kinds) - {"weight"}):
+        return weights + folder_optimizer_refs(d, weights, order)
+    return weights
+
+
 class HFTrainerSource(Source):
     source_type = "hf_trainer"
 
@@ -33,7 +42,4 @@ class HFTrainerSource(Source):
         return self._index_steps(self.checkpoints(), self._refs)
 
     def _refs(self, d):
-        weights, order = weight_refs(d)
-        if os.path.exists(os.path.join(d, OPTIMIZER_FILE)) and (self.kinds is None or set(self.kinds) - {"weight"}):
-            return weights + folder_optimizer_refs(d, weights, order)
-        return weights
+        return checkpoint_refs(d, self.kinds)
