@@ -100,14 +100,40 @@ def environment(cfg, source, codecs) -> dict:
     """What ``environment.json`` and the report's header hold (:func:`lmcbench.report.header.collect`)."""
     from .report.header import collect
 
+    command = " ".join(["lmcbench"] + sys.argv[1:])
     try:
         from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
 
-        job = " ".join(HydraConfig.get().overrides.task)
+        hc = HydraConfig.get()
+        job = " ".join(hc.overrides.task)
+        if hc.mode == RunMode.MULTIRUN:  # a sweep's job (maybe in a launcher's process): the command of this point
+            hydra_args = [o for o in hc.overrides.hydra if not o.startswith("hydra.mode=")]
+            command = " ".join(["lmcbench", "-m", *hydra_args, *hc.overrides.task])
     except Exception:  # noqa: BLE001 - run_task called without Hydra (tests, notebooks)
         job = ""
-    return collect(" ".join(["lmcbench"] + sys.argv[1:]), job_overrides=job, source=source.describe(),
+    return collect(command, job_overrides=job, source=source.describe(),
                    versions={name: c.version for name, c in codecs.items()})
+
+
+def series_id(cfg) -> str:
+    """What the shards of one split series share: a digest of the run's configuration less ``source.shard``
+    and the report options (which change no record)."""
+    import hashlib
+
+    from omegaconf import OmegaConf
+
+    c = OmegaConf.to_container(cfg, resolve=True)
+    c.pop("report", None)
+    (c.get("source") or {}).pop("shard", None)
+    return hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _whole_series_only(c: dict, task: str) -> None:
+    from .sources.shard import parse_shard
+
+    if parse_shard((c.get("source") or {}).get("shard")) is not None:
+        raise ConfigError(f"source.shard splits the lossless grid (task=bench); task={task} needs whole checkpoints")
 
 
 def run_task(cfg, out_dir: str) -> dict:
@@ -136,6 +162,9 @@ def run_task(cfg, out_dir: str) -> dict:
     t0 = time.time()
     summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr),
                          restrict=restrict)
+    env["series"] = series_id(cfg)
+    if source.sharding is not None:  # lmcbench-report checks a merge has every shard of the series once
+        env["shard"] = source.sharding
     _write_environment(env, summary, t0, out_dir)
     if rep.enabled or rep.print_summary:
         records = load_records(out_dir)  # read once for the report and the printed summary
@@ -180,6 +209,7 @@ def run_excp_task(cfg, out_dir: str) -> dict:
     from .sources import get_source
 
     c = OmegaConf.to_container(cfg, resolve=True)
+    _whole_series_only(c, "excp")
     source = get_source(c["source"])
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
@@ -202,6 +232,7 @@ def run_store_task(cfg, out_dir: str) -> dict:
     from .store import run_store
 
     c = OmegaConf.to_container(cfg, resolve=True)
+    _whole_series_only(c, "store")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.yaml"), "w") as f:
         f.write(OmegaConf.to_yaml(cfg))
@@ -233,8 +264,10 @@ def _hydra_main():
 
 
 def _precheck(args: list[str]) -> None:
-    """Compose the config once before Hydra runs, so an unknown option or value gets one clear line."""
-    if any(a in ("-m", "--multirun", "--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion",
+    """Compose the config once before Hydra runs, so an unknown option or value gets one clear line. A sweep
+    (``-m``) has every point composed and its grid built first, so that a bad value fails here, at once,
+    instead of in jobs already handed to a launcher (a cluster's queue)."""
+    if any(a in ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion",
                  "--version") or a.startswith(("--cfg", "--info", "--config", "-cp", "-cn", "--package", "-p"))
            for a in args):
         return
@@ -242,14 +275,55 @@ def _precheck(args: list[str]) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides = [a for a in args if not a.lstrip("+~").startswith("hydra")]
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    overrides = [a for a in args if a not in ("-m", "--multirun") and not a.lstrip("+~").startswith("hydra")]
+    points = _sweep_points(overrides) if multirun else [overrides]
+    where = ""
     try:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            compose(config_name="config", overrides=overrides)
+            for point in points:
+                where = f" (sweep point: {' '.join(point)})" if multirun else ""
+                cfg = compose(config_name="config", overrides=point)
+                if multirun:
+                    _check_point(cfg)
     except (HydraException, OmegaConfBaseException, ValueError) as e:
         if _debug():
             raise
-        fail(_one_line(str(e)))
+        fail(_one_line(str(e)) + where)
+    except LmcbenchError as e:
+        if _debug():
+            raise
+        fail(f"{e}{where}")
+
+
+def _sweep_points(overrides: list[str]) -> list[list[str]]:
+    """The overrides of each job of a sweep, as Hydra's basic sweeper expands them (none when it cannot:
+    Hydra then reports the sweep itself)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None)[0]
+    except Exception:  # noqa: BLE001 - a sweep this cannot expand (glob, intervals) is left to Hydra
+        return []
+
+
+def _check_point(cfg) -> None:
+    """What a job would refuse at its start: the grid of a bench run, the source of the other tasks."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as e:
+        if "HydraConfig" in str(e):  # ${hydra:...}: known only in the job, which checks itself
+            return
+        raise
+    task = cfg.get("task") or "bench"
+    if task == "bench":
+        build(cfg)
+    elif task in ("excp", "store"):
+        _whole_series_only(OmegaConf.to_container(cfg, resolve=True), task)
 
 
 def _one_line(msg: str) -> str:

@@ -9,13 +9,14 @@ import os
 import pandas as pd
 
 from ..errors import LmcbenchError
+from ..checkpoints.tensors import KINDS as KIND_ORDER
 from ..transforms import Pipeline
 
 MiB = 2**20
 
 
-def load_records(paths) -> pd.DataFrame:
-    """Records from run folders or ``records.csv`` files (a sweep folder is searched recursively)."""
+def record_files(paths) -> list[str]:
+    """The ``records.csv`` files of run folders or files (a sweep folder is searched recursively)."""
     files = []
     for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths):
         p = str(p)
@@ -27,6 +28,20 @@ def load_records(paths) -> pd.DataFrame:
             raise LmcbenchError(f"{p}: no such file or folder")
     if not files:
         raise LmcbenchError(f"{paths}: no records.csv found")
+    seen = set()  # a run named twice (a sweep folder and one of its runs) is read once
+    return [f for f in files if not (os.path.realpath(f) in seen or seen.add(os.path.realpath(f)))]
+
+
+def run_names(files: list[str]) -> dict[str, str]:
+    """Each records file's run: its folder relative to the folder common to all (the ``run`` column)."""
+    common = os.path.commonpath([os.path.dirname(x) for x in files]) or "."
+    return {f: os.path.relpath(os.path.dirname(f), common) for f in files}
+
+
+def load_records(paths) -> pd.DataFrame:
+    """Records from run folders or ``records.csv`` files (a sweep folder is searched recursively)."""
+    files = record_files(paths)
+    runs = run_names(files)
     frames = []
     for f in files:
         try:
@@ -35,7 +50,7 @@ def load_records(paths) -> pd.DataFrame:
             raise LmcbenchError(f"{f}: not a records file ({e})") from None
         if df.empty:
             continue
-        df["run"] = os.path.relpath(os.path.dirname(f), os.path.commonpath([os.path.dirname(x) for x in files]) or ".")
+        df["run"] = runs[f]
         frames.append(df)
     if not frames:
         raise LmcbenchError(f"{paths}: the records are empty")
@@ -98,6 +113,12 @@ def aggregate(df: pd.DataFrame, by) -> pd.DataFrame:
     return g.reset_index()
 
 
+def kinds_in(df) -> list[str]:
+    """The kinds present in ``df``: weights, the Adam moments and other in that order, then any else met."""
+    ks = list(dict.fromkeys(df["kind"]))
+    return [k for k in KIND_ORDER if k in ks] + [k for k in ks if k not in KIND_ORDER]
+
+
 def _order(values, preferred):
     vals = list(dict.fromkeys(values))
     return [v for v in preferred if v in vals] + [v for v in vals if v not in preferred]
@@ -137,11 +158,11 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
     df = load_records(run_dirs) if records is None else records
     streams = load_streams(run_dirs)
     os.makedirs(out_dir, exist_ok=True)
-    from . import header
+    from . import header, shards
 
     env = header.load(run_dirs)
     ok = comparable(df)
-    more = []
+    more = shards.check(run_dirs, df)  # a split series: every shard once, or a one-line error
     if env.get("peak_rss_mib"):
         more.append(f"- peak memory (RSS): {env['peak_rss_mib']:.0f} MiB; largest tensor "
                     f"{env.get('largest_tensor_mib', 0):.1f} MiB")
@@ -160,7 +181,9 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
                   "order-0 entropy bound of the transform's streams; `bound given the reference` = the byte planes "
                   "coded by an adaptive coder with the previous checkpoint's same byte (and whether the higher "
                   "bytes are unchanged) as context.", ""]
-    for (kind, dtype), part in ok.groupby(["kind", "dtype"], sort=False):
+    kinds = kinds_in(ok)  # sections in the order of the kinds, whatever the order of the rows (merged shards)
+    sections = sorted(ok.groupby(["kind", "dtype"], sort=False), key=lambda g: kinds.index(g[0][0]))
+    for (kind, dtype), part in sections:
         agg = aggregate(part, ["transform", "codec_label"])
         p = pivot(agg, "ratio")
         bound = agg.groupby("transform", sort=False)["bound_ratio"].first().reindex(p.columns)
@@ -191,8 +214,13 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
 def _mib(part: pd.DataFrame) -> str:
     per_step = part.groupby("step")["orig_bytes"].sum() / part.groupby("step")["codec_label"].nunique() / \
         part.groupby("step")["transform"].nunique()
-    v = float(per_step.mean()) / MiB
+    return size_text(float(per_step.mean()))
+
+
+def size_text(nbytes: float) -> str:
+    """``nbytes`` in MiB (two decimals), or in KiB below 0.1 MiB."""
+    v = nbytes / MiB
     return f"{v:.2f} MiB" if v >= 0.1 else f"{v * 1024:.0f} KiB"
 
 
-__all__ = ["load_records", "load_streams", "aggregate", "comparable", "pivot", "render", "summary_text", "temporal"]
+__all__ = ["record_files", "run_names", "kinds_in", "load_records", "load_streams", "aggregate", "comparable", "pivot", "render", "summary_text", "temporal"]

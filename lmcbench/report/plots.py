@@ -11,15 +11,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ..sources import KINDS as KIND_ORDER  # noqa: E402
-from . import aggregate, comparable  # noqa: E402
+from . import aggregate, comparable, kinds_in  # noqa: E402, F401 - kinds_in is used here and by experiments/
 from .facets import facet_grid, save, where  # noqa: E402
-
-
-def kinds_in(df) -> list[str]:
-    """The kinds present in ``df``: weights, the Adam moments and other in that order, then any else met."""
-    ks = list(dict.fromkeys(df["kind"]))
-    return [k for k in KIND_ORDER if k in ks] + [k for k in ks if k not in KIND_ORDER]
 
 
 def ratio_vs_step(df: pd.DataFrame, path: str) -> bool:

@@ -23,6 +23,7 @@ from ..checkpoints.tensors import KINDS, TensorRef, load_checked
 from ..checkpoints.trainer_folder import parse_steps
 from ..dtypes import BFLOAT16, dtype_name, resolve
 from ..errors import ConfigError, SourceError
+from .shard import parse_shard, partition
 
 
 @dataclass
@@ -69,10 +70,14 @@ class Source:
     source_type = ""
     step_major = False  # entries step by step (every tensor of a checkpoint before the next checkpoint)
 
-    def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, cast_kinds=None, **unknown):
+    def __init__(self, steps=None, include=None, exclude=None, kinds=None, cast=None, cast_kinds=None, shard=None,
+                 **unknown):
         if unknown:
             raise ConfigError(f"source {self.source_type}: unknown option(s) {', '.join(sorted(unknown))}")
         self.steps = parse_steps(steps)
+        # shard: "i/n" keeps part i of n disjoint parts of the selected tensors (:mod:`.shard`); null = all
+        self.shard = parse_shard(shard)
+        self.sharding: dict | None = None  # what entries() kept of the series, when sharded
         try:
             self.include = re.compile(include) if include else None
             self.exclude = re.compile(exclude) if exclude else None
@@ -153,12 +158,28 @@ class Source:
                 elif e.dtype == c[0]:
                     v = replace(e, cast=c)
                     groups.setdefault(v.key, []).append(v)
+        if self.shard is not None:
+            groups = self._keep_shard(groups)
         out = []
         for g in groups.values():
             out.extend(sorted(g, key=lambda e: e.step))
         if self.step_major:
             out.sort(key=lambda e: e.step)  # stable: within a step, the tensor-major order of the tensors
         return out
+
+    def _keep_shard(self, groups: OrderedDict) -> OrderedDict:
+        """The tensors (all their steps) of shard ``i`` of ``n`` (:func:`.shard.partition`); records in
+        :attr:`sharding` what was kept of how much."""
+        i, n = self.shard
+        if len(groups) < n:
+            raise ConfigError(f"source.shard={i}/{n}: the selection has {len(groups)} tensor(s), fewer than {n} "
+                              "shards; use at most that many")
+        names = {_key_name(k): k for k in groups}
+        sizes = {name: sum(e.nbytes for e in groups[k]) for name, k in names.items()}
+        kept = partition(sizes, n)[i]
+        self.sharding = {"index": i, "count": n, "tensors": len(kept), "series_tensors": len(groups),
+                         "bytes": sum(sizes[k] for k in kept), "series_bytes": sum(sizes.values())}
+        return OrderedDict((names[k], groups[names[k]]) for k in kept)
 
     def load(self, e: TensorEntry) -> TensorRecord:
         arr = load_checked(e.loader, e.name, e.dtype, e.shape, e.file, self.describe())
@@ -171,6 +192,12 @@ class Source:
     def __iter__(self) -> Iterator[TensorRecord]:
         for e in self.entries():
             yield self.load(e)
+
+
+def _key_name(key: tuple) -> str:
+    """A tensor key (name, kind, cast) as text, the same in every process (the shard partition sorts on it)."""
+    name, kind, cast = key
+    return f"{name}|{kind}" + (f"|{dtype_name(cast[0])}->{dtype_name(cast[1])}" if cast else "")
 
 
 _SOURCES: dict[str, str] = {

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..checkpoints.trainer_folder import list_checkpoints, parse_steps
@@ -31,25 +32,47 @@ def series_folder(opts: dict, cache_dir=None) -> str:
 
 
 def ensure_series(folder: str, opts: dict) -> str:
-    """Train and write the series into ``folder`` unless a complete one is there."""
+    """Train and write the series into ``folder`` unless a complete one is there. Processes that need the same
+    missing series at once (the jobs of a sweep) take turns on a lock beside it: one trains, the others wait
+    and reuse what it wrote."""
     marker = os.path.join(folder, "lmcbench_series.json")
     if os.path.exists(marker):
         return folder
     parent = os.path.dirname(folder) or "."
     os.makedirs(parent, exist_ok=True)
-    tmp = f"{folder}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        info = train(tmp, opts)
-        with open(os.path.join(tmp, "lmcbench_series.json"), "w") as f:
-            json.dump({"options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}, **info},
-                      f, indent=1)
-        if os.path.exists(folder):  # an incomplete earlier attempt
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
+    with _exclusive(os.path.join(parent, f".{os.path.basename(folder)}.lock")):
+        if os.path.exists(marker):  # written by another process while this one waited
+            return folder
+        tmp = f"{folder}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            info = train(tmp, opts)
+            with open(os.path.join(tmp, "lmcbench_series.json"), "w") as f:
+                json.dump({"options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}, **info},
+                          f, indent=1)
+            if os.path.exists(folder):  # an incomplete earlier attempt
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return folder
+
+
+@contextmanager
+def _exclusive(path: str):
+    """An exclusive ``flock`` on ``path`` (created, and left for the next process) while the block runs; where
+    there is no ``fcntl`` (Windows), no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @dataclass
