@@ -107,6 +107,7 @@ def test_every_source_option(name, trainer_dir, tmp_path):
     extra = {"hf_trainer": [f"source.path={trainer_dir}"],
              "files": [f"source.path={tmp_path}/*.safetensors", r"source.step_regex='step(\d+)'"],
              "dcp": [f"source.path={tmp_path}/dcp"],
+             "deepspeed": [f"source.path={tmp_path}/deepspeed"],
              "tinygpt": [f"source.cache_dir={tmp_path}"],
              "tinygpt_large": [f"source.cache_dir={tmp_path}"]}[name]
     if name == "dcp":  # one DCP checkpoint of a model and its AdamW state
@@ -124,6 +125,10 @@ def test_every_source_option(name, trainer_dir, tmp_path):
         with warnings.catch_warnings():  # "torch.distributed is disabled ... a single process"
             warnings.simplefilter("ignore", UserWarning)
             dcp.save({"model": msd, "optim": osd}, storage_writer=dcp.FileSystemWriter(tmp_path / "dcp" / "step-10"))
+    if name == "deepspeed":  # one DeepSpeed ZeRO-2 checkpoint in DeepSpeed's layout, built with torch.save
+        from deepspeed_layout import build
+
+        build(tmp_path / "deepspeed", steps=(10,))
     cfg = composed(BASE + [f"source={name}"] + extra)
     source = cli.build(cfg)[0]
     assert isinstance(source, Source) and source.source_type == cfg.source.type
