@@ -45,6 +45,10 @@ class LossScaler:
         self.dynamic = False
 
 
+class DynamicLossScaler(LossScaler):
+    pass
+
+
 ZeroStageEnum = enum.IntEnum("ZeroStageEnum", {"disabled": 0, "optimizer_states": 1, "gradients": 2, "weights": 3})
 
 
@@ -54,8 +58,8 @@ class fragment_address:  # noqa: N801 - DeepSpeed's name
     start: int
 
 
-_CLASSES = {"deepspeed.runtime.fp16.loss_scaler": LossScaler, "deepspeed.runtime.zero.config": ZeroStageEnum,
-            "deepspeed.utils.tensor_fragment": fragment_address}
+_CLASSES = {LossScaler: "deepspeed.runtime.fp16.loss_scaler", DynamicLossScaler: "deepspeed.runtime.fp16.loss_scaler",
+            ZeroStageEnum: "deepspeed.runtime.zero.config", fragment_address: "deepspeed.utils.tensor_fragment"}
 
 
 @contextmanager
@@ -63,15 +67,15 @@ def deepspeed_names():
     """While saving, the classes above live at DeepSpeed's module paths (stand-in modules in ``sys.modules``),
     so a file names them as DeepSpeed's files do."""
     mods = {}
-    for path, cls in _CLASSES.items():
+    for cls, path in _CLASSES.items():
         parts = path.split(".")
         for i in range(1, len(parts) + 1):
             mods.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
         setattr(mods[path], cls.__name__, cls)
-    saved = {c: (c.__module__, c.__qualname__) for c in _CLASSES.values()}
+    saved = {c: (c.__module__, c.__qualname__) for c in _CLASSES}
     try:
         with mock.patch.dict(sys.modules, mods):
-            for path, cls in _CLASSES.items():
+            for cls, path in _CLASSES.items():
                 cls.__module__ = path
             yield
     finally:
@@ -93,12 +97,15 @@ def _partitions(flat: torch.Tensor, world: int) -> tuple[list, list]:
 
 
 def build(root: Path, steps=STEPS, world: int = WORLD, shapes: str = "ok", pipeline: bool = False,
-          slice_maps: bool = True, client_state: dict | None = None) -> dict:
+          slice_maps: bool = True, client_state: dict | None = None, legacy: bool = False) -> dict:
     """``root/global_step<N>/`` folders (and a ``latest`` file); returns ``step -> {(name, kind): array}``.
 
     ``shapes``: "ok", "missing" (no param_shapes) or "wrong" (one shape off, so the sizes do not add up).
     ``pipeline``: weights in GPT-NeoX layer files instead of ``module``. ``client_state``: extra items of the
-    model-states file (e.g. an ``args`` Namespace)."""
+    model-states file (e.g. an ``args`` Namespace). ``legacy``: the ZeRO-1 layout of DeepSpeed before 0.4 (and
+    GPT-NeoX's DeeperSpeed, the Pythia checkpoints): each group's buffer cut into ranks x 2 sub-partitions, rank r
+    holding sub-partitions r and ranks + r (``local_sub_partitions_of_fp32_groups``), fp16 weights, and
+    ``shapes="flat"`` for one param_shapes dict over both groups as those versions save it."""
     m = model()
     params = dict(m.named_parameters())
     groups = [[params[n] for n in g] for g in GROUPS]
@@ -115,7 +122,8 @@ def build(root: Path, steps=STEPS, world: int = WORLD, shapes: str = "ok", pipel
         done = step
         d = root / f"global_step{step}"
         d.mkdir()
-        module = OrderedDict((k, v.detach().to(torch.bfloat16).clone()) for k, v in m.state_dict().items())
+        wdt = torch.float16 if legacy else torch.bfloat16
+        module = OrderedDict((k, v.detach().to(wdt).clone()) for k, v in m.state_dict().items())
         t = {(k, "weight"): to_np(v).copy() for k, v in module.items()}
         for name, p in params.items():
             t[(name, "master_weight")] = to_np(p.detach()).copy()
@@ -123,6 +131,8 @@ def build(root: Path, steps=STEPS, world: int = WORLD, shapes: str = "ok", pipel
                 t[(name, key)] = to_np(opt.state[p][key]).copy()
         truth[step] = t
         param_shapes = [OrderedDict((n, params[n].shape) for n in grp) for grp in GROUPS]
+        if shapes == "flat":
+            param_shapes = OrderedDict((n, params[n].shape) for grp in GROUPS for n in grp)
         if shapes == "wrong":
             param_shapes[1]["2.bias"] = torch.Size([4])
         states = {"module": None if pipeline else module, "buffer_names": [], "optimizer": None,
@@ -135,7 +145,7 @@ def build(root: Path, steps=STEPS, world: int = WORLD, shapes: str = "ok", pipel
                 for idx in (0, 1, 2):
                     torch.save(OrderedDict((k.split(".", 1)[1], v) for k, v in module.items()
                                            if k.startswith(f"{idx}.")), d / f"layer_{idx:02d}-model_00-model_states.pt")
-            _save_optimizer(d, opt, groups, world, slice_maps, step)
+            (_save_legacy if legacy else _save_optimizer)(d, opt, groups, world, slice_maps, step)
         (root / "latest").write_text(f"global_step{step}")
     return truth
 
@@ -183,6 +193,25 @@ def load_built(path):
 def save_built(obj, path) -> None:
     with deepspeed_names():
         torch.save(obj, path)
+
+
+def _save_legacy(d: Path, opt, groups, world: int, slice_maps: bool, step: int, intervals: int = 2) -> None:
+    subs = []
+    for grp in groups:
+        flat = {"master": torch.cat([p.detach().reshape(-1) for p in grp])}
+        for key in ("exp_avg", "exp_avg_sq"):
+            flat[key] = torch.cat([opt.state[p][key].reshape(-1) for p in grp])
+        size = math.ceil(math.ceil(flat["master"].numel() / world) / intervals)
+        subs.append({k: list(torch.cat([v, v.new_zeros(size * world * intervals - v.numel())]).split(size))
+                     for k, v in flat.items()})
+    for r in range(world):
+        mine = [[sub["master"][i * world + r].clone() for i in range(intervals)] for sub in subs]
+        base = [[{"exp_avg": sub["exp_avg"][i * world + r].clone(), "exp_avg_sq": sub["exp_avg_sq"][i * world + r]
+                  .clone()} for i in range(intervals)] for sub in subs]
+        osd = {"loss_scaler": DynamicLossScaler(2.0 ** 12), "dynamic_loss_scale": True, "overflow": False,
+               "base_optimizer_state": base, "zero_stage": 1, "partition_count": world,
+               "num_comm_intervals_per_group": [intervals] * len(groups), "local_sub_partitions_of_fp32_groups": mine}
+        torch.save({"optimizer_state_dict": osd}, d / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
 
 
 def straddling(world: int = WORLD) -> list[str]:

@@ -167,6 +167,32 @@ def test_pipeline_layer_files(tmp_path):
     assert all(same_bits(a, truth[s][(n, k)]) for (s, n, k), a in got.items())
 
 
+@pytest.mark.parametrize("shapes", ["ok", "flat"])
+def test_legacy_zero1_sub_partitions(tmp_path, shapes):
+    """DeepSpeed < 0.4 / DeeperSpeed (Pythia): sub-partitions laid out interval-major; one param_shapes dict over
+    both groups does not say which parameter is in which group, so the slices keep group/offset names."""
+    truth = build(tmp_path / "run", steps=(10, 20), legacy=True, shapes=shapes)
+    got = loaded(src(tmp_path / "run"))
+    weights = {(s, n, k) for s, t in truth.items() for n, k in t if k == "weight"}
+    assert weights <= set(got) and all(same_bits(got[x], truth[x[0]][x[1:]]) for x in weights)
+    assert {got[x].dtype for x in weights} == {np.dtype(np.float16)}
+    if shapes == "ok":
+        assert set(got) == {(s, n, k) for s, t in truth.items() for n, k in t}
+        assert all(same_bits(a, truth[s][(n, k)]) for (s, n, k), a in got.items())
+        return
+    d = tmp_path / "run" / "global_step20"
+    osd = [load_built(d / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt")["optimizer_state_dict"] for r in range(2)]
+    for g in range(2):
+        order = [(i, r) for i in range(2) for r in range(2)]
+        start = 0
+        for i, r in order:
+            part = osd[r]["local_sub_partitions_of_fp32_groups"][g][i]
+            assert same_bits(got[(20, f"group{g}.offset{start}", "master_weight")], to_np(part))
+            assert same_bits(got[(20, f"group{g}.offset{start}", "exp_avg")],
+                             to_np(osd[r]["base_optimizer_state"][g][i]["exp_avg"]))
+            start += part.numel()
+
+
 # ------------------------------------------------------------------------------------------------- errors
 def test_bad_files_and_missing_ranks_are_one_line(tmp_path, series):
     root, _ = series

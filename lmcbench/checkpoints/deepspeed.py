@@ -11,7 +11,11 @@ A checkpoint folder (``global_step<N>/``) holds, per model-parallel rank ``<mm>`
   ``optimizer_state_dict``: ``zero_stage``, ``partition_count``, ``single_partition_of_fp32_groups`` (rank
   r's slice of each group's flat fp32 master weights), ``base_optimizer_state`` (the wrapped optimizer's state
   of those flat slices: Adam's ``exp_avg`` and ``exp_avg_sq``), ``group_paddings``,
-  ``param_alignment_paddings`` and, in recent versions, ``param_slice_mappings``.
+  ``param_alignment_paddings`` and, in recent versions, ``param_slice_mappings``. DeepSpeed before 0.4 (and
+  GPT-NeoX's DeeperSpeed, which wrote the Pythia checkpoints) saved ZeRO-1 as ``local_sub_partitions_of_fp32_groups``:
+  each group's buffer cut into ranks x intervals equal sub-partitions, rank r holding sub-partition
+  ``interval * ranks + r`` of each interval, with one optimizer state per sub-partition and the buffer padded at
+  its end to whole intervals.
 
 Names: a group's flat buffer is its ranks' slices in rank order; the parameters lie in it in ``param_shapes``
 order, each followed by its alignment padding (``param_alignment_paddings``), and the buffer ends in padding up
@@ -19,7 +23,9 @@ to a multiple of the ranks' alignment, which ZeRO 1/2 leaves out of the saved ma
 moments, and the bf16 optimizer keeps (``group_paddings`` says how much each rank holds). When the sizes add up
 exactly, agree with ``param_slice_mappings`` where the file has them and with the module's shapes, master
 weights and moments are cut back into parameters named as in the model; otherwise each rank's slice is one
-tensor named ``group<g>.offset<k>`` (``k``: where it starts in the group's buffer) - never a guessed name.
+tensor named ``group<g>.offset<k>`` (``k``: where it starts in the group's buffer) - never a guessed name. That
+is also the case when ``param_shapes`` is one dict for several groups (old versions: it does not say which
+parameter is in which group).
 
 Kinds: ``module`` (or layer) tensors are ``weight`` (buffers named in ``buffer_names`` and non-floating tensors
 ``other``), fp32 master slices ``master_weight``, the moments ``exp_avg`` / ``exp_avg_sq``, any other
@@ -153,16 +159,26 @@ class DeepSpeedReader:
 
 # ------------------------------------------------------------------------------------------------- layout
 @dataclass
-class _Rank:
-    """What the index needs of one rank's optimizer file (sizes only; the tensors stay in the file)."""
+class _Slice:
+    """One stored slice of a group's flat buffer: a rank's partition (ZeRO 1/2), or one of its sub-partitions
+    (legacy ZeRO-1, one per communication interval). Sizes only; the tensors stay in the file."""
 
     path: str
-    parts: list  # per group: (numel, numpy dtype) of the fp32 master slice
-    states: list  # per group: {key: (numel, numpy dtype)} of the optimizer state tensors
-    group_paddings: list | None
-    align_paddings: list | None
-    slice_maps: list | None
+    index: int  # which of the rank's slices of the group (0 but for legacy ZeRO-1)
+    numel: int  # of the stored fp32 master slice
+    dtype: object
+    states: dict  # optimizer state key -> (numel, numpy dtype)
+    padding: int | None  # of its elements, how many are end padding (group_paddings), when the file says
+    slice_map: dict | None  # param_slice_mappings: name -> fragment address within the slice
+
+
+@dataclass
+class _Rank:
+    path: str
+    groups: list  # per group: the rank's slices, in order
+    align_paddings: list | None  # per group: the padding after each parameter
     partition_count: int | None
+    legacy: bool
 
 
 def _optimizer_state(obj, path: str) -> dict:
@@ -171,19 +187,34 @@ def _optimizer_state(obj, path: str) -> dict:
         raise SourceError(f"{path}: no optimizer_state_dict (not a DeepSpeed ZeRO optimizer file)")
     if _int(osd.get("zero_stage")) == 3 or "fp32_flat_groups" in osd:
         raise SourceError(f"{path}: a ZeRO stage 3 checkpoint: not supported (ZeRO stages 0-2 only)")
-    parts = osd.get("single_partition_of_fp32_groups")
-    if not isinstance(parts, (list, tuple)) or not all(hasattr(t, "dtype") and hasattr(t, "numel") for t in parts):
-        raise SourceError(f"{path}: no single_partition_of_fp32_groups (not a ZeRO stage 1/2 optimizer file)")
     return osd
 
 
-def _group_states(osd: dict, path: str) -> list[dict]:
-    """Per group, the wrapped optimizer's state of the group's flat slice: ``{key: tensor}`` (tensors with at
-    least one dimension). ``base_optimizer_state`` is a torch optimizer state dict (one flat parameter per group)
-    or, for elastic checkpoints, a list of per-group states."""
+def _tensors(st) -> dict:
     import torch
 
-    base, n = osd.get("base_optimizer_state"), len(osd["single_partition_of_fp32_groups"])
+    return {k: t for k, t in st.items() if isinstance(t, torch.Tensor) and t.dim() > 0} if isinstance(st, dict) else {}
+
+
+def _is_tensors(v) -> bool:
+    return isinstance(v, (list, tuple)) and all(hasattr(t, "dtype") and hasattr(t, "numel") for t in v)
+
+
+def _group_slices(osd: dict, path: str) -> tuple[list, list, bool]:
+    """Per group, the fp32 master slices (a list of tensors) and, per slice, the wrapped optimizer's state
+    ``{key: tensor}``; and whether the file is legacy ZeRO-1. ``base_optimizer_state`` is a torch optimizer state
+    dict (one flat parameter per group), a list of per-group states (elastic checkpoints) or, legacy, a list per
+    group of per-sub-partition states."""
+    if "single_partition_of_fp32_groups" in osd:
+        parts, legacy = osd["single_partition_of_fp32_groups"], False
+        masters = [[t] for t in parts] if _is_tensors(parts) else None
+    else:
+        parts, legacy = osd.get("local_sub_partitions_of_fp32_groups"), True
+        masters = [list(g) for g in parts] if isinstance(parts, (list, tuple)) and all(map(_is_tensors, parts)) \
+            else None
+    if masters is None:
+        raise SourceError(f"{path}: no single_partition_of_fp32_groups (not a ZeRO stage 1/2 optimizer file)")
+    base = osd.get("base_optimizer_state")
     if isinstance(base, dict) and isinstance(base.get("state"), dict) and isinstance(base.get("param_groups"), list):
         per = []
         for g, pg in enumerate(base["param_groups"]):
@@ -193,35 +224,49 @@ def _group_states(osd: dict, path: str) -> list[dict]:
         per = list(base)
     else:
         raise SourceError(f"{path}: no base_optimizer_state in the optimizer_state_dict")
-    if len(per) != n:
-        raise SourceError(f"{path}: base_optimizer_state has {len(per)} groups, the fp32 master weights {n}")
-    return [{k: t for k, t in st.items() if isinstance(t, torch.Tensor) and t.dim() > 0} if isinstance(st, dict)
-            else {} for st in per]
+    if len(per) != len(masters):
+        raise SourceError(f"{path}: base_optimizer_state has {len(per)} groups, the fp32 master weights "
+                          f"{len(masters)}")
+    if legacy:
+        if not all(isinstance(p, (list, tuple)) and len(p) == len(m) for p, m in zip(per, masters)):
+            raise SourceError(f"{path}: base_optimizer_state does not hold one state per fp32 sub-partition")
+        return masters, [[_tensors(st) for st in p] for p in per], True
+    return masters, [[_tensors(st)] for st in per], False
 
 
-def _flat(obj, path: str, g: int, key: str):
-    """Group ``g``'s flat tensor ``key`` (MASTER or an optimizer state key) of a loaded rank file."""
-    osd = _optimizer_state(obj, path)
-    return osd["single_partition_of_fp32_groups"][g] if key == MASTER else _group_states(osd, path)[g][key]
+def _flat(obj, path: str, g: int, i: int, key: str):
+    """Slice ``i`` of group ``g``'s flat tensor ``key`` (MASTER or an optimizer state key) of a loaded file."""
+    masters, states, _ = _group_slices(_optimizer_state(obj, path), path)
+    return masters[g][i] if key == MASTER else states[g][i][key]
 
 
 def _rank(obj, path: str) -> _Rank:
     osd = _optimizer_state(obj, path)
+    masters, states, legacy = _group_slices(osd, path)
     pc = osd.get("partition_count")
     pc = max((_int(x) or 0) for x in pc) if isinstance(pc, (list, tuple)) and pc else _int(pc)
 
-    def ints(v):
-        return [_int(x) for x in v] if isinstance(v, (list, tuple)) else None
+    def per_group(key):
+        v = osd.get(key)
+        return list(v) + [None] * (len(masters) - len(v)) if isinstance(v, (list, tuple)) else [None] * len(masters)
 
+    pads, maps = per_group("group_paddings"), per_group("param_slice_mappings")
+    groups = [[_Slice(path, i, int(t.numel()), torch_dtype_to_numpy(t.dtype),
+                      {k: (int(v.numel()), torch_dtype_to_numpy(v.dtype)) for k, v in st.items()},
+                      None if legacy else _int(pads[g]), None if legacy or not isinstance(maps[g], dict) else maps[g])
+               for i, (t, st) in enumerate(zip(masters[g], states[g]))] for g in range(len(masters))]
     ap = osd.get("param_alignment_paddings")
-    sm = osd.get("param_slice_mappings")
-    return _Rank(path,
-                 [(int(t.numel()), torch_dtype_to_numpy(t.dtype)) for t in osd["single_partition_of_fp32_groups"]],
-                 [{k: (int(t.numel()), torch_dtype_to_numpy(t.dtype)) for k, t in st.items()}
-                  for st in _group_states(osd, path)],
-                 ints(osd.get("group_paddings")),
-                 [ints(x) for x in ap] if isinstance(ap, (list, tuple)) else None,
-                 list(sm) if isinstance(sm, (list, tuple)) else None, pc)
+    ap = [[_int(x) for x in a] if isinstance(a, (list, tuple)) else None for a in ap] \
+        if isinstance(ap, (list, tuple)) else None
+    return _Rank(path, groups, ap, pc, legacy)
+
+
+def _buffer(g: int, ranks: list[_Rank]) -> list[_Slice]:
+    """Group ``g``'s slices in buffer order: rank order, or (legacy ZeRO-1) interval-major."""
+    counts = {len(r.groups[g]) for r in ranks}
+    if len(counts) != 1:
+        raise SourceError(f"{ranks[0].path}: the ranks hold different numbers of slices of group {g}")
+    return [r.groups[g][i] for i in range(counts.pop()) for r in ranks]
 
 
 def _shape(v) -> tuple | None:
@@ -234,8 +279,9 @@ def _shape(v) -> tuple | None:
 
 def layout(g: int, shapes, ranks: list[_Rank], weight_shapes: dict) -> tuple[list, list] | None:
     """``([(name, shape, start)], valid)`` for group ``g``: where each parameter starts in the group's flat
-    buffer and how many leading elements of each rank's slice are parameters (the rest is padding); None when
-    the sizes do not add up exactly (or disagree with the slice mappings or the module's shapes)."""
+    buffer and how many leading elements of each slice (in buffer order) are parameters, the rest being end
+    padding; None when the sizes do not add up exactly (or disagree with the slice mappings or the module's
+    shapes)."""
     if not isinstance(shapes, dict) or not shapes:
         return None
     params = [(str(n), _shape(s)) for n, s in shapes.items()]
@@ -245,33 +291,32 @@ def layout(g: int, shapes, ranks: list[_Rank], weight_shapes: dict) -> tuple[lis
     pads = aps[0] if aps[0] is not None else [0] * len(params)
     if any(a != aps[0] for a in aps) or len(pads) != len(params) or any(p is None or p < 0 for p in pads):
         return None
-    out, cur = [], 0
+    out, total = [], 0
     for (name, shape), pad in zip(params, pads):
-        out.append((name, shape, cur))
-        cur += math.prod(shape) + pad
-    stored = [r.parts[g][0] for r in ranks]
-    if sum(stored) == cur:
+        out.append((name, shape, total))
+        total += math.prod(shape) + pad
+    slices = _buffer(g, ranks)
+    stored = [s.numel for s in slices]
+    interval = sum(stored[:len(ranks)])  # legacy ZeRO-1 pads the buffer to whole intervals, less than one
+    if sum(stored) == total:
         valid = stored
-    elif all(r.group_paddings and g < len(r.group_paddings) and r.group_paddings[g] is not None for r in ranks):
-        valid = [s - r.group_paddings[g] for s, r in zip(stored, ranks)]
-        if any(v < 0 for v in valid) or sum(valid) != cur:
-            return None
+    elif all(s.padding is not None for s in slices):
+        valid = [s.numel - s.padding for s in slices]
+    elif ranks[0].legacy and 0 < sum(stored) - total < interval:
+        valid = [max(0, min(n, total - sum(stored[:i]))) for i, n in enumerate(stored)]
     else:
         return None
-    if any(v < s and any(valid[i + 1:]) for i, (v, s) in enumerate(zip(valid, stored))):
-        return None  # padding only at the end of the buffer
-    starts = [sum(valid[:i]) for i in range(len(ranks))]
-    for r, (rank, s0, n) in enumerate(zip(ranks, starts, valid)):
-        sm = rank.slice_maps[g] if rank.slice_maps and g < len(rank.slice_maps) else None
-        if sm is None:
-            continue
-        want = {name: (lo - s0, hi - lo) for name, lo, hi in _overlaps(out, s0, n)}
-        try:
-            got = {str(k): (_int(_field(v, "start")), _int(_field(v, "numel"))) for k, v in sm.items()}
-        except AttributeError:
-            return None
-        if got != want:
-            return None
+    if any(v < 0 for v in valid) or sum(valid) != total or \
+            any(v < n and any(valid[i + 1:]) for i, (v, n) in enumerate(zip(valid, stored))):
+        return None  # the padding is at the end of the buffer, and only there
+    s0 = 0
+    for sl, n in zip(slices, valid):
+        if sl.slice_map is not None:
+            want = {name: (lo - s0, hi - lo) for name, lo, hi in _overlaps(out, s0, n)}
+            got = {str(k): (_int(_field(v, "start")), _int(_field(v, "numel"))) for k, v in sl.slice_map.items()}
+            if got != want:
+                return None
+        s0 += n
     return out, valid
 
 
@@ -377,7 +422,7 @@ def _optimizer_refs(d: str, files: dict, shapes, weight_shapes: dict, prefix: st
         example = os.path.basename(files[min(files)])
         raise SourceError(f"{d}: ZeRO rank file(s) missing or extra: partition_count {sorted(counts) or '?'}, rank "
                           f"files for {sorted(files)} (e.g. {example}), missing {missing}")
-    ngroups = {len(r.parts) for r in ranks}
+    ngroups = {len(r.groups) for r in ranks}
     if len(ngroups) != 1:
         raise SourceError(f"{d}: the ranks' optimizer files have different numbers of param groups {sorted(ngroups)}")
     (ngroups,) = ngroups
@@ -385,17 +430,18 @@ def _optimizer_refs(d: str, files: dict, shapes, weight_shapes: dict, prefix: st
         shapes = None  # param_shapes that do not match the groups name nothing
     out = []
     for g in range(ngroups):
-        keys = [k for k in ranks[0].states[g] if all(k in r.states[g] for r in ranks)]
+        slices = _buffer(g, ranks)
+        keys = [k for k in slices[0].states if all(k in s.states for s in slices)]
         lay = layout(g, shapes[g], ranks, weight_shapes) if shapes is not None else None
         if lay is not None:
-            for r, n in zip(ranks, lay[1]):
-                short = [k for k in keys if r.states[g][k][0] < n]
+            for sl, n in zip(slices, lay[1]):
+                short = [k for k in keys if sl.states[k][0] < n]
                 if short:
-                    raise SourceError(f"{r.path}: optimizer state {short[0]!r} of group {g} is shorter than its "
+                    raise SourceError(f"{sl.path}: optimizer state {short[0]!r} of group {g} is shorter than its "
                                       f"fp32 master slice")
-            out += _named_refs(g, lay, ranks, keys, prefix, reader)
+            out += _named_refs(g, lay, slices, keys, prefix, reader)
         else:
-            out += _offset_refs(g, ranks, keys, prefix, reader)
+            out += _offset_refs(g, slices, keys, prefix, reader)
     return out
 
 
@@ -403,45 +449,48 @@ def _kind(key: str) -> str:
     return key if key in (MASTER, *MOMENTS) else "other"
 
 
-def _named_refs(g, lay, ranks, keys, prefix, reader) -> list[TensorRef]:
+def _dtype(sl: _Slice, key: str):
+    return sl.dtype if key == MASTER else sl.states[key][1]
+
+
+def _named_refs(g, lay, slices, keys, prefix, reader) -> list[TensorRef]:
     params, valid = lay
-    starts = [sum(valid[:i]) for i in range(len(ranks))]
     out = []
     for name, shape, start in params:
         if not math.prod(shape):
             continue  # an empty parameter: nothing in the buffer
-        pieces = []
-        for rank, s0, n in zip(ranks, starts, valid):
-            pieces += [(rank.path, lo - s0, hi - s0) for _, lo, hi in _overlaps([(name, shape, start)], s0, n)]
+        pieces, s0 = [], 0
+        for sl, n in zip(slices, valid):
+            pieces += [(sl.path, sl.index, lo - s0, hi - s0) for _, lo, hi in _overlaps([(name, shape, start)], s0, n)]
+            s0 += n
         for key in (MASTER, *keys):
-            dtype = ranks[0].parts[g][1] if key == MASTER else ranks[0].states[g][key][1]
             nm = prefix + name if _kind(key) != "other" else f"{prefix}{name}.{key}"
-            out.append(TensorRef(nm, _kind(key), dtype, shape,
+            out.append(TensorRef(nm, _kind(key), _dtype(slices[0], key), shape,
                                  lambda p=tuple(pieces), k=key, s=shape: _gather(reader, p, g, k, s), pieces[0][0]))
     return out
 
 
-def _offset_refs(g, ranks, keys, prefix, reader) -> list[TensorRef]:
+def _offset_refs(g, slices, keys, prefix, reader) -> list[TensorRef]:
     out, start = [], 0
-    for rank in ranks:
+    for sl in slices:
         for key in (MASTER, *keys):
-            n, dtype = rank.parts[g] if key == MASTER else rank.states[g][key]
+            n = sl.numel if key == MASTER else sl.states[key][0]
             if n:
                 nm = f"{prefix}group{g}.offset{start}" + ("" if _kind(key) != "other" else f".{key}")
-                out.append(TensorRef(nm, _kind(key), dtype, (n,),
-                                     lambda p=((rank.path, 0, n),), k=key, s=(n,): _gather(reader, p, g, k, s),
-                                     rank.path))
-        start += rank.parts[g][0]
+                out.append(TensorRef(nm, _kind(key), _dtype(sl, key), (n,),
+                                     lambda p=((sl.path, sl.index, 0, n),), k=key, s=(n,):
+                                     _gather(reader, p, g, k, s), sl.path))
+        start += sl.numel
     return out
 
 
 def _gather(reader: DeepSpeedReader, pieces, g: int, key: str, shape: tuple):
-    """One tensor from ``pieces`` ``(rank file, lo, hi)`` of group ``g``'s flat ``key``, in rank order."""
+    """One tensor from ``pieces`` ``(file, slice index, lo, hi)`` of group ``g``'s flat ``key``, in order."""
     import torch
 
     ts = []
-    for path, lo, hi in pieces:
-        t = _flat(reader.load(path), path, g, key)
+    for path, i, lo, hi in pieces:
+        t = _flat(reader.load(path), path, g, i, key)
         if t.numel() < hi:
             raise SourceError(f"{path}: group {g}'s {key} has {t.numel()} elements, the index needs {hi}")
         ts.append(t.reshape(-1)[lo:hi])
