@@ -115,6 +115,7 @@ def test_every_source_option(name, trainer_dir, tmp_path, monkeypatch):
                         f"source.cache_dir={tmp_path}/hub"],
              "files": [f"source.path={tmp_path}/*.safetensors", r"source.step_regex='step(\d+)'"],
              "dcp": [f"source.path={tmp_path}/dcp"],
+             "deepspeed": [f"source.path={tmp_path}/deepspeed"],
              "tinygpt": [f"source.cache_dir={tmp_path}"],
              "tinygpt_large": [f"source.cache_dir={tmp_path}"]}[name]
     if name == "dcp":  # one DCP checkpoint of a model and its AdamW state
@@ -132,6 +133,10 @@ def test_every_source_option(name, trainer_dir, tmp_path, monkeypatch):
         with warnings.catch_warnings():  # "torch.distributed is disabled ... a single process"
             warnings.simplefilter("ignore", UserWarning)
             dcp.save({"model": msd, "optim": osd}, storage_writer=dcp.FileSystemWriter(tmp_path / "dcp" / "step-10"))
+    if name == "deepspeed":  # one DeepSpeed ZeRO-2 checkpoint in DeepSpeed's layout, built with torch.save
+        from deepspeed_layout import build
+
+        build(tmp_path / "deepspeed", steps=(10,))
     cfg = composed(BASE + [f"source={name}"] + extra)
     source = cli.build(cfg)[0]
     assert isinstance(source, Source) and source.source_type == cfg.source.type

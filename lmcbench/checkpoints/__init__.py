@@ -4,6 +4,8 @@
 - :mod:`.torchfile` — PyTorch files (``torch.load(..., weights_only=True, mmap=True)``), state-dict and
   optimizer indexes, torch <-> numpy tensors and dtypes.
 - :mod:`.npz` — ``.npz`` archives (``allow_pickle=False``).
+- :mod:`.deepspeed` — DeepSpeed ZeRO 0-2 checkpoint folders: weights, flat fp32 master partitions cut back into
+  named parameters where the layout adds up, Adam moments; DeepSpeed's plain-value classes read as inert records.
 - :mod:`.trainer_folder` — Hugging Face Trainer folders, read: ``checkpoint-<step>`` listing, weight files,
   optimizer slots mapped to parameter names, weight/moment triples, a folder's layout and optimizer skeleton.
 - :mod:`.trainer_write` — Trainer folders, written: from a live training run, or from arrays and a record.

@@ -11,7 +11,7 @@ import numpy as np
 from ..dtypes import dtype_name
 from ..errors import SourceError
 
-KINDS = ("weight", "exp_avg", "exp_avg_sq", "other")
+KINDS = ("weight", "master_weight", "exp_avg", "exp_avg_sq", "other")  # master_weight: fp32 master copies
 MOMENTS = ("exp_avg", "exp_avg_sq")
 
 

@@ -22,30 +22,52 @@ from .tensors import MOMENTS, TensorRef
 
 def torch_load(path: str):
     """``torch.load`` with ``weights_only=True`` (memory-mapped when the file is in the zip format)."""
-    import pickle
-
     import torch
 
-    check_file(path)
-    try:
-        is_zip = zipfile.is_zipfile(path)
-    except OSError as e:
-        raise SourceError(f"{path}: {e}") from None
+    is_zip = zip_format(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=is_zip)
-    except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        if "weights_only" in str(e) or "Unsupported global" in str(e) or "Weights only load failed" in first:
+    except Exception as e:  # noqa: BLE001 - turned into one line naming the file
+        if is_refusal(e):
             raise SourceError(f"{path}: refused: loading it needs arbitrary unpickling (only tensors and plain "
                               f"containers are read, weights_only=True)") from None
-        raise SourceError(f"{path}: not a PyTorch file ({first or type(e).__name__})") from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, struct.error) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if "failed finding central directory" in msg or "PytorchStreamReader" in msg:
-            msg = "truncated or corrupt zip archive"
-        elif isinstance(e, EOFError):
-            msg = "truncated file"
-        raise SourceError(f"{path}: not a readable PyTorch file ({msg})") from None
+        raise load_error(path, e) from None
+
+
+def zip_format(path: str) -> bool:
+    """Whether ``path`` (checked to be a non-empty file) is in torch's zip format (then it can be mmapped)."""
+    check_file(path)
+    try:
+        return zipfile.is_zipfile(path)
+    except OSError as e:
+        raise SourceError(f"{path}: {e}") from None
+
+
+def is_refusal(e: BaseException) -> bool:
+    """Whether a ``torch.load`` failure is ``weights_only`` refusing a global the file needs."""
+    import pickle
+
+    s = str(e)
+    first = s.strip().splitlines()[0] if s.strip() else ""
+    return isinstance(e, pickle.UnpicklingError) and (
+        "weights_only" in s or "Unsupported global" in s or "Weights only load failed" in first)
+
+
+def load_error(path: str, e: BaseException) -> Exception:
+    """The one-line :class:`SourceError` for a failed ``torch.load`` of ``path`` (other than a refusal);
+    an unexpected exception type is given back as it is."""
+    import pickle
+
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, pickle.UnpicklingError):
+        return SourceError(f"{path}: not a PyTorch file ({msg})")
+    if not isinstance(e, (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, struct.error)):
+        return e
+    if "failed finding central directory" in msg or "PytorchStreamReader" in msg:
+        msg = "truncated or corrupt zip archive"
+    elif isinstance(e, EOFError):
+        msg = "truncated file"
+    return SourceError(f"{path}: not a readable PyTorch file ({msg})")
 
 
 def torch_to_numpy(t) -> np.ndarray:

@@ -204,6 +204,7 @@ _SOURCES: dict[str, str] = {
     "hf_trainer": "lmcbench.sources.hf_trainer:HFTrainerSource",
     "files": "lmcbench.sources.files:FilesSource",
     "dcp": "lmcbench.sources.dcp:DCPSource",
+    "deepspeed": "lmcbench.sources.deepspeed:DeepSpeedSource",
     "tinygpt": "lmcbench.sources.tinygpt:TinyGPTSource",
     "hf_hub": "lmcbench.sources.hf_hub:HFHubSource",
 }
@@ -251,6 +252,52 @@ class PatternSource(Source):
     def step_of(self, path: str, what: str = "file") -> int:
         """The step in ``path``'s last name, or a one-line error naming the path."""
         return parse_step(self.step_regex, os.path.basename(os.path.normpath(path)), path, f"{what} name")
+
+    def step_folders(self, complete: Callable[[str], bool], name_re, what: str, needs: str) -> list[tuple[int, str]]:
+        """``[(step, checkpoint folder)]`` in step order from ``path``: one checkpoint folder, a folder of them
+        (its subfolders that are ``complete``; one whose name matches ``name_re`` but is not is an error, an
+        interrupted save), or a glob of checkpoint folders. ``what`` names the format, ``needs`` what a complete
+        folder holds."""
+        import glob
+
+        p = self.pattern
+        if os.path.isdir(p) and complete(p):
+            dirs = [p]
+        elif os.path.isdir(p):
+            dirs = []
+            for name in sorted(os.listdir(p)):
+                sub = os.path.join(p, name)
+                if not os.path.isdir(sub):
+                    continue
+                if complete(sub):
+                    dirs.append(sub)
+                elif name_re.match(name):
+                    raise SourceError(f"{sub}: not a complete {what} checkpoint (no {needs}: an interrupted save?)")
+            if not dirs:
+                raise SourceError(f"{p}: no {what} checkpoint folders in it (folders with {needs})")
+        else:
+            dirs = sorted(glob.glob(p, recursive=True))
+            if not dirs:
+                raise SourceError(f"{p}: no such folder, and no folders match")
+            for d in dirs:
+                if not os.path.isdir(d) or not complete(d):
+                    raise SourceError(f"{d}: not a complete {what} checkpoint folder (no {needs})")
+        out = sorted((self.step_of(d, "folder"), d) for d in dirs)
+        for (s1, d1), (s2, d2) in zip(out, out[1:]):
+            if s1 == s2:
+                raise SourceError(f"{d1} and {d2} are both step {s1} (source.step_regex="
+                                  f"{self.step_regex.pattern!r})")
+        return out
+
+
+def unique(entries: list[TensorEntry]) -> list[TensorEntry]:
+    """``entries``, checked: a tensor (name and kind) twice at one step is a one-line error naming the file."""
+    seen = set()
+    for e in entries:
+        if e.name and (e.step, e.key) in seen:
+            raise SourceError(f"{e.file}: tensor {e.name!r} ({e.kind}) appears twice at step {e.step}")
+        seen.add((e.step, e.key))
+    return entries
 
 
 def get_source(config) -> Source:
