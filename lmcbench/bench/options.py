@@ -20,6 +20,11 @@ class BenchOptions:
     cond_bound: bool = True  # cond_bound_bytes: the byte planes coded with the reference as context
     verify: bool = True
     progress: bool = True
+    # sampled measurement (lmcbench/bench/sample.py): 1.0 = every byte; a fraction < 1 measures that share of the
+    # slices of sample_slice_kib in each stratum (kind x dtype x full/partial slice), chosen by sample_seed
+    sample: float = 1.0
+    sample_seed: int = 0
+    sample_slice_kib: int = 1024
 
     @classmethod
     def from_config(cls, cfg) -> "BenchOptions":
@@ -39,4 +44,10 @@ class BenchOptions:
             raise ConfigError(f"bench.xor_lags: expected a list of positive integers, got {opts.xor_lags!r}")
         if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0 or opts.entropy_block_kib <= 0:
             raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0, entropy_block_kib > 0")
+        if not 0.0 < opts.sample <= 1.0:  # also refuses NaN
+            raise ConfigError(f"bench.sample: expected a fraction in (0, 1] (1.0 = measure everything), "
+                              f"got {opts.sample!r}")
+        if opts.sample_seed < 0 or opts.sample_slice_kib <= 0:
+            raise ConfigError(f"bench: need sample_seed >= 0 and sample_slice_kib > 0, got {opts.sample_seed} "
+                              f"and {opts.sample_slice_kib}")
         return opts
