@@ -11,8 +11,9 @@ compressed at once), which no interval from a sample can see; the every-slice ru
 
 How often intervals hold (their calibration) is measured without compressing again: every unit of ``slices/``
 was measured exactly as a sample measures it (the report checks that the sampled runs' rows equal its rows), so
-a sample with any seed and fraction is a subset of its rows. ``CAL_DRAWS`` samples per fraction are drawn with
-the plan's own rule (:func:`lmcbench.bench.sample.choose`), each given its intervals as a report would.
+a sample with any seed and fraction is a subset of its rows. ``sample_check.draws`` samples per fraction of
+``sample_check.fractions`` (the run's config.yaml) are drawn with the plan's own rule
+(:func:`lmcbench.bench.sample.choose`), each given its intervals as a report would.
 
 Re-render an existing run:  python experiments/sampling.py RUN_DIR [OUT_DIR]
 """
@@ -58,8 +59,9 @@ def _seed_dirs(run_dir: str) -> list[tuple[int, str]]:
 
 def _keys(df: pd.DataFrame) -> pd.Series:
     """The unit of each row (or plan line): tensor, kind, cast and slice."""
-    return df["tensor"].astype(str) + "|" + df["kind"].astype(str) + "|" + df["cast"].fillna("").astype(str) + \
-        "|" + df["slice"].astype("int64").astype(str)
+    cast = df["cast"].astype(object).fillna("").astype(str)
+    return df["tensor"].astype(str) + "|" + df["kind"].astype(str) + "|" + cast + "|" + \
+        df["slice"].astype("int64").astype(str)
 
 
 def truths(full: pd.DataFrame, slices: pd.DataFrame) -> pd.DataFrame:
@@ -87,8 +89,8 @@ def same_as_slices(sample_raw: pd.DataFrame, slices_raw: pd.DataFrame) -> tuple[
     """How many of a sampled run's rows the every-slice run has, and how many of them have the same original
     and compressed bytes (a sample measures a unit exactly as the every-slice run does)."""
     key = ["step", "tensor", "kind", "cast", "slice", "transform", "codec"]
-    a = sample_raw.assign(cast=sample_raw["cast"].fillna(""))
-    b = slices_raw.assign(cast=slices_raw["cast"].fillna(""))
+    a = sample_raw.assign(cast=sample_raw["cast"].astype(object).fillna(""))
+    b = slices_raw.assign(cast=slices_raw["cast"].astype(object).fillna(""))
     m = a.merge(b, on=key, suffixes=("", "_all"))
     same = (m["measured_orig_bytes"] == m["measured_orig_bytes_all"]) & \
         (m["measured_comp_bytes"] == m["measured_comp_bytes_all"])
@@ -199,7 +201,8 @@ def render(run_dir: str, out_dir: str) -> str:
         lines.append(f"- seed {s}: {int(tables[s]['holds_full'].sum())} / {n} hold the full ratio, "
                      f"{int(tables[s]['holds_slices'].sum())} / {n} the every-slice ratio; its {rows} rows have the "
                      f"every-slice run's bytes in {same} ({secs[f'sample-{s}']:.0f} s)")
-    cal = calibration(slices, plan, truth)
+    fractions, draws = _calibration_options(run_dir)
+    cal = calibration(slices, plan, truth, fractions, draws)
     lines += [""] + _calibration_lines(cal) + [
         "", f"## Seed {seed0}, cell by cell", "",
         "Ratio = original / compressed bytes over the steps every pipeline can use. *Error* = sample / full run "
@@ -220,6 +223,14 @@ def render(run_dir: str, out_dir: str) -> str:
     with open(os.path.join(out_dir, "seconds.json"), "w") as f:
         json.dump(secs, f, indent=1)
     return finish(full_dir, out_dir, lines)
+
+
+def _calibration_options(run_dir: str) -> tuple[tuple, int]:
+    from omegaconf import OmegaConf
+
+    p = os.path.join(run_dir, "config.yaml")
+    opts = (OmegaConf.load(p).get("sample_check") or {}) if os.path.exists(p) else {}
+    return tuple(float(f) for f in opts.get("fractions") or CAL_FRACTIONS), int(opts.get("draws") or CAL_DRAWS)
 
 
 def truth_by_step(full: pd.DataFrame, slices: pd.DataFrame) -> pd.DataFrame:

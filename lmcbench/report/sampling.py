@@ -72,7 +72,7 @@ def _units(df: pd.DataFrame) -> tuple[np.ndarray, pd.DataFrame]:
         s = df[sampled]
         design = s[_DESIGN].astype(str).agg("|".join, axis=1)
         key[sampled] = design + "|" + s[["tensor", "kind"]].astype(str).agg("|".join, axis=1) + "|" + \
-            s["cast"].fillna("").astype(str) + "|" + s["slice"].astype(str)
+            s["cast"].astype(object).fillna("").astype(str) + "|" + s["slice"].astype(str)
         stratum[sampled] = design + "|" + s["stratum"].astype(str)
     codes, uniq = pd.factorize(key)
     units = pd.DataFrame({"code": codes, "stratum": stratum.values,
