@@ -76,7 +76,7 @@ def seed_table(sample: pd.DataFrame, truth: pd.DataFrame, by=BY) -> pd.DataFrame
     full and the every-slice ratio."""
     ci = ratio_intervals(sample, by)
     pct = ratio_intervals(sample, by, method="percentile")[by + ["ratio_lo", "ratio_hi"]]
-    t = ci.merge(pct.rename(columns={"ratio_lo": "p_lo", "ratio_hi": "p_hi"}), on=by).merge(truth, on=BY)
+    t = ci.merge(pct.rename(columns={"ratio_lo": "p_lo", "ratio_hi": "p_hi"}), on=by).merge(truth, on=by)
     for what in ("full", "slices"):
         t[f"holds_{what}"] = (t["ratio_lo"] <= t[what]) & (t[what] <= t["ratio_hi"])
         t[f"p_holds_{what}"] = (t["p_lo"] <= t[what]) & (t[what] <= t["p_hi"])
@@ -129,6 +129,10 @@ def calibration(slices: pd.DataFrame, frame: pd.DataFrame, truth: pd.DataFrame, 
                                     measured_share=float(np.mean(share)))
             rows.append(per_cell)
     return pd.concat(rows, ignore_index=True)
+
+
+def _size(kib: int) -> str:
+    return f"{kib / 1024:g} MiB" if kib >= 1024 else f"{kib} KiB"
 
 
 def _ratio(v) -> str:
@@ -185,7 +189,7 @@ def render(run_dir: str, out_dir: str) -> str:
             for name in ["full", "slices"] + [f"sample-{s}" for s in runs]}
     n = len(t0)
     lines += ["## Summary", "",
-              f"- sample: {frac * 100:g}% of the {kib // 1024 if kib >= 1024 else kib} {'MiB' if kib >= 1024 else 'KiB'} "
+              f"- sample: {frac * 100:g}% of the {_size(kib)} "
               f"slices of each stratum (kind x dtype x tensor role, at least 2), seed {seed0}: "
               f"{plan['selected'].astype(str).str.lower().eq('true').sum()} of {len(plan)} slices, "
               f"{measured * 100:.1f}% of the bytes; {secs[f'sample-{seed0}']:.0f} s against "
@@ -283,7 +287,7 @@ def _plot_cells(t: pd.DataFrame, path: str):
         g = g.set_index(g["codec_label"] + "\n" + g["transform"]).reindex(pairs)
         x = np.arange(len(pairs))
         y = (g["ratio"] / g["full"] - 1) * 100
-        err = np.vstack([(g["ratio"] - g["ratio_lo"]) / g["full"] * 100, (g["ratio_hi"] - g["ratio"]) / g["full"] * 100])
+        err = np.vstack([g["ratio"] - g["ratio_lo"], g["ratio_hi"] - g["ratio"]]) / g["full"].to_numpy() * 100
         miss = ~g["holds_full"].fillna(False).astype(bool).to_numpy()
         ax.errorbar(x[~miss], y[~miss], yerr=err[:, ~miss], fmt="o", color="black", ms=3, capsize=2,
                     label="sample, 95% interval")

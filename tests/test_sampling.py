@@ -117,11 +117,11 @@ def test_role():
     assert role("fc1.weight", (2, 2)) == "fc1.weight[2x2]"  # a number inside a name is not a layer
 
 
-@pytest.mark.parametrize("cfg,needle", [({"sample": 0}, "bench.sample"), ({"sample": 0.0}, "bench.sample"),
-                                        ({"sample": -0.1}, "bench.sample"), ({"sample": 1.5}, "bench.sample"),
-                                        ({"sample": float("nan")}, "bench.sample"), ({"sample": "abc"}, "bench.sample"),
-                                        ({"sample": True}, "bench.sample"), ({"sample_seed": -1}, "sample_seed"),
-                                        ({"sample_seed": 0.5}, "sample_seed"), ({"sample_slice_kib": 0}, "sample_slice_kib")])
+@pytest.mark.parametrize("cfg,needle", [
+    ({"sample": 0}, "bench.sample"), ({"sample": 0.0}, "bench.sample"), ({"sample": -0.1}, "bench.sample"),
+    ({"sample": 1.5}, "bench.sample"), ({"sample": float("nan")}, "bench.sample"), ({"sample": "abc"}, "bench.sample"),
+    ({"sample": True}, "bench.sample"), ({"sample_seed": -1}, "sample_seed"), ({"sample_seed": 0.5}, "sample_seed"),
+    ({"sample_slice_kib": 0}, "sample_slice_kib")])
 def test_bad_sample_options_are_one_line_errors(cfg, needle):
     with pytest.raises(ConfigError) as ei:
         BenchOptions.from_config(cfg)
@@ -150,7 +150,7 @@ def test_identical_units_give_a_zero_width_interval():
     o = np.full((1, 10), 1000.0)
     c = np.full((1, 10), 800.0)
     r = intervals(o, c, ["s"] * 10, np.full(10, 5.0), resamples=500)
-    assert r["ratio"][0] == pytest.approx(1.25) and r["lo"][0] == pytest.approx(1.25) and r["hi"][0] == pytest.approx(1.25)
+    assert [r["ratio"][0], r["lo"][0], r["hi"][0]] == pytest.approx([1.25, 1.25, 1.25])
 
 
 def test_point_estimate_is_the_weighted_sum_over_sum():
@@ -209,7 +209,7 @@ def test_ratio_intervals_resample_units_with_all_their_steps():
     c = np.array([[2 * u[4] for u in units]])
     ref = intervals(o, c, ["0.5|0|1024|a"] * 6, np.full(6, 2.0), resamples=400)
     assert ci["ratio"].iloc[0] == pytest.approx(ref["ratio"][0])
-    assert ci["ratio_lo"].iloc[0] == pytest.approx(ref["lo"][0]) and ci["ratio_hi"].iloc[0] == pytest.approx(ref["hi"][0])
+    assert [ci["ratio_lo"].iloc[0], ci["ratio_hi"].iloc[0]] == pytest.approx([ref["lo"][0], ref["hi"][0]])
     assert ci["units"].iloc[0] == 6
 
 
@@ -362,6 +362,8 @@ def test_renderer(series, tmp_path):
     one = t[(t["kind"] == "exp_avg") & (t["transform"] == "bytegroup") & (t["codec_label"] == "lz4")].iloc[0]
     part = full[(full["kind"] == "exp_avg") & (full["transform"] == "bytegroup") & (full["codec_label"] == "lz4")]
     assert one["full"] == pytest.approx(part["orig_bytes"].sum() / part["comp_bytes"].sum(), rel=1e-5)
+    by_step = pd.read_csv(tmp_path / "out" / "sampling_by_step.csv")
+    assert len(by_step) == n * 2 and set(by_step["step"]) == {20, 30}  # each cell at each step with a reference
     rows = len(pd.read_csv(dirs["sample-0"] / "records.csv"))
     assert f"its {rows} rows have the every-slice run's bytes in {rows}" in text
     cal = pd.read_csv(tmp_path / "out" / "calibration.csv")

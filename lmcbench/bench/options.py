@@ -21,7 +21,7 @@ class BenchOptions:
     verify: bool = True
     progress: bool = True
     # sampled measurement (lmcbench/bench/sample.py): 1.0 = every byte; a fraction < 1 measures that share of the
-    # slices of sample_slice_kib in each stratum (kind x dtype x full/partial slice), chosen by sample_seed
+    # slices of sample_slice_kib in each stratum (kind x dtype x tensor role, at least 2), chosen by sample_seed
     sample: float = 1.0
     sample_seed: int = 0
     sample_slice_kib: int = 1024
