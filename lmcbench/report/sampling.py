@@ -276,7 +276,8 @@ def describe(df: pd.DataFrame, level: float = LEVEL, resamples: int = RESAMPLES)
         parts.append(f"{frac * 100:g}% of {size} slices, seed {int(seed)} ({len(units)} of {total:.0f} slices "
                      "measured)")
     return (f"sampled: {'; '.join(parts)}; ratios are estimates for the whole checkpoint, intervals are "
-            f"{level * 100:g}% bootstrap ({resamples} resamples of the slices within their strata)")
+            f"{level * 100:g}% bootstrap (the slices resampled within their strata, {resamples} times; t with "
+            "Satterthwaite's degrees of freedom)")
 
 
 __all__ = ["describe", "estimated", "fmt_ci", "intervals", "is_sampled", "ratio_intervals", "replicate_weights",
