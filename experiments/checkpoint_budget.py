@@ -15,7 +15,8 @@ after everything is compressed, whichever stage is the faster one). A checkpoint
 the most checkpoints per hour = 3600 / time (the next checkpoint cannot start before this one is written).
 
 Ratios and speeds are measured in the run, per codec/transform pair, per kind of tensor (weight, exp_avg,
-exp_avg_sq) and dtype; a layout's kind and dtype that the run did not measure takes the pair's aggregate over
+exp_avg_sq) and dtype (a sampled run's, ``bench.sample < 1``, are its estimates for every byte, and the report
+says so and gives each ratio its 95% interval); a layout's kind and dtype that the run did not measure takes the pair's aggregate over
 every kind of that dtype. The scenarios are the ``budget:`` key of the run's config.yaml (see
 conf/experiment/checkpoint_budget.yaml, which is also the fallback for runs made without it).
 
@@ -38,6 +39,7 @@ import pandas as pd  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import MiB, begin, finish, main, md_table  # noqa: E402
 from lmcbench.report.facets import save  # noqa: E402
+from lmcbench.report.sampling import describe, fmt_ci, is_sampled, ratio_intervals  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRESET = os.path.join(os.path.dirname(HERE), "conf", "experiment", "checkpoint_budget.yaml")
@@ -119,11 +121,14 @@ def min_interval_s(total_s: float) -> float:
 def rates_from_records(df: pd.DataFrame) -> pd.DataFrame:
     """Ratio and single-core compress/decompress MiB/s per (pair, kind, dtype), plus kind "all" per dtype.
 
-    A multi-threaded measurement is divided by its thread count (per-core speed)."""
+    A multi-threaded measurement is divided by its thread count (per-core speed). Records of a sampled run (as
+    ``load_records`` gives them: estimates for every byte) also get each ratio's interval, ``ratio_lo`` and
+    ``ratio_hi`` (NaN for a run that measured everything)."""
     ok = df[df["verified"] & df["comp_bytes"].notna() & (df["codec"] != "memcpy")].copy()
+    cols = ["pair", "kind", "dtype", "ratio", "ratio_lo", "ratio_hi", "c_mibs_core", "d_mibs_core", "threads",
+            "orig_bytes"]
     if ok.empty:
-        return pd.DataFrame(columns=["pair", "kind", "dtype", "ratio", "c_mibs_core", "d_mibs_core", "threads",
-                                     "orig_bytes"])
+        return pd.DataFrame(columns=cols)
     ok["pair"] = ok["codec_label"].astype(str) + " (" + ok["transform"].astype(str) + ")"
     ok["c_core_s"] = ok["compress_s"] * ok["threads"].fillna(1).clip(lower=1)
     ok["d_core_s"] = ok["decompress_s"] * ok["threads"].fillna(1).clip(lower=1)
@@ -133,6 +138,11 @@ def rates_from_records(df: pd.DataFrame) -> pd.DataFrame:
         g = ok.groupby(by, sort=False).agg(orig_bytes=("orig_bytes", "sum"), comp_bytes=("comp_bytes", "sum"),
                                            c_core_s=("c_core_s", "sum"), d_core_s=("d_core_s", "sum"),
                                            threads=("threads", "max")).reset_index()
+        if is_sampled(ok):
+            ci = ratio_intervals(ok, by)
+            g = g.merge(ci[by + ["ratio_lo", "ratio_hi"]], on=by, how="left")
+        else:
+            g = g.assign(ratio_lo=float("nan"), ratio_hi=float("nan"))
         if not kind_col:
             g["kind"] = "all"
         frames.append(g)
@@ -140,7 +150,7 @@ def rates_from_records(df: pd.DataFrame) -> pd.DataFrame:
     r["ratio"] = r["orig_bytes"] / r["comp_bytes"]
     r["c_mibs_core"] = r["orig_bytes"] / MiB / r["c_core_s"].where(r["c_core_s"] > 0)
     r["d_mibs_core"] = r["orig_bytes"] / MiB / r["d_core_s"].where(r["d_core_s"] > 0)
-    return r[["pair", "kind", "dtype", "ratio", "c_mibs_core", "d_mibs_core", "threads", "orig_bytes"]]
+    return r[cols]
 
 
 def rates_by_pair(r: pd.DataFrame) -> dict:
@@ -222,6 +232,9 @@ def render(run_dir: str, out_dir: str) -> str:
               "- n = number of units; the second term fills the pipeline (or drains it), whichever stage is faster;",
               "- it *fits* when time <= the interval; the most checkpoints per hour = 3600 / time.",
               "", f"{len(df)} measurements, {int((~df['verified']).sum())} failed round trips.", ""]
+    if is_sampled(df):
+        lines += [f"**A sampled run** ({describe(df)}): every ratio, speed and time below is its estimate for every "
+                  "byte of the measured checkpoints; the measured rates give each ratio its 95% interval.", ""]
     if r.empty:
         lines += ["No verified measurement: nothing to compute.", ""]
     else:
@@ -230,8 +243,9 @@ def render(run_dir: str, out_dir: str) -> str:
                   "measurement divided by its threads).", ""]
         t = r.copy()
         t["col"] = t["kind"] + " " + t["dtype"]
-        ratio = t.pivot_table(index="pair", columns="col", values="ratio", aggfunc="first", sort=False)
-        ratio = ratio.map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
+        t["cell"] = [fmt_ci(v, lo, hi) for v, lo, hi in zip(t["ratio"], t["ratio_lo"], t["ratio_hi"])]
+        ratio = t.pivot_table(index="pair", columns="col", values="cell", aggfunc="first", sort=False)
+        ratio = ratio.map(lambda v: "" if pd.isna(v) else v)
         allk = t[t["kind"] == "all"]
         for dtype, g in allk.groupby("dtype", sort=False):
             ratio[f"MiB/s/core {dtype}"] = g.set_index("pair")["c_mibs_core"].reindex(ratio.index).map(
@@ -265,6 +279,8 @@ def render(run_dir: str, out_dir: str) -> str:
         fig = _figure(full, budget, os.path.join(out_dir, "checkpoint_budget.png"))
         if fig:
             lines += [f"![time per checkpoint]({fig})", ""]
+    if is_sampled(df):  # the records as measured (loaded, they hold the estimates), and the sample's plan
+        return finish(run_dir, out_dir, lines, copy=("environment.json", "records.csv", "sample.csv"))
     keep = df.drop(columns=["run"], errors="ignore")
     keep.to_csv(os.path.join(out_dir, "records.csv"), index=False)
     return finish(run_dir, out_dir, lines)

@@ -6,6 +6,7 @@ Errors in the input or the configuration are reported in one line (exit status 2
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import resource
@@ -142,9 +143,20 @@ def run_task(cfg, out_dir: str) -> dict:
         return run_excp_task(cfg, out_dir)
     if task == "store":
         return run_store_task(cfg, out_dir)
+    if task == "sample_check":
+        return run_sample_check_task(cfg, out_dir)
     if task != "bench":
         raise ConfigError(f"task: unknown task {task!r}; known: bench (the lossless grid), excp (lossy, "
-                          "experiment=excp), store (saving checkpoints, experiment=checkpoint_store)")
+                          "experiment=excp), store (saving checkpoints, experiment=checkpoint_store), sample_check "
+                          "(the grid in full and sampled, experiment=sampling)")
+    summary = _run_bench(cfg, out_dir)
+    _render_preset(cfg, out_dir)
+    return summary
+
+
+def _run_bench(cfg, out_dir: str, every_slice: bool = False) -> dict:
+    """The lossless grid of ``cfg`` into ``out_dir``: records, environment, report (``every_slice``: every slice
+    of the sample's frame measured as a sample measures it; :func:`lmcbench.bench.runner.run`)."""
     from omegaconf import OmegaConf
 
     from .bench import runner
@@ -161,7 +173,7 @@ def run_task(cfg, out_dir: str) -> dict:
     env = environment(cfg, source, codecs)
     t0 = time.time()
     summary = runner.run(source, pipelines, codecs, opts, out_dir, log=lambda m: print(m, file=sys.stderr),
-                         restrict=restrict)
+                         restrict=restrict, every_slice=every_slice)
     env["series"] = series_id(cfg)
     if source.sharding is not None:  # lmcbench-report checks a merge has every shard of the series once
         env["shard"] = source.sharding
@@ -172,7 +184,6 @@ def run_task(cfg, out_dir: str) -> dict:
             print(f"report: {render(out_dir, out_dir, figures=rep.figures, records=records)}")
         if rep.print_summary:
             print(summary_text(records))
-    _render_preset(cfg, out_dir)
     print(f"records: {os.path.join(out_dir, 'records.csv')} ({summary['rows']} rows, "
           f"{summary['failed']} failed round trips)")
     if summary["failed"]:
@@ -243,6 +254,37 @@ def run_store_task(cfg, out_dir: str) -> dict:
     _render_preset(cfg, out_dir)
     print(f"store: {os.path.join(out_dir, 'store_checkpoints.csv')}; every restore bit-exact: {summary['verified']}")
     return summary
+
+
+def run_sample_check_task(cfg, out_dir: str) -> dict:
+    """``task: sample_check`` (``lmcbench experiment=sampling``): the same grid measured in full (into ``full/``),
+    every slice of the sample's frame on its own (``slices/``) and from a ``bench.sample`` of the slices with each
+    seed of ``sample_check.seeds`` (``sample-<seed>/``), then rendered side by side: does each sampled ratio's
+    interval hold the full run's ratio?"""
+    from omegaconf import OmegaConf
+
+    frac = cfg.bench.get("sample", 1.0)
+    seeds = (cfg.get("sample_check") or {}).get("seeds") or [cfg.bench.get("sample_seed", 0)]
+    if not isinstance(frac, (int, float)) or isinstance(frac, bool) or not 0 < frac < 1:
+        raise ConfigError(f"task sample_check: bench.sample must be a fraction below 1 (the sample to check), "
+                          f"got {frac!r}")
+    if any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
+        raise ConfigError(f"sample_check.seeds: expected a list of seeds >= 0, got {list(seeds)!r}")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        f.write(OmegaConf.to_yaml(cfg))
+    summaries = {}
+    runs = [("full", 1.0, seeds[0], "every byte"), ("slices", 1.0, seeds[0], "every slice on its own")] + \
+        [(f"sample-{s}", float(frac), s, f"{frac:g} of the slices, seed {s}") for s in seeds]
+    for name, sample, seed, what in runs:
+        sub = copy.deepcopy(cfg)
+        sub.task, sub.experiment_name = "bench", None
+        sub.bench.sample, sub.bench.sample_seed = sample, int(seed)
+        print(f"sample_check: {name} ({what})", file=sys.stderr)
+        summaries[name] = _run_bench(sub, os.path.join(out_dir, name), every_slice=name == "slices")
+    _render_preset(cfg, out_dir)
+    return {"rows": sum(s["rows"] for s in summaries.values()), "failed": sum(s["failed"] for s in summaries.values()),
+            "runs": list(summaries)}
 
 
 def _hydra_main():

@@ -154,16 +154,17 @@ class Exploding:
 
 
 def make_trainer_folder(root: Path, steps=(10, 20), named=True, weights="safetensors", marker=None,
-                        bf16=False) -> dict:
+                        bf16=False, model=None) -> dict:
     """A Hugging Face Trainer output folder under ``root``; returns {step: {"weights": {...}, "opt": state_dict}}.
 
-    ``weights``: "safetensors", "sharded" or "bin". ``named``: AdamW built from named_parameters().
+    ``weights``: "safetensors", "sharded" or "bin". ``named``: AdamW built from named_parameters(). ``model``:
+    what is trained (default :func:`tiny_model`; any module taking inputs of 8 features).
     """
     import torch
     from safetensors.torch import save_file
 
     root.mkdir(parents=True, exist_ok=True)
-    model = tiny_model()
+    model = tiny_model() if model is None else model
     opt = torch.optim.AdamW(model.named_parameters() if named else model.parameters(), lr=1e-2)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     out, done = {}, 0

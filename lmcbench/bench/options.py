@@ -20,6 +20,17 @@ class BenchOptions:
     cond_bound: bool = True  # cond_bound_bytes: the byte planes coded with the reference as context
     verify: bool = True
     progress: bool = True
+    # sampled measurement (lmcbench/bench/sample.py): 1.0 = every byte; a fraction < 1 measures that share of the
+    # slices of sample_slice_kib in each stratum (kind x dtype x tensor role, at least 2), chosen by sample_seed;
+    # sample_slice_kib 0 = the run's own slices (chunk_mib), so a sample measures exactly what a full run measures
+    sample: float = 1.0
+    sample_seed: int = 0
+    sample_slice_kib: int = 0
+
+    @property
+    def sample_unit_kib(self) -> int:
+        """The sampling unit in KiB: ``sample_slice_kib``, or the run's slice (``chunk_mib``) where that is 0."""
+        return self.sample_slice_kib or max(1, int(self.chunk_mib * 1024))
 
     @classmethod
     def from_config(cls, cfg) -> "BenchOptions":
@@ -39,4 +50,10 @@ class BenchOptions:
             raise ConfigError(f"bench.xor_lags: expected a list of positive integers, got {opts.xor_lags!r}")
         if opts.repeats < 1 or opts.warmup < 0 or opts.chunk_mib <= 0 or opts.entropy_block_kib <= 0:
             raise ConfigError("bench: need repeats >= 1, warmup >= 0, chunk_mib > 0, entropy_block_kib > 0")
+        if not 0.0 < opts.sample <= 1.0:  # also refuses NaN
+            raise ConfigError(f"bench.sample: expected a fraction in (0, 1] (1.0 = measure everything), "
+                              f"got {opts.sample!r}")
+        if opts.sample_seed < 0 or opts.sample_slice_kib < 0:
+            raise ConfigError(f"bench: need sample_seed >= 0 and sample_slice_kib >= 0, got {opts.sample_seed} "
+                              f"and {opts.sample_slice_kib}")
         return opts

@@ -35,3 +35,9 @@ class CsvAppender:
 
     def close(self):
         self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -6,8 +6,12 @@ worth per step of lag). A tensor larger than ``chunk_mib`` is measured in indepe
 (every transform here is elementwise, and parallel codecs chunk their input the same way), so the working
 set is the tensor, its reference and a few slices: about twice the largest tensor plus a fixed overhead.
 
+With ``bench.sample < 1`` only the slices a :class:`~.sample.SamplePlan` chose are measured, each as a tensor of
+its own (one row per slice), against the same slice of the previous step; tensors with no sampled slice are
+not read (unless the XOR analysis needs them).
+
 The options are in :mod:`.options`, the columns and the CSV sink in :mod:`.records`, the XOR analysis in
-:mod:`.xor`; this module is the loop. A pipeline undoes itself (:meth:`Pipeline.decode` with the same
+:mod:`.xor`, the sample plan in :mod:`.sample`; this module is the loop. A pipeline undoes itself (:meth:`Pipeline.decode` with the same
 reference), so verifying a measurement is decoding the codec's output through it and comparing.
 """
 
@@ -20,11 +24,12 @@ import numpy as np
 
 from ..dtypes import dtype_name
 from ..errors import NotApplicable
-from ..sources import Source
+from ..sources import Source, TensorRecord
 from ..transforms import Pipeline, Stream
 from .measure import ZERO, adaptive_bits, block_bound_bytes, byte_histogram, entropy_bits, plane_context_counts, timed
 from .options import BenchOptions
 from .records import RECORD_COLUMNS, STREAM_COLUMNS, CsvAppender
+from .sample import PLAN_COLUMNS, SAMPLE_COLUMNS, SamplePlan
 from .xor import XorAnalysis
 
 __all__ = ["BenchOptions", "RECORD_COLUMNS", "STREAM_COLUMNS", "CsvAppender", "measure_tensor", "run"]
@@ -51,27 +56,41 @@ class _Acc:
 
 
 def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: BenchOptions, out_dir: str,
-        log=print, restrict: dict | None = None) -> dict:
-    """Measure the grid, writing ``records.csv`` and ``streams.csv`` into ``out_dir``. Returns a summary."""
+        log=print, restrict: dict | None = None, every_slice: bool = False) -> dict:
+    """Measure the grid, writing ``records.csv`` and ``streams.csv`` into ``out_dir``. Returns a summary.
+
+    A sampled run (``opts.sample < 1``) also writes ``sample.csv`` (every unit, and whether it was measured) and
+    adds the :data:`~.sample.SAMPLE_COLUMNS` to the records; a run that measures everything writes what it
+    always wrote. ``every_slice`` measures every unit of the sample's frame the way a sample measures its own
+    (each slice on its own, one row per slice): the population a sample is drawn from."""
     os.makedirs(out_dir, exist_ok=True)
-    records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS)
-    streams_out = CsvAppender(os.path.join(out_dir, "streams.csv"), STREAM_COLUMNS)
+    entries = source.entries()
+    frac = 1.0 if every_slice else opts.sample
+    plan = SamplePlan(entries, frac, opts.sample_seed, opts.sample_unit_kib) if frac < 1 or every_slice else None
+    records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS + (SAMPLE_COLUMNS if plan else []))
+    streams_out = CsvAppender(os.path.join(out_dir, "streams.csv"),
+                              STREAM_COLUMNS + (["slice", "sample_weight"] if plan else []))
+    if plan is not None:
+        with CsvAppender(os.path.join(out_dir, "sample.csv"), PLAN_COLUMNS) as f:
+            f.write(plan.plan_rows())
     xor = XorAnalysis(os.path.join(out_dir, "xor.csv"), opts.xor_lags, int(opts.chunk_mib * 2**20)) \
         if opts.xor_analysis else None
-    entries = source.entries()
     total_bytes = sum(e.nbytes for e in entries)
+    measured = {e.key: sum(u.nbytes for u in plan.units(e.key)) for e in entries} if plan else {}
     skipped: dict[tuple, str] = {}
     n_rows = n_fail = 0
-    # tensor key -> {pipeline: [(step, decoded array)]}, that tensor's last ``pipeline.lag`` steps: only the
-    # current tensor's when tensor-major, every tensor's (a checkpoint's worth per step of lag) when step-major
-    held: dict[tuple, dict[str, list[tuple[int, np.ndarray]]]] = {}
+    # tensor key -> that tensor's references: {pipeline: [(step, decoded array)]} of its last ``pipeline.lag``
+    # steps (sampled: {slice: {pipeline: ...}}); only the current tensor's when tensor-major, every tensor's (a
+    # checkpoint's worth per step of lag) when step-major
+    held: dict[tuple, dict] = {}
     step_major = source.step_major
     warmed: set = set()  # (codec or pipeline, dtype) pairs that had their warm-up calls
     bar = None
     if opts.progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024, desc="measuring",
+        bar = tqdm(total=sum(measured.get(e.key, 0) for e in entries) if plan else total_bytes, unit="B",
+                   unit_scale=True, unit_divisor=1024, desc="measuring (sampled)" if plan else "measuring",
                    dynamic_ncols=True, disable=None)
     try:
         for e in entries:
@@ -79,19 +98,25 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                 held.clear()  # tensor-major: only the previous steps of *this* tensor are ever kept
                 if xor is not None:
                     xor.new_tensor()
+            if plan is not None and not plan.units(e.key) and xor is None:
+                continue  # nothing of this tensor is sampled
             rec = source.load(e)
             if xor is not None:
                 xor.add(rec, e.key)
             if bar is not None:
                 bar.set_postfix_str(f"step {e.step} {e.name[-40:]} ({e.kind})")
-            rows, srows, held[e.key] = measure_tensor(rec, pipelines, codecs, opts, held.get(e.key, {}), skipped,
-                                                      warmed, restrict)
+            if plan is None:
+                rows, srows, held[e.key] = measure_tensor(rec, pipelines, codecs, opts, held.get(e.key, {}),
+                                                          skipped, warmed, restrict)
+            else:
+                rows, srows = _measure_sampled(rec, plan, plan.units(e.key), held.setdefault(e.key, {}), pipelines,
+                                               codecs, opts, skipped, warmed, restrict)
             records.write(rows)
             streams_out.write(srows)
             n_rows += len(rows)
             n_fail += sum(1 for r in rows if not r["verified"])
             if bar is not None:
-                bar.update(e.nbytes)
+                bar.update(measured.get(e.key, 0) if plan else e.nbytes)
             del rec
         source.finish()
     finally:
@@ -107,9 +132,34 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     for codec, where in by_codec.items():
         why = next(v for k, v in skipped.items() if k[0] == codec)
         log(f"note: {codec} does not apply to {', '.join(where)} ({why})")
-    return {"rows": n_rows, "failed": n_fail, "tensors": len(entries), "bytes": total_bytes,
-            "largest_tensor_mib": max((e.nbytes for e in entries), default=0) / 2**20,
-            "skipped": [list(k) + [v] for k, v in sorted(skipped.items())]}
+    summary = {"rows": n_rows, "failed": n_fail, "tensors": len(entries), "bytes": total_bytes,
+               "largest_tensor_mib": max((e.nbytes for e in entries), default=0) / 2**20,
+               "skipped": [list(k) + [v] for k, v in sorted(skipped.items())]}
+    if plan is not None:
+        summary["sample"] = plan.describe()
+    return summary
+
+
+def _measure_sampled(rec, plan: SamplePlan, units, slice_refs: dict, pipelines, codecs, opts, skipped, warmed,
+                     restrict):
+    """The sampled slices of one tensor, each measured as a tensor of its own against the same slice of the
+    previous steps (``slice_refs``: slice -> that slice's references). Rows keep the tensor's shape and carry the
+    sample columns; a slice is copied out (read-only) so that only sampled bytes are kept as references."""
+    flat = np.asarray(rec.array).reshape(-1)
+    shape = "x".join(map(str, rec.shape))
+    rows, srows = [], []
+    for u in units:
+        if u.start >= flat.size:  # this step's tensor is shorter than the largest one
+            continue
+        part = flat[u.start:u.end].copy()
+        part.flags.writeable = False
+        one = TensorRecord(rec.step, rec.name, rec.kind, rec.dtype, part.shape, part, rec.cast)
+        r, sr, slice_refs[u.index] = measure_tensor(one, pipelines, codecs, opts, slice_refs.get(u.index, {}),
+                                                    skipped, warmed, restrict)
+        extra = plan.row_fields(u)
+        rows += [{**x, "shape": shape, **extra} for x in r]
+        srows += [{**x, "slice": u.index, "sample_weight": extra["sample_weight"]} for x in sr]
+    return rows, srows
 
 
 def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: BenchOptions, refs: dict,

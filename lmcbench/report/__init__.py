@@ -1,4 +1,8 @@
-"""Reports: pandas tables and matplotlib figures rendered next to the records."""
+"""Reports: pandas tables and matplotlib figures rendered next to the records.
+
+Records of a sampled run (``bench.sample < 1``) are loaded as estimates of the whole checkpoint
+(:func:`.sampling.estimated`), so every sum / sum below is the sample's ratio estimate; the run report then
+gives each ratio its bootstrap interval and says in its header that the run was sampled."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import pandas as pd
 from ..errors import LmcbenchError
 from ..checkpoints.tensors import KINDS as KIND_ORDER
 from ..transforms import Pipeline
+from .sampling import describe as describe_sample
+from .sampling import estimated, fmt_ci, is_sampled, ratio_intervals
 
 MiB = 2**20
 
@@ -39,7 +45,8 @@ def run_names(files: list[str]) -> dict[str, str]:
 
 
 def load_records(paths) -> pd.DataFrame:
-    """Records from run folders or ``records.csv`` files (a sweep folder is searched recursively)."""
+    """Records from run folders or ``records.csv`` files (a sweep folder is searched recursively); a sampled
+    run's bytes and seconds are estimates for the whole checkpoint (:func:`.sampling.estimated`)."""
     files = record_files(paths)
     runs = run_names(files)
     frames = []
@@ -56,7 +63,7 @@ def load_records(paths) -> pd.DataFrame:
         raise LmcbenchError(f"{paths}: the records are empty")
     df = pd.concat(frames, ignore_index=True)
     df["verified"] = df["verified"].astype(str).str.lower().eq("true")
-    return df
+    return estimated(df)
 
 
 def load_streams(paths) -> pd.DataFrame | None:
@@ -124,6 +131,15 @@ def _order(values, preferred):
     return [v for v in preferred if v in vals] + [v for v in vals if v not in preferred]
 
 
+def ratio_cells(part: pd.DataFrame, agg: pd.DataFrame, by=("transform", "codec_label")) -> pd.DataFrame:
+    """``agg`` with a ``ratio_ci`` column to pivot: the ratio, and for a sampled run its bootstrap interval."""
+    if not is_sampled(part):
+        return agg.assign(ratio_ci=[f"{v:.3f}" if pd.notna(v) else "" for v in agg["ratio"]])
+    ci = ratio_intervals(part, list(by))
+    agg = agg.merge(ci[list(by) + ["ratio_lo", "ratio_hi"]], on=list(by), how="left")
+    return agg.assign(ratio_ci=[fmt_ci(r, lo, hi) for r, lo, hi in zip(agg["ratio"], agg["ratio_lo"], agg["ratio_hi"])])
+
+
 def pivot(agg: pd.DataFrame, value: str, fmt="{:.3f}") -> pd.DataFrame:
     transforms = list(dict.fromkeys(agg["transform"]))
     codecs = list(dict.fromkeys(agg["codec_label"]))
@@ -137,8 +153,10 @@ def summary_text(df: pd.DataFrame) -> str:
     ok = comparable(df)
     if ok.empty:
         return "no verified measurements"
-    agg = aggregate(ok, ["transform", "codec_label"])
-    lines = ["ratio (orig/comp) over all selected tensors:", pivot(agg, "ratio").to_string(), "",
+    agg = ratio_cells(ok, aggregate(ok, ["transform", "codec_label"]))
+    note = describe_sample(ok)
+    lines = ([note, ""] if note else []) + [
+             "ratio (orig/comp) over all selected tensors:", pivot(agg, "ratio_ci", "{}").to_string(), "",
              "compress MiB/s:", pivot(agg, "compress_MiBps", "{:.0f}").to_string(), "",
              "decompress MiB/s:", pivot(agg, "decompress_MiBps", "{:.0f}").to_string()]
     return "\n".join(lines)
@@ -170,6 +188,9 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
     steps = sorted(df["step"].unique())
     more.append(f"- {len(df)} measurements, {df[['tensor', 'kind']].drop_duplicates().shape[0]} tensors, steps "
                 f"{', '.join(map(str, steps))}; round trips verified bit-exact: {len(df) - n_fail} of {len(df)}")
+    if is_sampled(df):
+        more.append(f"- **{describe_sample(df)}**; bytes, seconds and bounds below are the sample's estimates "
+                    "for every selected tensor")
     lines = header.lines(title, env, runs=header.commands(run_dirs), more=more)
     if n_fail:
         bad = df[~df["verified"]].groupby(["codec_label", "transform"])["error"].first().reset_index()
@@ -184,8 +205,8 @@ def render(run_dirs, out_dir: str, title: str = "lmcbench report", figures: bool
     kinds = kinds_in(ok)  # sections in the order of the kinds, whatever the order of the rows (merged shards)
     sections = sorted(ok.groupby(["kind", "dtype"], sort=False), key=lambda g: kinds.index(g[0][0]))
     for (kind, dtype), part in sections:
-        agg = aggregate(part, ["transform", "codec_label"])
-        p = pivot(agg, "ratio")
+        agg = ratio_cells(part, aggregate(part, ["transform", "codec_label"]))
+        p = pivot(agg, "ratio_ci", "{}")
         bound = agg.groupby("transform", sort=False)["bound_ratio"].first().reindex(p.columns)
         p.loc["(order-0 bound)"] = [f"{v:.3f}" if pd.notna(v) else "" for v in bound.values]
         cond = agg.groupby("transform", sort=False)["cond_ratio"].first().reindex(p.columns)
@@ -223,4 +244,5 @@ def size_text(nbytes: float) -> str:
     return f"{v:.2f} MiB" if v >= 0.1 else f"{v * 1024:.0f} KiB"
 
 
-__all__ = ["record_files", "run_names", "kinds_in", "load_records", "load_streams", "aggregate", "comparable", "pivot", "render", "summary_text", "temporal"]
+__all__ = ["record_files", "run_names", "kinds_in", "load_records", "load_streams", "aggregate", "comparable", "pivot",
+           "ratio_cells", "render", "summary_text", "temporal"]

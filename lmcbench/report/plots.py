@@ -79,6 +79,8 @@ def entropy_vs_step(streams: pd.DataFrame | None, path: str) -> bool:
     if streams is None or streams.empty or streams["step"].nunique() < 2:
         return False
     s = streams.copy()
+    if "sample_weight" in s.columns:  # a sampled run's streams stand for their stratum's
+        s["bytes"] = s["bytes"] * s["sample_weight"].fillna(1.0)
     s["bits_total"] = s["entropy_bits"] * s["bytes"]
     transforms = [t for t in dict.fromkeys(s["transform"]) if s[s["transform"] == t]["stream"].nunique() > 1]
     if not transforms:
