@@ -24,7 +24,6 @@ import csv
 import os
 import platform
 import sys
-import time
 
 import ml_dtypes
 import numpy as np
@@ -32,7 +31,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import lmc  # noqa: E402
-from bench import best  # noqa: E402
+from bench import best, measure_zipnn  # noqa: E402
 from bench_series import load_step  # noqa: E402
 
 KINDS = ("weight", "exp_avg", "exp_avg_sq")
@@ -88,22 +87,6 @@ def zipnn_codec(dtname, threads):
         return None
     return ZipNN(input_format="byte", bytearray_dtype={"fp32": "float32", "bf16": "bfloat16"}[dtname],
                  threads=threads)
-
-
-def measure_zipnn(z, x, repeat):
-    buf = x.tobytes()
-    tcs, tds, zb, d = [], [], None, None
-    for _ in range(repeat):
-        b = bytearray(buf)  # ZipNN modifies its input: a fresh copy per call, not timed
-        t = time.perf_counter()
-        zb = z.compress(b)
-        tcs.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        d = z.decompress(zb)
-        tds.append(time.perf_counter() - t)
-    if bytes(d) != buf:
-        raise SystemExit("zipnn: round trip is not bit-exact")
-    return len(buf) / len(zb), min(tcs), min(tds)
 
 
 def run(cur32, ref32, threads, repeat, with_zipnn):

@@ -71,15 +71,20 @@ def test_worker_error_is_reraised_and_queue_blocks(tmp_path, monkeypatch):
     assert calls == [2]             # after an error nothing more is archived
 
 
-@pytest.mark.slow
-def test_real_trainer_run(tmp_path):
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+def _tiny_gpt2():
+    """A tiny GPT-2 and its training data, seeded."""
+    from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     cfg = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2,
                      bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(cfg)
     g = torch.Generator().manual_seed(0)
-    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 128, (64, 16), generator=g)]
+    return GPT2LMHeadModel(cfg), [{"input_ids": x, "labels": x} for x in torch.randint(0, 128, (64, 16), generator=g)]
+
+
+@pytest.mark.slow
+def test_real_trainer_run(tmp_path):
+    from transformers import Trainer, TrainingArguments
+    model, data = _tiny_gpt2()
     out = str(tmp_path / "out")
     args = TrainingArguments(output_dir=out, max_steps=6, save_steps=2, per_device_train_batch_size=8,
                              learning_rate=1e-3, logging_steps=2, report_to=[], use_cpu=True,
@@ -189,13 +194,8 @@ def test_real_trainer_run_with_save_total_limit(tmp_path, monkeypatch):
     slowed down to take longer than a save interval, every step still lands in the archive, bit-exact."""
     import time
 
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
-    torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=128, n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                     bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(cfg)
-    g = torch.Generator().manual_seed(0)
-    data = [{"input_ids": x, "labels": x} for x in torch.randint(0, 128, (64, 16), generator=g)]
+    from transformers import Trainer, TrainingArguments
+    model, data = _tiny_gpt2()
     out = str(tmp_path / "out")
     args = TrainingArguments(output_dir=out, max_steps=6, save_steps=1, save_total_limit=1,
                              per_device_train_batch_size=8, learning_rate=1e-3, report_to=[], use_cpu=True,
