@@ -1,0 +1,722 @@
+"""lmc kernels: the byte streams of a chunk - canonical Huffman codes (length-limited, package-merge), the
+per-stream choice of raw / constant / Huffman / rANS from the histograms, and the stream writers and
+readers (the rANS coder itself is in ``_krans``)."""
+
+import numpy as np
+from numba import njit
+
+from ._intrinsics import (clz64, ld, load_u32, load_u64, store_u32, store_u64)
+from ._intrinsics import st as put
+from ._kbase import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, MODE_CONST, MODE_HUFF,
+                     MODE_RANS, MODE_RAW, OK, RANS_MARGIN, RANS_SLACK, TABSIZE, _B57, _CM, _M11, _M32, _M57, _M63,
+                     _S32, _S8, _U0, _slow_load, copy_bytes)
+from ._krans import (cum_freqs, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize, write_freq_table)
+
+
+# ---------------------------------------------------------------------------
+# Huffman code construction
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def histo4(p, n, h):
+    """h[k, s] += count of symbol s at positions i with i % 4 == k."""
+    n4 = n & ~3
+    for i in range(0, n4, 4):
+        h[0, p[i]] += 1
+        h[1, p[i + 1]] += 1
+        h[2, p[i + 2]] += 1
+        h[3, p[i + 3]] += 1
+    for i in range(n4, n):
+        h[i & 3, p[i]] += 1
+
+
+@njit(nogil=True, cache=True)
+def _package_merge(w, m, depth):
+    """Optimal length-limited (<= MAXLEN) code lengths by package-merge
+    (Larmore-Hirschberg).  w: the m >= 2 (m <= 2^MAXLEN) weights sorted
+    ascending; writes depth[i] = code length of leaf i (non-increasing in
+    i, Kraft sum exactly 1).
+
+    List l (l = MAXLEN-1 .. 0, list MAXLEN-1 = the leaves) merges the leaves
+    with the pairs ("packages") of consecutive items of list l+1; no list
+    needs more than 2m-2 items.  nl[l, k] = leaves among the first k items
+    of list l.  Selecting the first 2m-2 items of list 0 and following the
+    packages down, leaf i's length is the number of lists in which it is
+    selected (selected leaves are always a prefix of the sorted leaves)."""
+    cap = 2 * m - 2
+    wt = np.empty((MAXLEN, cap), np.int64)
+    nl = np.empty((MAXLEN, cap + 1), np.int64)
+    cnt = np.empty(MAXLEN, np.int64)
+    last = MAXLEN - 1
+    nl[last, 0] = 0
+    for i in range(m):
+        wt[last, i] = w[i]
+        nl[last, i + 1] = i + 1
+    cnt[last] = m
+    for lev in range(last - 1, -1, -1):
+        npk = cnt[lev + 1] >> 1
+        i = 0
+        j = 0
+        k = 0
+        nl[lev, 0] = 0
+        while k < cap and (i < m or j < npk):
+            if j < npk:
+                pw = wt[lev + 1, 2 * j] + wt[lev + 1, 2 * j + 1]
+                if i < m and w[i] <= pw:
+                    wt[lev, k] = w[i]
+                    i += 1
+                else:
+                    wt[lev, k] = pw
+                    j += 1
+            else:
+                wt[lev, k] = w[i]
+                i += 1
+            k += 1
+            nl[lev, k] = i
+        cnt[lev] = k
+    for i in range(m):
+        depth[i] = 0
+    k = cap
+    for lev in range(MAXLEN):
+        c = nl[lev, k]
+        for i in range(c):
+            depth[i] += 1
+        k = 2 * (k - c)
+
+
+@njit(nogil=True, cache=True)
+def huffman_lengths(freq, lens):
+    """Length-limited (<= 11) Huffman code lengths for 256 symbol
+    frequencies.  Writes lens (uint8[256], 0 = absent) and returns the number
+    of present symbols.  With >= 2 symbols the code is complete (Kraft sum
+    exactly 1).  A plain Huffman code (two-queue construction) is used when
+    its depth fits; otherwise the optimal length-limited code is computed
+    by package-merge (an encoder choice only: any complete code with
+    lengths <= 11 is valid)."""
+    m = 0
+    for s in range(256):
+        lens[s] = 0
+        if freq[s] > 0:
+            m += 1
+    if m <= 1:
+        return m
+    keys = np.empty(m, np.int64)
+    w = np.empty(m, np.int64)
+    sym = np.empty(m, np.int64)
+    iw = np.empty(m, np.int64)
+    par_leaf = np.empty(m, np.int64)
+    par_int = np.empty(m, np.int64)
+    dep_int = np.empty(m, np.int64)
+    j = 0
+    for s in range(256):
+        if freq[s] > 0:
+            keys[j] = np.int64(freq[s]) * 256 + s
+            j += 1
+    keys.sort()
+    for i in range(m):
+        w[i] = keys[i] >> 8
+        sym[i] = keys[i] & 255
+    i = 0
+    j = 0
+    for k in range(m - 1):
+        if i < m and (j >= k or w[i] <= iw[j]):
+            a = w[i]
+            par_leaf[i] = k
+            i += 1
+        else:
+            a = iw[j]
+            par_int[j] = k
+            j += 1
+        if i < m and (j >= k or w[i] <= iw[j]):
+            b = w[i]
+            par_leaf[i] = k
+            i += 1
+        else:
+            b = iw[j]
+            par_int[j] = k
+            j += 1
+        iw[k] = a + b
+    dep_int[m - 2] = 0
+    for k in range(m - 3, -1, -1):
+        dep_int[k] = dep_int[par_int[k]] + 1
+    maxd = 0
+    for i in range(m):
+        d = dep_int[par_leaf[i]] + 1
+        if d > maxd:
+            maxd = d
+    if maxd <= MAXLEN:
+        for i in range(m):
+            lens[sym[i]] = dep_int[par_leaf[i]] + 1
+        return m
+    _package_merge(w, m, dep_int)
+    for i in range(m):
+        lens[sym[i]] = dep_int[i]
+    return m
+
+
+@njit(nogil=True, cache=True)
+def canonical_codes(lens, codes):
+    """Canonical (deflate-style) codes, returned bit-reversed (LSB-first) in
+    codes (uint64[256])."""
+    bl = np.zeros(MAXLEN + 2, np.int64)
+    for s in range(256):
+        if lens[s] > 0:
+            bl[lens[s]] += 1
+    nxt = np.zeros(MAXLEN + 2, np.int64)
+    code = 0
+    for b in range(1, MAXLEN + 1):
+        code = (code + bl[b - 1]) << 1
+        nxt[b] = code
+    for s in range(256):
+        L = np.int64(lens[s])
+        if L > 0:
+            c = nxt[L]
+            nxt[L] += 1
+            r = 0
+            for t in range(L):
+                r = (r << 1) | ((c >> t) & 1)
+            codes[s] = np.uint64(r)
+        else:
+            codes[s] = _U0
+
+
+@njit(nogil=True, cache=True)
+def build_decode_table(lens, dec):
+    """Fill dec (uint16[2048], entry = symbol | length << 8).  Returns False
+    if a length exceeds 11 or the Kraft sum is not exactly 1."""
+    kraft = 0
+    for s in range(256):
+        L = np.int64(lens[s])
+        if L > MAXLEN:
+            return False
+        if L > 0:
+            kraft += 1 << (MAXLEN - L)
+    if kraft != TABSIZE:
+        return False
+    codes = np.empty(256, np.uint64)
+    canonical_codes(lens, codes)
+    for s in range(256):
+        L = np.int64(lens[s])
+        if L > 0:
+            e = np.uint16(s | (L << 8))
+            for idx in range(np.int64(codes[s]), TABSIZE, 1 << L):
+                dec[idx] = e
+    return True
+
+
+# ---------------------------------------------------------------------------
+# stream analysis / encoding
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def _huff_sub_bytes(h, lens, sub):
+    total = 0
+    for k in range(4):
+        bits = 0
+        for s in range(256):
+            bits += h[k, s] * np.int64(lens[s])
+        sub[k] = (bits + 7) >> 3
+        total += sub[k]
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _table_bytes(lens):
+    lo = 0
+    while lens[lo] == 0:
+        lo += 1
+    hi = 255
+    while lens[hi] == 0:
+        hi -= 1
+    return 2 + (hi - lo + 2) // 2
+
+
+@njit(nogil=True, cache=True)
+def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, allow_rans):
+    """Count the symbols of each plane per sub-stream into h (zeroed by the
+    caller), then analyze_hist."""
+    for s in range(ns):
+        histo4(planes[s], n, h[s])
+    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, allow_rans)
+
+
+@njit(nogil=True, cache=True)
+def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, allow_rans):
+    """Choose a mode per stream from its counts h[s, sub-stream, symbol];
+    returns the total payload size (incl. the 5-byte stream headers).
+    Huffman and raw sizes are exact; the rANS size (f, cm: its quantised
+    table per stream at s * 256) is estimated from the quantised
+    frequencies and is taken only when it saves more than 1/RANS_MARGIN of
+    the faster choice plus RANS_SLACK bytes."""
+    freq = np.empty(256, np.int64)
+    sub = np.empty(4, np.int64)
+    total = 0
+    for s in range(ns):
+        for c in range(256):
+            freq[c] = h[s, 0, c] + h[s, 1, c] + h[s, 2, c] + h[s, 3, c]
+        m = huffman_lengths(freq, lens[s])
+        if m == 1:
+            modes[s] = MODE_CONST
+            sizes[s] = 1
+        else:
+            hs = _table_bytes(lens[s]) + 12 + _huff_sub_bytes(h[s], lens[s], sub)
+            if hs < n:
+                modes[s] = MODE_HUFF
+                sizes[s] = hs
+            else:
+                modes[s] = MODE_RAW
+                sizes[s] = n
+            if allow_rans:
+                rans_normalize(freq, 0, 256, f[256 * s:256 * s + 256])
+                fs = f[256 * s:256 * s + 256]
+                rs = (freq_table_bytes(fs, 0, 256) + 16
+                      + np.int64(np.ceil(rans_cost_bits(freq, fs, 0, 256) / 8)))
+                if rs + RANS_SLACK + sizes[s] // RANS_MARGIN < sizes[s]:
+                    modes[s] = MODE_RANS
+                    sizes[s] = rs
+                    cum_freqs(fs, 0, cm[256 * s:256 * s + 256])
+        total += 5 + sizes[s]
+    return total
+
+
+@njit(nogil=True, cache=True)
+def _encode4(p, n, codes, lens, out, o, sub):
+    """Encode the n symbols of p into 4 interleaved LSB-first sub-streams
+    (symbol i -> sub-stream i % 4) written back to back at out[o:], whose
+    exact byte sizes sub[0..3] are known in advance.  Never writes outside
+    [o, o + sum(sub)).  Returns the end position (or -1 on a size mismatch,
+    which would be an internal error)."""
+    ct = np.empty(256, np.uint64)  # code | length << 32
+    for c in range(256):
+        ct[c] = codes[c] | (np.uint64(lens[c]) << _S32)
+    q0 = o
+    en0 = q0 + sub[0]
+    q1 = en0
+    en1 = q1 + sub[1]
+    q2 = en1
+    en2 = q2 + sub[2]
+    q3 = en2
+    en3 = q3 + sub[3]
+    a0 = _U0
+    a1 = _U0
+    a2 = _U0
+    a3 = _U0
+    n0 = 0
+    n1 = 0
+    n2 = 0
+    n3 = 0
+    nblk = n >> 4
+    j = 0
+    while j < nblk:
+        # the 8-byte stores below must stay inside each sub-stream
+        if q0 + 8 > en0 or q1 + 8 > en1 or q2 + 8 > en2 or q3 + 8 > en3:
+            break
+        i = 16 * j
+        for t in range(4):
+            e0 = ld(ct, ld(p, i + 4 * t))
+            e1 = ld(ct, ld(p, i + 4 * t + 1))
+            e2 = ld(ct, ld(p, i + 4 * t + 2))
+            e3 = ld(ct, ld(p, i + 4 * t + 3))
+            a0 |= (e0 & _M32) << np.uint64(n0)
+            a1 |= (e1 & _M32) << np.uint64(n1)
+            a2 |= (e2 & _M32) << np.uint64(n2)
+            a3 |= (e3 & _M32) << np.uint64(n3)
+            n0 += np.int64(e0 >> _S32)
+            n1 += np.int64(e1 >> _S32)
+            n2 += np.int64(e2 >> _S32)
+            n3 += np.int64(e3 >> _S32)
+        store_u64(out, q0, a0)
+        store_u64(out, q1, a1)
+        store_u64(out, q2, a2)
+        store_u64(out, q3, a3)
+        q0 += n0 >> 3
+        q1 += n1 >> 3
+        q2 += n2 >> 3
+        q3 += n3 >> 3
+        a0 >>= np.uint64(n0 & ~7)
+        a1 >>= np.uint64(n1 & ~7)
+        a2 >>= np.uint64(n2 & ~7)
+        a3 >>= np.uint64(n3 & ~7)
+        n0 &= 7
+        n1 &= 7
+        n2 &= 7
+        n3 &= 7
+        j += 1
+    qs = np.empty(4, np.int64)
+    qs[0] = q0
+    qs[1] = q1
+    qs[2] = q2
+    qs[3] = q3
+    accs = np.empty(4, np.uint64)
+    accs[0] = a0
+    accs[1] = a1
+    accs[2] = a2
+    accs[3] = a3
+    nbs = np.empty(4, np.int64)
+    nbs[0] = n0
+    nbs[1] = n1
+    nbs[2] = n2
+    nbs[3] = n3
+    ens = np.empty(4, np.int64)
+    ens[0] = en0
+    ens[1] = en1
+    ens[2] = en2
+    ens[3] = en3
+    for k in range(4):
+        q = qs[k]
+        acc = accs[k]
+        nb = nbs[k]
+        for i in range(16 * j + k, n, 4):
+            c = p[i]
+            acc |= codes[c] << np.uint64(nb)
+            nb += lens[c]
+            while nb >= 8:
+                out[q] = np.uint8(acc & np.uint64(0xFF))
+                q += 1
+                acc >>= np.uint64(8)
+                nb -= 8
+        if nb > 0:
+            out[q] = np.uint8(acc & np.uint64(0xFF))
+            q += 1
+        if q != ens[k]:
+            return -1
+    return en3
+
+
+@njit(nogil=True, cache=True)
+def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf):
+    """Write one stream record at out[o:]; returns the end, or -1 if it
+    would pass lim (the rANS size is only known after encoding)."""
+    if mode == MODE_RANS:
+        tb = freq_table_bytes(f, 0, 256)
+        q = rans_encode(p, p, False, n, f, cm, tbuf)
+        R = tbuf.size - q
+        if o + 5 + tb + R > lim:
+            return -1
+        out[o] = mode
+        store_u32(out, o + 1, np.uint32(tb + R))
+        o = write_freq_table(f, 0, 256, out, o + 5)
+        copy_bytes(out, o, tbuf, q, R)
+        return o + R
+    if o + 5 + size > lim:
+        return -1
+    out[o] = mode
+    store_u32(out, o + 1, np.uint32(size))
+    o += 5
+    if mode == MODE_RAW:
+        copy_bytes(out, o, p, 0, n)
+        return o + n
+    if mode == MODE_CONST:
+        out[o] = p[0]
+        return o + 1
+    lo = 0
+    while lens[lo] == 0:
+        lo += 1
+    hi = 255
+    while lens[hi] == 0:
+        hi -= 1
+    out[o] = lo
+    out[o + 1] = hi
+    o += 2
+    cnt = hi - lo + 1
+    nbt = (cnt + 1) // 2
+    for j in range(nbt):
+        a = lens[lo + 2 * j]
+        b = 0
+        if 2 * j + 1 < cnt:
+            b = lens[lo + 2 * j + 1]
+        out[o + j] = np.uint8(a | (b << 4))
+    o += nbt
+    sub = np.empty(4, np.int64)
+    _huff_sub_bytes(h, lens, sub)
+    store_u32(out, o, np.uint32(sub[0]))
+    store_u32(out, o + 4, np.uint32(sub[1]))
+    store_u32(out, o + 8, np.uint32(sub[2]))
+    o += 12
+    codes = np.empty(256, np.uint64)
+    canonical_codes(lens, codes)
+    ln = np.empty(256, np.int64)
+    for s in range(256):
+        ln[s] = lens[s]
+    return _encode4(p, n, codes, ln, out, o, sub)
+
+
+@njit(nogil=True, cache=True)
+def _write_planes(flag, planes, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf):
+    """Chunk mode byte + the ns stream records; -1 if past lim."""
+    if o + 1 > lim:
+        return -1
+    out[o] = flag
+    o += 1
+    for s in range(ns):
+        o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s],
+                          f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], out, o, lim, tbuf)
+        if o < 0:
+            return -1
+    return o
+
+
+@njit(nogil=True, cache=True)
+def _uses_rans(modes, ns):
+    for s in range(ns):
+        if modes[s] == MODE_RANS:
+            return True
+    return False
+
+
+
+
+# ---------------------------------------------------------------------------
+# decoding
+# ---------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def build_multi_table(dec, dec3):
+    """From the single-symbol table build dec3 (uint64[2048]): up to 3
+    symbols whose codes fit entirely in the 11 peeked bits.  Entry:
+    total_bits | sym1 << 8 | sym2 << 16 | sym3 << 24 | count << 32 (bits
+    4-7 are zero, so ``x & 63`` is the shift count)."""
+    for idx in range(TABSIZE):
+        e = np.int64(dec[idx])
+        l1 = e >> 8
+        syms = e & 255
+        tot = l1
+        cnt = 1
+        rest = idx >> l1
+        avail = MAXLEN - l1
+        e2 = np.int64(dec[rest])
+        l2 = e2 >> 8
+        if l2 <= avail:
+            syms |= (e2 & 255) << 8
+            tot += l2
+            cnt = 2
+            avail -= l2
+            rest >>= l2
+            e3 = np.int64(dec[rest])
+            l3 = e3 >> 8
+            if l3 <= avail:
+                syms |= (e3 & 255) << 16
+                tot += l3
+                cnt = 3
+        dec3[idx] = np.uint64(tot | (syms << 8) | (cnt << 32))
+
+
+@njit(nogil=True, cache=True)
+def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
+    """Decode n symbols from 4 interleaved LSB-first sub-streams (symbol i in
+    sub-stream i % 4); sub-stream k occupies buf[st[k] : st[k] + ln[k]].
+    Sub-stream k is first decoded into tmp[k*r : k*r + (n+3-k)//4],
+    r = (n+3)//4 + 16 (tmp needs 4*r bytes; the fast loop stores 4 bytes at
+    a time, up to 3 past the last symbol), then interleaved into out[:n].
+    single: every code is >= 6 bits long; then dec1 (uint16[2048], entry =
+    length | symbol << 8) is used instead of dec3."""
+    m = (n + 3) >> 2
+    r = m + 16
+    s0 = st[0]
+    s1 = st[1]
+    s2 = st[2]
+    s3 = st[3]
+    L0 = ln[0]
+    L1 = ln[1]
+    L2 = ln[2]
+    L3 = ln[3]
+    b0 = 0
+    b1 = 0
+    b2 = 0
+    b3 = 0
+    # symbol counts of the sub-streams minus 15 (5 lookups of <= 3 symbols)
+    e0 = ((n + 3) >> 2) - 15
+    e1 = ((n + 2) >> 2) - 15
+    e2 = ((n + 1) >> 2) - 15
+    e3 = (n >> 2) - 15
+    if single:
+        # every code is >= 6 bits: one symbol per lookup, all readers advance
+        # in lockstep (5 symbols per refill).  A sentinel bit above the 57
+        # loaded bits gives the bits consumed: clz(a) - 6.
+        u0 = tmp[0:r]
+        u1 = tmp[r:2 * r]
+        u2 = tmp[2 * r:3 * r]
+        u3 = tmp[3 * r:4 * r]
+        o = 0
+        e = (n >> 2) - 5
+        while (o <= e and (b0 >> 3) + 8 <= L0 and (b1 >> 3) + 8 <= L1
+               and (b2 >> 3) + 8 <= L2 and (b3 >> 3) + 8 <= L3):
+            a0 = ((load_u64(buf, s0 + (b0 >> 3)) >> np.uint64(b0 & 7)) & _M57) | _B57
+            a1 = ((load_u64(buf, s1 + (b1 >> 3)) >> np.uint64(b1 & 7)) & _M57) | _B57
+            a2 = ((load_u64(buf, s2 + (b2 >> 3)) >> np.uint64(b2 & 7)) & _M57) | _B57
+            a3 = ((load_u64(buf, s3 + (b3 >> 3)) >> np.uint64(b3 & 7)) & _M57) | _B57
+            for t in range(5):
+                x0 = np.uint64(ld(dec1, a0 & _M11))
+                x1 = np.uint64(ld(dec1, a1 & _M11))
+                x2 = np.uint64(ld(dec1, a2 & _M11))
+                x3 = np.uint64(ld(dec1, a3 & _M11))
+                put(u0, o + t, x0 >> _S8)
+                put(u1, o + t, x1 >> _S8)
+                put(u2, o + t, x2 >> _S8)
+                put(u3, o + t, x3 >> _S8)
+                a0 >>= x0 & _M63
+                a1 >>= x1 & _M63
+                a2 >>= x2 & _M63
+                a3 >>= x3 & _M63
+            b0 += clz64(a0) - 6
+            b1 += clz64(a1) - 6
+            b2 += clz64(a2) - 6
+            b3 += clz64(a3) - 6
+            o += 5
+        o0 = o
+        o1 = o
+        o2 = o
+        o3 = o
+    else:
+        # per reader: c = bits consumed | symbols decoded << 32 (the bit count
+        # stays < 2^32: <= 11 bits per symbol, <= 2^25 symbols per sub-stream)
+        c0 = 0
+        c1 = 0
+        c2 = 0
+        c3 = 0
+        t0 = tmp[0:r]
+        t1 = tmp[r:2 * r]
+        t2 = tmp[2 * r:3 * r]
+        t3 = tmp[3 * r:4 * r]
+        while True:
+            b0 = c0 & 0xFFFFFFFF
+            b1 = c1 & 0xFFFFFFFF
+            b2 = c2 & 0xFFFFFFFF
+            b3 = c3 & 0xFFFFFFFF
+            if ((c0 >> 32) > e0 or (c1 >> 32) > e1 or (c2 >> 32) > e2 or (c3 >> 32) > e3
+                    or (b0 >> 3) + 8 > L0 or (b1 >> 3) + 8 > L1
+                    or (b2 >> 3) + 8 > L2 or (b3 >> 3) + 8 > L3):
+                break
+            # 8-byte loads lie inside each sub-stream; >= 57 valid bits each,
+            # 5 lookups consume <= 55
+            a0 = load_u64(buf, s0 + (b0 >> 3)) >> np.uint64(b0 & 7)
+            a1 = load_u64(buf, s1 + (b1 >> 3)) >> np.uint64(b1 & 7)
+            a2 = load_u64(buf, s2 + (b2 >> 3)) >> np.uint64(b2 & 7)
+            a3 = load_u64(buf, s3 + (b3 >> 3)) >> np.uint64(b3 & 7)
+            for t in range(5):
+                x0 = ld(dec3, a0 & _M11)
+                x1 = ld(dec3, a1 & _M11)
+                x2 = ld(dec3, a2 & _M11)
+                x3 = ld(dec3, a3 & _M11)
+                store_u32(t0, c0 >> 32, np.uint32((x0 >> _S8) & _M32))
+                store_u32(t1, c1 >> 32, np.uint32((x1 >> _S8) & _M32))
+                store_u32(t2, c2 >> 32, np.uint32((x2 >> _S8) & _M32))
+                store_u32(t3, c3 >> 32, np.uint32((x3 >> _S8) & _M32))
+                a0 >>= x0 & _M63
+                a1 >>= x1 & _M63
+                a2 >>= x2 & _M63
+                a3 >>= x3 & _M63
+                c0 += np.int64(x0 & _CM)
+                c1 += np.int64(x1 & _CM)
+                c2 += np.int64(x2 & _CM)
+                c3 += np.int64(x3 & _CM)
+        b0 = c0 & 0xFFFFFFFF
+        b1 = c1 & 0xFFFFFFFF
+        b2 = c2 & 0xFFFFFFFF
+        b3 = c3 & 0xFFFFFFFF
+        o0 = c0 >> 32
+        o1 = c1 >> 32
+        o2 = c2 >> 32
+        o3 = c3 >> 32
+    bp = np.empty(4, np.int64)
+    bp[0] = b0
+    bp[1] = b1
+    bp[2] = b2
+    bp[3] = b3
+    op = np.empty(4, np.int64)
+    op[0] = o0
+    op[1] = o1
+    op[2] = o2
+    op[3] = o3
+    for k in range(4):
+        b = bp[k]
+        L = ln[k]
+        sk = st[k]
+        rk = k * r
+        for i in range(op[k], (n + 3 - k) >> 2):
+            if b > 8 * L:
+                return ERR_STREAM
+            if (b >> 3) + 8 <= L:
+                acc = load_u64(buf, sk + (b >> 3)) >> np.uint64(b & 7)
+            else:
+                acc = _slow_load(buf, sk, L, b >> 3) >> np.uint64(b & 7)
+            e = dec[acc & _M11]
+            tmp[rk + i] = np.uint8(e & 0xFF)
+            b += np.int64(e >> 8)
+        if (b + 7) >> 3 != L:
+            return ERR_STREAM
+        if b & 7:
+            if (buf[sk + L - 1] >> (b & 7)) != 0:
+                return ERR_PAD
+    # interleave: out[4i + k] = sub-stream k symbol i
+    q = n >> 2
+    t0 = tmp[0:q]
+    t1 = tmp[r:r + q]
+    t2 = tmp[2 * r:2 * r + q]
+    t3 = tmp[3 * r:3 * r + q]
+    for i in range(q):
+        store_u32(out, 4 * i, np.uint32(t0[i]) | (np.uint32(t1[i]) << 8)
+                  | (np.uint32(t2[i]) << 16) | (np.uint32(t3[i]) << 24))
+    for k in range(n - 4 * q):
+        out[4 * q + k] = tmp[k * r + q]
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
+    end = pos + plen
+    if plen < 2:
+        return ERR_TRUNC
+    lo = np.int64(blob[pos])
+    hi = np.int64(blob[pos + 1])
+    if hi < lo:
+        return ERR_TABLE
+    cnt = hi - lo + 1
+    nbt = (cnt + 1) // 2
+    if pos + 2 + nbt + 12 > end:
+        return ERR_TRUNC
+    for s in range(256):
+        lens[s] = 0
+    q = pos + 2
+    for j in range(cnt):
+        byte = blob[q + (j >> 1)]
+        lens[lo + j] = (byte >> (4 * (j & 1))) & 15
+    if cnt & 1:
+        if (blob[q + nbt - 1] >> 4) != 0:
+            return ERR_TABLE
+    if lens[lo] == 0 or lens[hi] == 0:
+        return ERR_TABLE
+    if not build_decode_table(lens, dec):
+        return ERR_KRAFT
+    minlen = MAXLEN
+    for j in range(cnt):
+        L = np.int64(lens[lo + j])
+        if L > 0 and L < minlen:
+            minlen = L
+    single = 2 * minlen > MAXLEN
+    if single:
+        for idx in range(TABSIZE):
+            e = dec[idx]
+            dec1[idx] = np.uint16((e >> 8) | ((e & 0xFF) << 8))
+    else:
+        build_multi_table(dec, dec3)
+    q += nbt
+    st = np.empty(4, np.int64)
+    ln = np.empty(4, np.int64)
+    ln[0] = np.int64(load_u32(blob, q))
+    ln[1] = np.int64(load_u32(blob, q + 4))
+    ln[2] = np.int64(load_u32(blob, q + 8))
+    q += 12
+    rem = end - q
+    acc = 0
+    for k in range(3):
+        if ln[k] > rem - acc:
+            return ERR_TRUNC
+        st[k] = q + acc
+        acc += ln[k]
+    st[3] = q + acc
+    ln[3] = rem - acc
+    return huff_decode4(blob, st, ln, dec, dec3, dec1, single, p, n, tmp)
+
+
+
+

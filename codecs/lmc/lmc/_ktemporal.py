@@ -1,0 +1,618 @@
+"""lmc kernels: the temporal chunk mode of format v2 - fp32 / fp16 / bf16 coded against a reference
+(the previous checkpoint): estimates, symbol pass, rANS streams and raw bits, and the decoder."""
+
+import numpy as np
+from numba import njit
+
+from ._intrinsics import (clz64, f64_bits, ld, load_u16, load_u32, load_u64, mulhi64, store_u16, store_u32)
+from ._intrinsics import st as put
+from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
+                     LAYOUT_F32, NCTX, OK, PROB_BITS, PROB_SCALE, RANS_L, _M32, _S32, _S8, _U0, _slow_load,
+                     copy_bytes)
+from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, read_freq_table,
+                     write_freq_table)
+
+
+# ---------------------------------------------------------------------------
+# temporal chunk mode (format v2): fp32 / fp16 / bf16 against a reference.
+# Each W-bit pattern v is mapped to a monotone integer
+#   mono(v) = v ^ signbit            if v's sign bit is 0
+#           = v ^ (2^W - 1)          otherwise
+# d = mono(x) - mono(r) (mod 2^W, read as signed).  Symbol: 0 for d = 0,
+# else 2k - 1 + (d < 0) with k = bit_length(|d|) (|d| <= 2^(W-1));
+# the k-1 bits of |d| below its leading one go raw into a bit stream.
+# Context of element i: from the reference's exponent field e:
+#   15 if e is all ones (inf/NaN), else clamp(E - e, 0, 14),
+# E = the chunk's context base (the encoder uses the largest finite
+# exponent of the reference in the chunk).
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def _fparams(layout):
+    """(W, mantissa bits, exponent mask) of a float layout."""
+    if layout == LAYOUT_F32:
+        return 32, 23, 0xFF
+    if layout == LAYOUT_F16:
+        return 16, 10, 0x1F
+    return 16, 7, 0xFF
+
+
+@njit(nogil=True, cache=True)
+def temporal_base(ref, start, n, layout):
+    """Largest finite exponent field of the reference units in the chunk."""
+    W, mb, em = _fparams(layout)
+    if W == 32:
+        return _tbase(ref[4 * start:4 * (start + n)].view(np.uint32), n, mb, em)
+    return _tbase(ref[2 * start:2 * (start + n)].view(np.uint16), n, mb, em)
+
+
+@njit(nogil=True, cache=True)
+def _tbase(r, n, mb, em):
+    E = np.int32(0)
+    m = np.int32(em)
+    for i in range(n):
+        e = np.int32(r[i] >> mb) & m
+        E = max(E, e & -np.int32(e != m))  # (branch-free: vectorizes)
+    return np.int64(E)
+
+
+@njit(nogil=True, cache=True)
+def _ctx_of(rv, E, mb, em):
+    e = (rv >> mb) & em
+    c = min(max(E - e, 0), 14)
+    return 15 if e == em else c
+
+
+@njit(nogil=True, cache=True)
+def _mono(v, sb, mask):
+    """Sign-magnitude bits -> monotone integer (branchless)."""
+    return v ^ sb ^ (-np.int64((v & sb) != 0) & (sb - 1))
+
+
+@njit(nogil=True, cache=True)
+def _unmono(m, sb, mask):
+    """Inverse of _mono (branchless)."""
+    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
+
+
+# Encoder.  The alone coding is counted exactly (stream_count, no split
+# into planes); the temporal and XOR codings are first estimated on a
+# sample (temporal_sample) and counted exactly only where they may win
+# (temporal_count: per element the joint symbol j = context * (2W + 1) +
+# symbol, u16, and the bits of |d| below its leading one, u32).  Counts are
+# kept in 4 partial tables (element i in table i % 4): consecutive elements
+# never wait on each other's increment, and the Huffman sizes need the
+# counts per sub-stream anyway.  Only the chosen mode is split into planes.
+@njit(nogil=True, cache=True)
+def _inc(h, j):
+    put(h, j, ld(h, j) + 1)
+
+
+@njit(nogil=True, cache=True)
+def _tsyms(x, r, n, W, mb, em, E, jb, low):
+    """Joint symbols and raw bits (branch-free, no stores that depend on
+    the data: the loop vectorizes)."""
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    KS = 2 * W + 1
+    raw = 0
+    for i in range(n):
+        xv = np.int64(x[i])
+        rv = np.int64(r[i])
+        e = (rv >> mb) & em
+        c = min(max(E - e, 0), 14)
+        c = 15 if e == em else c
+        d = (_mono(xv, sb, mask) - _mono(rv, sb, mask)) & mask
+        neg = (d >> (W - 1)) & 1          # d read as signed W-bit
+        a = ((d ^ -neg) + neg) & mask     # |d| (2^(W-1) for the most negative)
+        # bit length of a from the exponent of float64(a >> 1) (an int32:
+        # exact, and unlike a count of leading zeros it vectorizes on AVX2)
+        nz = np.int64(a != 0)
+        k = max((f64_bits(np.float64(np.int32(a >> 1))) >> 52) - 1022, 0) + nz
+        raw += k - nz
+        jb[i] = np.uint16(c * KS + 2 * k - nz + neg)
+        low[i] = np.uint32(a ^ ((np.int64(1) << k) >> 1))
+    return raw
+
+
+SAMPLE = 32   # the estimates that decide which modes to analyse exactly use 1/SAMPLE
+
+
+@njit(nogil=True, cache=True)
+def _ent_bits(cnt, c0, m):
+    """Order-0 entropy (bits) of the counts cnt[c0:c0+m]."""
+    tot = 0
+    for s in range(m):
+        tot += cnt[c0 + s]
+    bits = 0.0
+    if tot > 0:
+        lt = np.log2(np.float64(tot))
+        for s in range(m):
+            c = cnt[c0 + s]
+            if c > 0:
+                bits += c * (lt - np.log2(np.float64(c)))
+    return bits
+
+
+@njit(nogil=True, cache=True)
+def temporal_sample(data, ref, start, n, layout, E, ts, xs):
+    """Estimated sizes (bytes) of the temporal and of the XOR coding of the
+    chunk from every SAMPLE-th group of 4 elements: order-0 entropies of the
+    (context, symbol) counts, raw bits and byte-stream counts, scaled
+    (no table costs: the estimates only decide whether to analyse a mode
+    exactly).  ts: int64[NCTX * 65], xs: int64[4 * 256] scratch.  Below
+    64 sampled groups it returns (0, 0): analyse everything."""
+    W, mb, em = _fparams(layout)
+    ts[:] = 0
+    xs[:] = 0
+    if n < 64 * 4 * SAMPLE:  # small chunk: analyse every mode exactly
+        return 0, 0
+    if W == 32:
+        raw, m = _tsample(data[4 * start:4 * (start + n)].view(np.uint32),
+                          ref[4 * start:4 * (start + n)].view(np.uint32), n, layout, E, ts, xs)
+    else:
+        raw, m = _tsample(data[2 * start:2 * (start + n)].view(np.uint16),
+                          ref[2 * start:2 * (start + n)].view(np.uint16), n, layout, E, ts, xs)
+    if m == 0:
+        return 0, 0
+    KS = 2 * W + 1
+    bt = np.float64(raw)
+    for c in range(NCTX):
+        bt += _ent_bits(ts, c * KS, KS)
+    ns = 2 if layout == LAYOUT_BF16 else (3 if layout == LAYOUT_F16 else 4)
+    bx = 0.0
+    for s in range(ns):
+        bx += min(_ent_bits(xs, s * 256, 256), 8.0 * m)
+    sc = n / (8.0 * m)
+    return np.int64(bt * sc), np.int64(bx * sc)
+
+
+@njit(nogil=True, cache=True)
+def _tsample(x, r, n, layout, E, ts, xs):
+    W, mb, em = _fparams(layout)
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    KS = 2 * W + 1
+    raw = 0
+    m = 0
+    for g in range(0, n - 3, 4 * SAMPLE):
+        for i in range(g, g + 4):
+            xv = np.int64(x[i])
+            rv = np.int64(r[i])
+            c = _ctx_of(rv, E, mb, em)
+            d = (_mono(xv, sb, mask) - _mono(rv, sb, mask)) & mask
+            neg = (d >> (W - 1)) & 1
+            a = ((d ^ -neg) + neg) & mask
+            k = 64 - clz64(np.uint64(a))
+            nz = np.int64(k != 0)
+            raw += k - nz
+            ts[c * KS + 2 * k - nz + neg] += 1
+            xr = xv ^ rv
+            if layout == LAYOUT_BF16:
+                xs[(xr >> 7) & 0xFF] += 1
+                xs[256 + (((xr >> 8) & 0x80) | (xr & 0x7F))] += 1
+            elif layout == LAYOUT_F16:
+                xs[(xr >> 10) & 0x1F] += 1
+                xs[256 + (((xr >> 13) & 4) | ((xr >> 8) & 3))] += 1
+                xs[512 + (xr & 0xFF)] += 1
+            else:
+                xs[(xr >> 23) & 0xFF] += 1
+                xs[256 + (((xr >> 24) & 0x80) | ((xr >> 16) & 0x7F))] += 1
+                xs[512 + ((xr >> 8) & 0xFF)] += 1
+                xs[768 + (xr & 0xFF)] += 1
+        m += 4
+    return raw, m
+
+
+@njit(nogil=True, cache=True)
+def stream_count(data, ref, use_ref, start, n, layout, hs):
+    """Byte-stream counts of the units (XOR the reference when use_ref) in 4
+    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here)."""
+    hs[:] = 0
+    if layout == LAYOUT_F32:
+        x = data[4 * start:4 * (start + n)].view(np.uint32)
+        r = ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 23) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
+            _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
+            _inc(hs, 3072 + hb + (v & 0xFF))
+        return
+    x = data[2 * start:2 * (start + n)].view(np.uint16)
+    r = ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x
+    if layout == LAYOUT_BF16:
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 7) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
+    else:
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 10) & 0x1F))
+            _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
+            _inc(hs, 2048 + hb + (v & 0xFF))
+
+
+@njit(nogil=True, cache=True)
+def temporal_count(data, ref, start, n, layout, E, jb, low, th):
+    """Joint symbols jb and raw bits low of the chunk, their counts in 4
+    partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns
+    the raw bit count."""
+    W, mb, em = _fparams(layout)
+    th[:] = 0
+    NK = NCTX * (2 * W + 1)
+    if W == 32:
+        x = data[4 * start:4 * (start + n)].view(np.uint32)
+        r = ref[4 * start:4 * (start + n)].view(np.uint32)
+        raw = _tsyms(x, r, n, W, mb, em, E, jb, low)
+    else:
+        x16 = data[2 * start:2 * (start + n)].view(np.uint16)
+        r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
+        raw = _tsyms(x16, r16, n, W, mb, em, E, jb, low)
+    for i in range(n):
+        _inc(th, ((i & 3) * NK) + np.int64(ld(jb, i)))
+    return raw
+
+
+@njit(nogil=True, cache=True)
+def temporal_hist(th, W, hist):
+    """Sum the 4 partial (context, symbol) tables into hist[ctx * 256 + sym]."""
+    KS = 2 * W + 1
+    NK = NCTX * KS
+    hist[:] = 0
+    for c in range(NCTX):
+        for s in range(KS):
+            j = c * KS + s
+            hist[(c << 8) + s] = (np.int64(th[j]) + np.int64(th[NK + j])
+                                  + np.int64(th[2 * NK + j]) + np.int64(th[3 * NK + j]))
+
+
+@njit(nogil=True, cache=True)
+def stream_hist(hs, ns, h):
+    """int32 stream counts hs[s * 1024 + k * 256 + c] -> int64 h[s, k, c]."""
+    for s in range(ns):
+        for k in range(4):
+            for c in range(256):
+                h[s, k, c] = hs[s * 1024 + k * 256 + c]
+
+
+@njit(nogil=True, cache=True)
+def temporal_estimate(hist, f, cm, W):
+    """Quantise the context tables (f, cm) and estimate the rANS part:
+    returns (bytes of tables + rANS stream, context mask)."""
+    mask = 0
+    tab = 0
+    bits = 0.0
+    for c in range(NCTX):
+        m = rans_normalize(hist, c << 8, 2 * W + 1, f)
+        for s in range(2 * W + 1, 256):
+            f[(c << 8) + s] = 0
+        if m > 0:
+            mask |= 1 << c
+            tab += freq_table_bytes(f, c << 8, 2 * W + 1)
+            bits += rans_cost_bits(hist, f, c << 8, 2 * W + 1)
+            cum_freqs(f, c << 8, cm)
+    return tab + 16 + np.int64(np.ceil(bits / 8)), mask
+
+
+_ALL1 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@njit(nogil=True, cache=True)
+def _enc_entry(fs, cum, kb, et, j):
+    """Encoder table entry j (two u64): the reciprocal m with
+    x div f = mulhi(x, m) for x < 2^32 (exact: the error of m / 2^64 times
+    x is below 2^-32 < 1/f), and bias | (4096 - f) << 13 | kb << 26 | f << 32
+    with x' = x + bias + q * (4096 - f) = q * 4096 + x mod f + cum.  f = 1:
+    m = 2^64 - 1 gives q = x - 1, compensated by bias = cum + 4095."""
+    if fs == 1:
+        m = _ALL1
+        bias = cum + PROB_SCALE - 1
+    else:
+        m = _ALL1 // np.uint64(fs) + np.uint64(1)
+        bias = cum
+    et[2 * j] = m
+    et[2 * j + 1] = np.uint64(bias | ((PROB_SCALE - fs) << 13) | (kb << 26) | (fs << 32))
+
+
+@njit(nogil=True, cache=True)
+def _renc2(x, m, info, buf, p):
+    """Encode one symbol (table entry m, info) into state x (uint64 < 2^32),
+    pushing at most one 16-bit word below buf[p]; returns (x, p)."""
+    fs = info >> _S32
+    g = np.uint64(x >= (fs << np.uint64(20)))
+    store_u16(buf, p - 2, np.uint16(x & np.uint64(0xFFFF)))   # speculative
+    p -= np.int64(g) << 1
+    x >>= g << np.uint64(4)
+    q = mulhi64(x, m)
+    return x + (info & np.uint64(8191)) + q * ((info >> np.uint64(13)) & np.uint64(8191)), p
+
+
+@njit(nogil=True, cache=True)
+def _tenc(jb, n, et, buf):
+    """rANS-encode the joint symbols jb[0:n] backwards into the end of buf
+    (as rans_encode, with the packed table et).  Returns the stream start."""
+    p = buf.size
+    xs = np.empty(4, np.uint64)
+    xs[:] = np.uint64(RANS_L)
+    n4 = n & ~3
+    for i in range(n - 1, n4 - 1, -1):  # the last n % 4 symbols first
+        j = np.int64(ld(jb, i))
+        xs[i & 3], p = _renc2(xs[i & 3], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
+    x0 = xs[0]
+    x1 = xs[1]
+    x2 = xs[2]
+    x3 = xs[3]
+    for g in range(n4 - 4, -1, -4):
+        j3 = np.int64(ld(jb, g + 3))
+        j2 = np.int64(ld(jb, g + 2))
+        j1 = np.int64(ld(jb, g + 1))
+        j0 = np.int64(ld(jb, g))
+        x3, p = _renc2(x3, ld(et, 2 * j3), ld(et, 2 * j3 + 1), buf, p)
+        x2, p = _renc2(x2, ld(et, 2 * j2), ld(et, 2 * j2 + 1), buf, p)
+        x1, p = _renc2(x1, ld(et, 2 * j1), ld(et, 2 * j1 + 1), buf, p)
+        x0, p = _renc2(x0, ld(et, 2 * j0), ld(et, 2 * j0 + 1), buf, p)
+    p -= 16
+    store_u32(buf, p, np.uint32(x0))
+    store_u32(buf, p + 4, np.uint32(x1))
+    store_u32(buf, p + 8, np.uint32(x2))
+    store_u32(buf, p + 12, np.uint32(x3))
+    return p
+
+
+@njit(nogil=True, cache=True)
+def _traw(jb, low, n, kbt, out, o):
+    """The raw bits (low[i], kbt[jb[i]] of them) LSB-first at out[o:];
+    returns the end.  Stores 4 bytes at a time speculatively: out must
+    have 4 bytes of room past the end."""
+    q = o
+    acc = _U0
+    nb = 0
+    for i in range(n):
+        acc |= np.uint64(ld(low, i)) << np.uint64(nb)
+        nb += np.int64(ld(kbt, np.int64(ld(jb, i))))
+        store_u32(out, q, np.uint32(acc & _M32))
+        g = np.int64(nb >= 32)
+        q += g << 2
+        acc >>= np.uint64(g << 5)
+        nb -= g << 5
+    while nb > 0:
+        out[q] = np.uint8(acc & np.uint64(0xFF))
+        q += 1
+        acc >>= _S8
+        nb -= 8
+    return q
+
+
+@njit(nogil=True, cache=True)
+def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et):
+    """Write a temporal chunk at out[o:] without passing lim (out must have 4
+    bytes of room past lim; tbuf: >= 2n + 16 bytes, kbt: uint8[NCTX * (2W +
+    1)] and et: uint64[2 * NCTX * (2W + 1)] scratch).  Returns the end
+    position, or -1 if it does not fit."""
+    KS = 2 * W + 1
+    if o + 4 > lim:
+        return -1
+    out[o] = CHUNK_TEMPORAL
+    out[o + 1] = E
+    store_u16(out, o + 2, np.uint16(cmask))
+    o += 4
+    for c in range(NCTX):
+        if cmask & (1 << c):
+            if o + freq_table_bytes(f, c << 8, KS) > lim:
+                return -1
+            o = write_freq_table(f, c << 8, KS, out, o)
+            for s in range(KS):
+                fs = f[(c << 8) + s]
+                if fs > 0:
+                    k = (s + 1) >> 1
+                    kb = k - np.int64(k != 0)
+                    _enc_entry(fs, cm[(c << 8) + s], kb, et, c * KS + s)
+                    kbt[c * KS + s] = kb
+    p = _tenc(jb, n, et, tbuf)
+    R = tbuf.size - p
+    nraw = (rawbits + 7) >> 3
+    if o + 4 + R + nraw > lim:
+        return -1
+    store_u32(out, o, np.uint32(R))
+    o += 4
+    copy_bytes(out, o, tbuf, p, R)
+    o += R
+    q = _traw(jb, low, n, kbt, out, o)
+    if q != o + nraw:  # pragma: no cover - would be a bug
+        return -1
+    return q
+
+
+# Decoder: a vectorized pass checks the context mask, one loop decodes the
+# symbols (context from the reference through a 256-entry table, 4
+# interleaved rANS states), one loop reads the raw bits and writes the units.
+@njit(nogil=True, cache=True)
+def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb, syms):
+    """Decode a temporal chunk body blob[pos:end] (after the mode byte) into
+    out (units from start); cb: uint16[>= n], syms: uint8[>= n] scratch.
+    Returns a status (checksum not checked here)."""
+    W, mb, em = _fparams(layout)
+    if pos + 3 > end:
+        return ERR_TRUNC
+    E = np.int64(blob[pos])
+    cmask = np.int64(load_u16(blob, pos + 1))
+    pos += 3
+    if W == 32:
+        r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
+        o32 = out[4 * start:4 * (start + n)].view(np.uint32)
+        used = _tmask(r32, n, E, mb, em, cb, o32, W)
+    else:
+        r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
+        o16 = out[2 * start:2 * (start + n)].view(np.uint16)
+        used = _tmask(r16, n, E, mb, em, cb, o16, W)
+    if used != cmask:
+        return ERR_CTX
+    for c in range(NCTX):
+        if cmask & (1 << c):
+            pos = read_freq_table(blob, pos, end, 2 * W, f, c << 8, cm)
+            if pos < 0:
+                return ERR_FREQ
+            build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
+    if pos + 4 > end:
+        return ERR_TRUNC
+    R = np.int64(load_u32(blob, pos))
+    pos += 4
+    if R > end - pos:
+        return ERR_TRUNC
+    st = _tdsyms(blob, pos, pos + R, cb, n, dtab, syms)
+    if st != OK:
+        return st
+    if W == 32:
+        st = _trecon(blob, pos + R, end, o32, n, W, syms)
+        _unmono_all(o32, n, W)
+    else:
+        st = _trecon(blob, pos + R, end, o16, n, W, syms)
+        _unmono_all(o16, n, W)
+    return st
+
+
+@njit(nogil=True, cache=True)
+def _tmask(r, n, E, mb, em, cb, o, W):
+    """cb[i] = context of r[i] << 12 (u16), o[i] = mono(r[i]); returns the
+    set of contexts (branch-free: vectorizes)."""
+    used = np.int32(0)
+    E32 = np.int32(E)
+    m = np.int32(em)
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    for i in range(n):
+        rv = r[i]
+        e = np.int32(rv >> mb) & m
+        c = min(max(E32 - e, np.int32(0)), np.int32(14))
+        c = np.int32(15) if e == m else c
+        used |= np.int32(1) << c
+        cb[i] = np.uint16(c << PROB_BITS)
+        o[i] = _mono(np.int64(rv), sb, mask)
+    return np.int64(used)
+
+
+@njit(nogil=True, cache=True)
+def _unmono_all(o, n, W):
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    for i in range(n):
+        o[i] = _unmono(np.int64(o[i]), sb, mask)
+
+
+@njit(nogil=True, cache=True)
+def _tdstep(x, i, cb, dtab, syms, blob, p):
+    """Symbol i from state x (table of its context, at cb[i]), renormalised
+    from blob[p] (2 bytes known inside the blob); returns (x, p)."""
+    e = np.int64(ld(dtab, np.int64(ld(cb, i)) + (x & 4095)))
+    put(syms, i, e & 255)
+    x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
+    g = np.int64(x < RANS_L)
+    x = (x << (g << 4)) | (np.int64(load_u16(blob, p)) & -g)
+    return x, p + (g << 1)
+
+
+@njit(nogil=True, cache=True)
+def _tdsyms(blob, pos, end, cb, n, dtab, syms):
+    """The n symbols of the rANS stream blob[pos:end] into syms (symbol i
+    with the context table at dtab[cb[i]:]).  Every word read is checked
+    against end; the stream must be consumed exactly and all 4 final
+    states must equal 2^16."""
+    if end - pos < 16:
+        return ERR_RANS
+    x0 = np.int64(load_u32(blob, pos))
+    x1 = np.int64(load_u32(blob, pos + 4))
+    x2 = np.int64(load_u32(blob, pos + 8))
+    x3 = np.int64(load_u32(blob, pos + 12))
+    if x0 < RANS_L or x1 < RANS_L or x2 < RANS_L or x3 < RANS_L:
+        return ERR_RANS
+    p = pos + 16
+    i = 0
+    n4 = n & ~3
+    while i < n4 and p + 8 <= end:   # <= 4 words per 4 symbols
+        x0, p = _tdstep(x0, i, cb, dtab, syms, blob, p)
+        x1, p = _tdstep(x1, i + 1, cb, dtab, syms, blob, p)
+        x2, p = _tdstep(x2, i + 2, cb, dtab, syms, blob, p)
+        x3, p = _tdstep(x3, i + 3, cb, dtab, syms, blob, p)
+        i += 4
+    xs = np.empty(4, np.int64)
+    xs[0] = x0
+    xs[1] = x1
+    xs[2] = x2
+    xs[3] = x3
+    while i < n:
+        k = i & 3
+        x = xs[k]
+        e = np.int64(dtab[np.int64(cb[i]) + (x & 4095)])
+        syms[i] = e & 255
+        x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
+        if x < RANS_L:
+            if p + 2 > end:
+                return ERR_RANS
+            x = (x << 16) | np.int64(load_u16(blob, p))
+            p += 2
+        xs[k] = x
+        i += 1
+    if p != end:
+        return ERR_RANS
+    for k in range(4):
+        if xs[k] != RANS_L:
+            return ERR_RANS
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def _trecon(blob, bs, end, o, n, W, syms):
+    """Raw bits blob[bs:end] + symbols: o[i] = mono(r[i]) -> mono(r[i]) + d
+    (mod 2^W; _unmono_all then gives the units).  The fast
+    loop reads 8 bytes at bit b (branch-free) while they lie inside the
+    raw stream; the rest byte by byte with checks."""
+    mask = (np.int64(1) << W) - 1
+    L = end - bs
+    b = 0
+    i = 0
+    # per symbol: leading one | raw bit count << 32 | negative << 40
+    stab = np.empty(256, np.int64)
+    for s in range(256):
+        k = min((s + 1) >> 1, W)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        stab[s] = ((np.int64(1) << k) >> 1) | ((k - np.int64(k != 0)) << 32) | (neg << 40)
+    # an element takes <= W - 1 bits: the 8 bytes at b >> 3 hold them
+    while i < n and (b >> 3) + 8 <= L:
+        t = ld(stab, np.int64(ld(syms, i)))
+        kb = (t >> 32) & 63
+        neg = -(t >> 40)
+        a = (t & 0xFFFFFFFF) | np.int64(
+            (load_u64(blob, bs + (b >> 3)) >> np.uint64(b & 7))
+            & ((np.uint64(1) << np.uint64(kb)) - np.uint64(1)))
+        b += kb
+        put(o, i, (np.int64(ld(o, i)) + ((a ^ neg) - neg)) & mask)
+        i += 1
+    while i < n:
+        s = np.int64(ld(syms, i))
+        k = (s + 1) >> 1
+        kb = k - np.int64(k != 0)
+        neg = np.int64(s != 0) & (1 - (s & 1))
+        if b + kb > 8 * L:
+            return ERR_BITS
+        acc = np.int64(_slow_load(blob, bs, L, b >> 3) >> np.uint64(b & 7))
+        a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
+        b += kb
+        d = (a ^ -neg) + neg
+        o[i] = (np.int64(o[i]) + d) & mask
+        i += 1
+    if (b + 7) >> 3 != L:
+        return ERR_BITS
+    if b & 7:
+        if (blob[bs + L - 1] >> (b & 7)) != 0:
+            return ERR_BITS
+    return OK
