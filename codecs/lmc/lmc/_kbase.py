@@ -91,6 +91,22 @@ _C3 = np.uint64(0xD6E8FEB86659FD93)
 
 
 @njit(nogil=True, cache=True)
+def _i4(a, b, c, d):
+    """The 4 per-state values of an interleaved coder as an int64 array (its scalar tail loops index them)."""
+    out = np.empty(4, np.int64)
+    out[0], out[1], out[2], out[3] = a, b, c, d
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _u4(a, b, c, d):
+    """As _i4, uint64."""
+    out = np.empty(4, np.uint64)
+    out[0], out[1], out[2], out[3] = a, b, c, d
+    return out
+
+
+@njit(nogil=True, cache=True)
 def _fold(s1, s2):
     a = (s1 ^ (s1 >> _S32)) & _M32
     b = (s2 ^ (s2 >> _S32)) & _M32

@@ -5,12 +5,12 @@ readers (the rANS coder itself is in ``_krans``)."""
 import numpy as np
 from numba import njit
 
-from ._intrinsics import (clz64, ld, load_u32, load_u64, store_u32, store_u64)
+from ._intrinsics import clz64, ld, load_u32, load_u64, store_u32, store_u64
 from ._intrinsics import st as put
 from ._kbase import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, MODE_CONST, MODE_HUFF,
                      MODE_RANS, MODE_RAW, OK, RANS_MARGIN, RANS_SLACK, TABSIZE, _B57, _CM, _M11, _M32, _M57, _M63,
-                     _S32, _S8, _U0, _slow_load, copy_bytes)
-from ._krans import (cum_freqs, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize, write_freq_table)
+                     _S32, _S8, _U0, _i4, _slow_load, _u4, copy_bytes)
+from ._krans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize, write_freq_table
 
 
 # ---------------------------------------------------------------------------
@@ -340,26 +340,10 @@ def _encode4(p, n, codes, lens, out, o, sub):
         n2 &= 7
         n3 &= 7
         j += 1
-    qs = np.empty(4, np.int64)
-    qs[0] = q0
-    qs[1] = q1
-    qs[2] = q2
-    qs[3] = q3
-    accs = np.empty(4, np.uint64)
-    accs[0] = a0
-    accs[1] = a1
-    accs[2] = a2
-    accs[3] = a3
-    nbs = np.empty(4, np.int64)
-    nbs[0] = n0
-    nbs[1] = n1
-    nbs[2] = n2
-    nbs[3] = n3
-    ens = np.empty(4, np.int64)
-    ens[0] = en0
-    ens[1] = en1
-    ens[2] = en2
-    ens[3] = en3
+    qs = _i4(q0, q1, q2, q3)
+    accs = _u4(a0, a1, a2, a3)
+    nbs = _i4(n0, n1, n2, n3)
+    ens = _i4(en0, en1, en2, en3)
     for k in range(4):
         q = qs[k]
         acc = accs[k]
@@ -617,16 +601,8 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
         o1 = c1 >> 32
         o2 = c2 >> 32
         o3 = c3 >> 32
-    bp = np.empty(4, np.int64)
-    bp[0] = b0
-    bp[1] = b1
-    bp[2] = b2
-    bp[3] = b3
-    op = np.empty(4, np.int64)
-    op[0] = o0
-    op[1] = o1
-    op[2] = o2
-    op[3] = o3
+    bp = _i4(b0, b1, b2, b3)
+    op = _i4(o0, o1, o2, o3)
     for k in range(4):
         b = bp[k]
         L = ln[k]

@@ -4,9 +4,9 @@ context-keyed tables of the temporal mode)."""
 import numpy as np
 from numba import njit
 
-from ._intrinsics import (ld, load_u16, load_u32, store_u16, store_u32)
+from ._intrinsics import ld, load_u16, load_u32, store_u16, store_u32
 from ._intrinsics import st as put
-from ._kbase import (ERR_FREQ, ERR_RANS, OK, PROB_BITS, PROB_SCALE, RANS_L)
+from ._kbase import ERR_FREQ, ERR_RANS, OK, PROB_BITS, PROB_SCALE, RANS_L, _i4
 
 
 # ---------------------------------------------------------------------------
@@ -235,18 +235,26 @@ def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf):
 
 
 @njit(nogil=True, cache=True)
+def rans_states(blob, pos, end):
+    """The 4 initial states at blob[pos:pos + 16], read only if they lie inside the stream blob[pos:end];
+    (ok, x0, x1, x2, x3), ok False where the stream is too short or a state is below 2^16."""
+    if end - pos < 16:
+        return False, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+    x0 = np.int64(load_u32(blob, pos))
+    x1 = np.int64(load_u32(blob, pos + 4))
+    x2 = np.int64(load_u32(blob, pos + 8))
+    x3 = np.int64(load_u32(blob, pos + 12))
+    return x0 >= RANS_L and x1 >= RANS_L and x2 >= RANS_L and x3 >= RANS_L, x0, x1, x2, x3
+
+
+@njit(nogil=True, cache=True)
 def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n):
     """Decode n symbols from the rANS stream blob[pos:end] into out[0:n]
     (decode table dtab[ctxs[i] * 4096 ...] if use_ctx, else dtab[0:4096]).
     Every word read is checked against end; the stream must be consumed
     exactly and all 4 final states must equal 2^16."""
-    if end - pos < 16:
-        return ERR_RANS
-    x0 = np.int64(load_u32(blob, pos))
-    x1 = np.int64(load_u32(blob, pos + 4))
-    x2 = np.int64(load_u32(blob, pos + 8))
-    x3 = np.int64(load_u32(blob, pos + 12))
-    if x0 < RANS_L or x1 < RANS_L or x2 < RANS_L or x3 < RANS_L:
+    ok, x0, x1, x2, x3 = rans_states(blob, pos, end)
+    if not ok:
         return ERR_RANS
     p = pos + 16
     i = 0
@@ -288,17 +296,23 @@ def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n):
         x3 = (x3 << (g3 << 4)) | (np.int64(load_u16(blob, p)) & -g3)
         p += g3 << 1
         i += 4
-    xs = np.empty(4, np.int64)
-    xs[0] = x0
-    xs[1] = x1
-    xs[2] = x2
-    xs[3] = x3
+    return rans_tail(blob, p, end, x0, x1, x2, x3, i, n, dtab, ctxs, use_ctx, PROB_BITS, out)
+
+
+@njit(nogil=True, cache=True)
+def rans_tail(blob, p, end, x0, x1, x2, x3, i, n, dtab, ctxs, use_ctx, shift, out):
+    """The symbols i..n-1 of a 4-state rANS stream whose states are x0..x3
+    and next word is at blob[p] (after a fast loop has stopped within 8
+    bytes of end), every word read checked against end; then the stream
+    must be consumed exactly and all 4 final states must equal 2^16.
+    Symbol i uses the table at dtab[ctxs[i] << shift] (use_ctx) or dtab[0]."""
+    xs = _i4(x0, x1, x2, x3)
     while i < n:
         k = i & 3
         x = xs[k]
         t = 0
         if use_ctx:
-            t = np.int64(ctxs[i]) << PROB_BITS
+            t = np.int64(ctxs[i]) << shift
         e = np.int64(dtab[t + (x & 4095)])
         out[i] = e & 255
         x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)

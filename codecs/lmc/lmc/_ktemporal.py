@@ -4,13 +4,13 @@
 import numpy as np
 from numba import njit
 
-from ._intrinsics import (clz64, f64_bits, ld, load_u16, load_u32, load_u64, mulhi64, store_u16, store_u32)
+from ._intrinsics import clz64, f64_bits, ld, load_u16, load_u32, load_u64, mulhi64, store_u16, store_u32
 from ._intrinsics import st as put
 from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
                      LAYOUT_F32, NCTX, OK, PROB_BITS, PROB_SCALE, RANS_L, _M32, _S32, _S8, _U0, _slow_load,
                      copy_bytes)
-from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, read_freq_table,
-                     write_freq_table)
+from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
+                     rans_tail, read_freq_table, write_freq_table)
 
 
 # ---------------------------------------------------------------------------
@@ -527,13 +527,8 @@ def _tdsyms(blob, pos, end, cb, n, dtab, syms):
     with the context table at dtab[cb[i]:]).  Every word read is checked
     against end; the stream must be consumed exactly and all 4 final
     states must equal 2^16."""
-    if end - pos < 16:
-        return ERR_RANS
-    x0 = np.int64(load_u32(blob, pos))
-    x1 = np.int64(load_u32(blob, pos + 4))
-    x2 = np.int64(load_u32(blob, pos + 8))
-    x3 = np.int64(load_u32(blob, pos + 12))
-    if x0 < RANS_L or x1 < RANS_L or x2 < RANS_L or x3 < RANS_L:
+    ok, x0, x1, x2, x3 = rans_states(blob, pos, end)
+    if not ok:
         return ERR_RANS
     p = pos + 16
     i = 0
@@ -544,30 +539,7 @@ def _tdsyms(blob, pos, end, cb, n, dtab, syms):
         x2, p = _tdstep(x2, i + 2, cb, dtab, syms, blob, p)
         x3, p = _tdstep(x3, i + 3, cb, dtab, syms, blob, p)
         i += 4
-    xs = np.empty(4, np.int64)
-    xs[0] = x0
-    xs[1] = x1
-    xs[2] = x2
-    xs[3] = x3
-    while i < n:
-        k = i & 3
-        x = xs[k]
-        e = np.int64(dtab[np.int64(cb[i]) + (x & 4095)])
-        syms[i] = e & 255
-        x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
-        if x < RANS_L:
-            if p + 2 > end:
-                return ERR_RANS
-            x = (x << 16) | np.int64(load_u16(blob, p))
-            p += 2
-        xs[k] = x
-        i += 1
-    if p != end:
-        return ERR_RANS
-    for k in range(4):
-        if xs[k] != RANS_L:
-            return ERR_RANS
-    return OK
+    return rans_tail(blob, p, end, x0, x1, x2, x3, i, n, dtab, cb, True, 0, syms)
 
 
 @njit(nogil=True, cache=True)
