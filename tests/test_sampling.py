@@ -405,3 +405,24 @@ def test_sample_check_task(series, tmp_path):
     with pytest.raises(ConfigError) as ei:
         cli.run_task(bad, str(tmp_path / "bad"))
     assert_one_line_error(ei, "sample_check.seeds")
+
+
+def test_sharded_sampled_runs_keep_their_strata_apart(series, tmp_path):
+    """Each shard of a split series draws its own sample from its own units: its strata carry the shard, so that
+    a merge of the shard runs resamples each shard's units within its own strata."""
+    base, _ = series
+    opts = BenchOptions(**dict(QUICK, chunk_mib=SLICE_KIB / 1024, sample_slice_kib=SLICE_KIB), sample=0.25)
+    strata, tensors = [], []
+    for i in range(2):
+        d = tmp_path / f"shard{i}"
+        run(get_source({"type": "hf_trainer", "path": str(base / "out"), "shard": f"{i}/2"}),
+            {"raw": Pipeline("raw", [])}, {"zstd": get_codec({"id": "zstd"})}, opts, str(d), log=lambda m: None)
+        df = pd.read_csv(d / "records.csv", keep_default_na=False)
+        assert len(df) and df["verified"].astype(str).eq("True").all()
+        assert df["stratum"].str.startswith(f"shard{i}of2:").all()
+        strata.append(set(df["stratum"]))
+        tensors.append(set(df["tensor"] + "|" + df["kind"]))
+    assert not strata[0] & strata[1] and not tensors[0] & tensors[1]
+    merged = load_records([tmp_path / "shard0", tmp_path / "shard1"])
+    ci = ratio_intervals(comparable(merged), ["kind", "codec_label"])
+    assert (ci["ratio_lo"] <= ci["ratio"]).all() and (ci["ratio"] <= ci["ratio_hi"]).all()

@@ -66,7 +66,10 @@ def run(source: Source, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
     os.makedirs(out_dir, exist_ok=True)
     entries = source.entries()
     frac = 1.0 if every_slice else opts.sample
-    plan = SamplePlan(entries, frac, opts.sample_seed, opts.sample_unit_kib) if frac < 1 or every_slice else None
+    shard = getattr(source, "sharding", None)
+    scope = f"shard{shard['index']}of{shard['count']}:" if shard else ""
+    plan = SamplePlan(entries, frac, opts.sample_seed, opts.sample_unit_kib, scope) \
+        if frac < 1 or every_slice else None
     records = CsvAppender(os.path.join(out_dir, "records.csv"), RECORD_COLUMNS + (SAMPLE_COLUMNS if plan else []))
     streams_out = CsvAppender(os.path.join(out_dir, "streams.csv"),
                               STREAM_COLUMNS + (["slice", "sample_weight"] if plan else []))

@@ -105,7 +105,9 @@ def _cast_label(cast) -> str:
 class SamplePlan:
     """The units of every selected tensor, and which of them the sample measures."""
 
-    def __init__(self, entries, fraction: float, seed: int, slice_kib: int):
+    def __init__(self, entries, fraction: float, seed: int, slice_kib: int, scope: str = ""):
+        """``scope`` prefixes every stratum name: a shard's (``shard<i>of<n>:``), so that the shards of a
+        split series, merged, keep their strata apart (each shard drew its own sample from its own units)."""
         self.fraction, self.seed, self.slice_kib = float(fraction), int(seed), int(slice_kib)
         slice_bytes = self.slice_kib * 1024
         numel: dict[tuple, int] = {}
@@ -119,7 +121,7 @@ class SamplePlan:
             e = first[key]
             dt = _measured_dtype(e)
             per = max(1, slice_bytes // dt.itemsize)
-            stratum = f"{e.kind}/{dtype_name(dt)}/{role(e.name, e.shape)}"
+            stratum = f"{scope}{e.kind}/{dtype_name(dt)}/{role(e.name, e.shape)}"
             self.frame.extend(Unit(key, i, b, min(n, b + per), dt.itemsize, stratum)
                               for i, b in enumerate(range(0, n, per)))
         picked, _ = choose([u.stratum for u in self.frame], self.fraction, self.seed)
