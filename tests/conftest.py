@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from excp_testlib import encode_chain2
 from lmcbench_testlib import run_cli, tiny_overrides
 
 
@@ -23,3 +24,9 @@ def e2e(tmp_path_factory):
         p = run_cli(args, base, cache, timeout=240)
         runs[name] = {"proc": p, "seconds": time.time() - t0, "dir": base / "sweep" / name}
     return {"base": base, "cache": cache, "sweep": base / "sweep", **runs}
+
+
+@pytest.fixture(scope="module")
+def chain2():
+    """A first ExCP checkpoint (lossless) and a second one coded against the first's reconstruction."""
+    return encode_chain2()
