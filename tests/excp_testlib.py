@@ -1,4 +1,4 @@
-"""Helpers and the two-step fixture shared by the ExCP tests (test_excp.py, test_excp_hostile.py)."""
+"""Helpers shared by the ExCP tests (test_excp.py, test_excp_hostile.py); the chain2 fixture is in conftest."""
 
 from __future__ import annotations
 

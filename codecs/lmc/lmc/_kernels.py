@@ -18,9 +18,9 @@ inside the sub-stream (slow byte-wise refill otherwise).
 This module holds the chunk coders (``encode_chunk``, ``decode_chunk``) and
 the drivers over ranges of chunks; the pieces they are built from live by
 coder: ``_kbase`` (constants, error codes, checksum, stream split/merge),
-``_khuffman`` (Huffman codes and the per-stream mode choice, stream writers
-and readers), ``_krans`` (the rANS coder) and ``_ktemporal`` (the temporal
-mode).  Everything is re-exported here.
+``_khuffman`` (Huffman codes, encoder and decoder), ``_kstreams`` (the
+per-stream mode choice and the stream writers), ``_krans`` (the rANS coder)
+and ``_ktemporal`` (the temporal mode).  Everything is re-exported here.
 """
 
 import numpy as np
@@ -37,9 +37,9 @@ from ._krans import (build_rans_dtab, cum_freqs, decode_rans_stream, freq_table_
                      rans_encode, rans_normalize, read_freq_table, write_freq_table)
 from ._ktemporal import (SAMPLE, stream_count, stream_hist, temporal_base, temporal_count, temporal_decode,
                          temporal_estimate, temporal_hist, temporal_sample, temporal_write)
-from ._khuffman import (_uses_rans, _write_planes, analyze_hist, analyze_planes, build_decode_table,
-                        build_multi_table, canonical_codes, decode_huff_stream, histo4, huff_decode4,
-                        huffman_lengths)
+from ._khuffman import (build_decode_table, build_multi_table, canonical_codes, decode_huff_stream, histo4,
+                        huff_decode4, huffman_lengths)
+from ._kstreams import _uses_rans, _write_planes, analyze_hist, analyze_planes
 
 # the kernels of the submodules, re-exported: lmc._core and the tests call them as _kernels.<name>
 __all__ = ['CHUNK_ALONE', 'CHUNK_STORED', 'CHUNK_TEMPORAL', 'CHUNK_XOR', 'ERROR_MESSAGES', 'ERR_BITS',
