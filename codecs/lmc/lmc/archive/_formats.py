@@ -174,12 +174,17 @@ def check_index(idx, step):
         need(fe["path"] not in paths, "duplicate file")
         paths.add(fe["path"])
         need(_is_int(fe.get("size")), "file size")
+        # version 2: "ref_path" (the file of step prev its tensors refer to, where its path differs) and
+        # "why" (a bytes file: why it was not understood) are optional
+        fe = dict(fe)
+        need("ref_path" not in fe or safe_relpath(fe.pop("ref_path")), "ref_path")
         kind = fe.get("kind")
         if kind == "bytes":
+            need(isinstance(fe.pop("why", ""), str), "why")
             need(set(fe) == {"path", "kind", "size", "sha256", "chunks"}, "bytes file")
             chunks(fe["chunks"], "chunks")
-        elif kind == "safetensors":
-            need(set(fe) == {"path", "kind", "size", "sha256", "parts"}, "safetensors file")
+        elif kind in ("safetensors", "torchzip"):
+            need(set(fe) == {"path", "kind", "size", "sha256", "parts"}, f"{kind} file")
             need(isinstance(fe["parts"], list), "parts")
             keys = set()
             for p in fe["parts"]:
@@ -213,7 +218,7 @@ def check_index(idx, step):
 
 
 def file_tensors(fe):
-    if fe["kind"] == "safetensors":
+    if fe["kind"] in ("safetensors", "torchzip"):
         return [p for p in fe["parts"] if p["t"] == "tensor"]
     if fe["kind"] == "torch":
         return fe["tensors"]
