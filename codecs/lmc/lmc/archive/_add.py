@@ -1,18 +1,71 @@
 """Write side: encode one checkpoint folder into a segment."""
 import hashlib
 import os
+import re
 import zlib
 
 import numpy as np
 
 from .. import compress
 from . import _torchio
+from ..formats import torchzip
+from ..formats.dtypes import code_name
 from ._formats import NP_DTYPES, ST_DTYPES, TORCH_NP, layout, parse_safetensors, safe_relpath
 from ._store import ArchiveError
 from ._view import CHUNK, same_identity, sha128
 
-TORCH_EXTS = (".pt", ".pth", ".bin")
+# torch zip files: torch.save (.pt/.pth/.bin: the Trainer's optimizer.pt and pytorch_model.bin, DeepSpeed's
+# model and optimizer states) and DCP shards (.distcp: one zip per write item, end to end)
+TORCH_EXTS = (".pt", ".pth", ".bin", ".distcp")
 TORCH_MIN = 64 << 10  # smaller torch files are kept as bytes (byte-identical)
+STORAGE_MIN = 256     # smaller storages (Adam's step counters) stay in the verbatim regions
+
+
+def torchzip_regions(f, size):
+    """The regions ("raw", a, b) / ("tensor", Storage) of a torch zip file in file order, and a note (why
+    nothing was found), or (None, note)."""
+    sc = torchzip.scan(f, size)
+    if sc is None:
+        return None, "not a torch zip file"
+    big = [s for s in sc.storages if s.end - s.begin >= STORAGE_MIN]
+    if not big:
+        return None, "torch zip file without tensor storages lmc codes"
+    regions, pos = [], 0
+    for s in big:
+        if s.begin > pos:
+            regions.append(("raw", pos, s.begin))
+        regions.append(("tensor", s))
+        pos = s.end
+    if size > pos:
+        regions.append(("raw", pos, size))
+    return regions, sc.note
+
+
+_STEP_PART = re.compile(r"^(global_step|checkpoint-|step-|step|iter_)\d+$")
+
+
+def canonical_path(rel):
+    """rel with the step number of step-named folders blanked (global_step400/x.pt -> global_step*/x.pt), so a
+    file can be matched with the same file of the previous step."""
+    return "/".join(_STEP_PART.sub(r"\1*", c) for c in rel.split("/"))
+
+
+def reference_paths(paths, prev_paths):
+    """{path: the previous step's path its tensors refer to} for each path: itself where the previous step has
+    it, else the one previous path with the same canonical path (DeepSpeed's global_step<N>/ inside a Trainer's
+    checkpoint-<N>/), else None."""
+    prev = set(prev_paths)
+    by_canon = {}
+    for p in prev_paths:
+        by_canon.setdefault(canonical_path(p), []).append(p)
+    out = {}
+    for p in paths:
+        if p in prev:
+            out[p] = p
+        else:
+            c = by_canon.get(canonical_path(p), [])
+            out[p] = c[0] if len(c) == 1 else None
+    return out
 
 
 def list_files(folder):
@@ -62,6 +115,12 @@ class RawSource:
 
     @staticmethod
     def _load(path, kind):
+        if kind == "torchzip":
+            size = os.path.getsize(path)
+            with open(path, "rb") as f:
+                regions, _ = torchzip_regions(f, size)
+            mm = _mmap(path, size)
+            return {r[1].key: mm[r[1].begin:r[1].end] for r in regions or [] if r[0] == "tensor"}
         if kind == "safetensors":
             size = os.path.getsize(path)
             with open(path, "rb") as f:
@@ -87,11 +146,18 @@ class StepEncoder:
         self.prev = prev
         self.threads = threads
         self.raw = RawSource(reference_folder)
+        self.ref_paths = {}
 
     def folder(self, folder):
+        rels = list_files(folder)
+        if self.prev is not None:
+            self.ref_paths = reference_paths(rels, [fe["path"] for fe in self.view.index(self.prev)["files"]])
         files, nbytes = [], 0
-        for rel in list_files(folder):
+        for rel in rels:
             fe = self.file(folder, rel)
+            ref = self.ref_paths.get(rel)
+            if ref is not None and ref != rel and any(t["ref"] for t in _tensors(fe)):
+                fe["ref_path"] = ref
             nbytes += fe["size"]
             files.append(fe)
         return files, nbytes
@@ -99,16 +165,28 @@ class StepEncoder:
     def file(self, folder, rel):
         path = os.path.join(folder, *rel.split("/"))
         size = os.path.getsize(path)
+        why = "not a tensor file format lmc reads"
         if rel.endswith(".safetensors"):
             with open(path, "rb") as f:
                 parsed = parse_safetensors(f, size)
             if parsed is not None:
-                return self._safetensors(path, rel, size, parsed)
-        if rel.endswith(TORCH_EXTS) and size >= TORCH_MIN:
-            fe = self._torch(path, rel, size)
-            if fe is not None:
-                return fe
-        return self._bytes(path, rel, size)
+                return self._regions(path, rel, size, "safetensors",
+                                     layout(size, parsed[0], parsed[1]))
+            why = "safetensors header not valid"
+        elif rel.endswith(TORCH_EXTS):
+            if size < TORCH_MIN:
+                why = f"small file (< {TORCH_MIN >> 10} KiB)"
+            else:
+                with open(path, "rb") as f:
+                    regions, why = torchzip_regions(f, size)
+                if regions is not None:
+                    return self._regions(path, rel, size, "torchzip", regions)
+                if why == "not a torch zip file":  # torch's legacy (pre-1.6) format
+                    fe = self._torch(path, rel, size)
+                    if fe is not None:
+                        return fe
+                    why = "not a torch zip file, and torch.load(weights_only=True) refuses it"
+        return self._bytes(path, rel, size, why)
 
     # -- plain bytes
     def put_bytes(self, data):
@@ -124,7 +202,7 @@ class StepEncoder:
                 out.append({"enc": "raw", "n": piece.nbytes, "sec": self.w.add_section(piece)})
         return out
 
-    def _bytes(self, path, rel, size):
+    def _bytes(self, path, rel, size, why):
         h = hashlib.sha256()
         chunks = []
         n = 0
@@ -139,7 +217,7 @@ class StepEncoder:
         if n != size:
             raise ArchiveError(f"{path}: changed while being read")
         return {"path": rel, "kind": "bytes", "size": size, "sha256": h.hexdigest(),
-                "chunks": chunks}
+                "chunks": chunks, "why": why}
 
     # -- tensors
     def put_tensor(self, rel, kind, key, dtype, shape, npname, u8):
@@ -152,42 +230,48 @@ class StepEncoder:
             return t
         dt = NP_DTYPES[npname]
         ref = None
-        if self.prev is not None:
-            pt = self.view.tensor(self.prev, rel, key)
-            if pt is not None and self.view.file(self.prev, rel)["kind"] == kind \
+        prel = self.ref_paths.get(rel)
+        if self.prev is not None and prel is not None:
+            pt = self.view.tensor(self.prev, prel, key)
+            if pt is not None and self.view.file(self.prev, prel)["kind"] == kind \
                     and same_identity(pt, t):
-                ref = self.raw.get(rel, kind, key, pt["sha"])
+                ref = self.raw.get(prel, kind, key, pt["sha"])
                 if ref is not None:
                     ref = ref.view(dt)
                 else:
-                    ref = self.view.decode(self.prev, rel, pt)
+                    ref = self.view.decode(self.prev, prel, pt)
         blob = compress(u8.view(dt), reference=ref, threads=self.threads)
         del ref
         t["ref"] = _has_ref(blob)  # (a codec may drop an unused reference)
         t["sec"] = self.w.add_section(blob)
         return t
 
-    def _safetensors(self, path, rel, size, parsed):
-        header_len, tensors = parsed
+    def _regions(self, path, rel, size, kind, regions):
+        """A file made of verbatim regions and tensors (safetensors, torch zip files), restored byte-identical."""
         mm = _mmap(path, size)
         if mm.size != size:
             raise ArchiveError(f"{path}: changed while being read")
         h = hashlib.sha256()
         parts = []
-        for reg in layout(size, header_len, tensors):
+        for reg in regions:
             if reg[0] == "raw":
                 piece = mm[reg[1]:reg[2]]
                 h.update(piece)
                 parts.append({"t": "raw", "chunks": self.put_bytes(piece)})
-            else:
+                continue
+            if kind == "safetensors":
                 name, dt, shape, b, e = reg[1]
-                u8 = mm[b:e]
-                h.update(u8)
-                t = self.put_tensor(rel, "safetensors", name, dt, shape, ST_DTYPES[dt][1], u8)
-                parts.append({"t": "tensor", **t})
+                npname = ST_DTYPES[dt][1]
+            else:  # a torch storage: a flat array of its dtype
+                st = reg[1]
+                name, dt, shape, b, e = st.key, st.dtype.name, [st.numel], st.begin, st.end
+                npname = code_name(st.dtype.code)
+            u8 = mm[b:e]
+            h.update(u8)
+            t = self.put_tensor(rel, kind, name, dt, shape, npname, u8)
+            parts.append({"t": "tensor", **t})
         del mm
-        return {"path": rel, "kind": "safetensors", "size": size, "sha256": h.hexdigest(),
-                "parts": parts}
+        return {"path": rel, "kind": kind, "size": size, "sha256": h.hexdigest(), "parts": parts}
 
     def _torch(self, path, rel, size):
         obj = _torchio.load(path)
@@ -208,6 +292,12 @@ class StepEncoder:
                                            TORCH_NP.get(name), _torchio.tensor_u8(t)))
         return {"path": rel, "kind": "torch", "size": size, "sha256": None,
                 "skeleton": sk, "tensors": entries}
+
+
+def _tensors(fe):
+    if fe["kind"] == "torch":
+        return fe["tensors"]
+    return [p for p in fe.get("parts", []) if p["t"] == "tensor"]
 
 
 def _has_ref(blob):

@@ -14,17 +14,54 @@ from .. import compress
 from . import _torchio
 from ._add import StepEncoder
 from ._formats import NP_DTYPES, file_tensors, all_sections
-from ._store import (ArchiveError, Lock, SegmentWriter, cleanup, load_json, new_manifest,
+from ._store import (VERSION, ArchiveError, Lock, SegmentWriter, cleanup, load_json, new_manifest,
                      read_manifest, write_manifest)
 from ._view import View, inflate, same_identity, sha128
 
 DEFAULT_KEYFRAME_EVERY = 10
-STEP_RE = re.compile(r"^checkpoint-(\d+)$")
+# the step folders training tools write: the Trainer and Accelerate (checkpoint-<N>), DeepSpeed's engine
+# (global_step<N>), torchtitan (step-<N>), others (step<N>)
+STEP_RE = re.compile(r"^(checkpoint-|global_step|step-|step)(\d+)$")
 
 
 def step_of(folder):
     m = STEP_RE.match(os.path.basename(os.path.normpath(folder)))
-    return int(m.group(1)) if m else None
+    return int(m.group(2)) if m else None
+
+
+def step_folders(run_dir):
+    """[(step, name)] of the step folders directly under run_dir, ascending.  Two folders
+    for one step (checkpoint-4 and step-4) are an error: which one is the step is not clear."""
+    found = {}
+    for n in sorted(os.listdir(run_dir)):
+        m = STEP_RE.match(n)
+        if m and os.path.isdir(os.path.join(run_dir, n)):
+            s = int(m.group(2))
+            if s in found:
+                raise ArchiveError(f"{run_dir}: two folders for step {s}: {found[s]}, {n}")
+            found[s] = n
+    return sorted(found.items())
+
+
+def opaque_bytes(files):
+    """Bytes of a step's files that went in as plain bytes: files lmc did not understand, the
+    verbatim regions (headers, zip directories, pickles) of those it did, tensors it cannot code."""
+    n = 0
+    for fe in files:
+        if fe["kind"] == "bytes":
+            n += fe["size"]
+            continue
+        n += sum(c["n"] for p in fe.get("parts", []) if p["t"] == "raw" for c in p["chunks"])
+        n += sum(c["n"] for c in fe.get("skeleton", []))
+        n += sum(t["n"] for t in file_tensors(fe) if t["enc"] != "lmc")
+    return n
+
+
+def _folder_name(folder, step):
+    """The name a step is restored under: its folder's own name where that is a step folder
+    name of this step, else checkpoint-<step>."""
+    base = os.path.basename(os.path.normpath(folder))
+    return base if step_of(base) == step else f"checkpoint-{step}"
 
 
 class VerifyResult:
@@ -80,9 +117,30 @@ class Archive:
         return [e["step"] for e in m["steps"]] if m else []
 
     def entries(self):
-        """Per step: step, segment, size (bytes stored), bytes_in, keyframe,
-        depends_on, depth (reference chain length - 1)."""
-        return [dict(e) for e in self._manifest()["steps"]]
+        """Per step: step, name (its folder's name), segment, size (bytes stored), bytes_in,
+        opaque (bytes that went in as plain bytes; None for steps added by lmc 0.2),
+        keyframe, depends_on, depth (reference chain length - 1)."""
+        return [{"name": f"checkpoint-{e['step']}", "opaque": None, **e}
+                for e in self._manifest()["steps"]]
+
+    def opaque(self, step):
+        """[(path, nbytes, reason)] of what a step stored as plain bytes, largest first."""
+        out = []
+        with self._view() as view:
+            for fe in view.index(int(step))["files"]:
+                n = opaque_bytes([fe])
+                if not n:
+                    continue
+                if fe["kind"] == "bytes":
+                    why = fe.get("why", "not a tensor file format lmc reads")
+                elif fe["kind"] == "safetensors":
+                    why = "header and padding (verbatim)"
+                elif fe["kind"] == "torchzip":
+                    why = "zip directory, pickle and small storages (verbatim)"
+                else:
+                    why = "skeleton"
+                out.append((fe["path"], n, why))
+        return sorted(out, key=lambda r: (-r[1], r[0]))
 
     def _view(self, m=None):
         return View(self.path, m or self._manifest(), self.threads)
@@ -98,8 +156,8 @@ class Archive:
         if step is None:
             step = step_of(folder)
             if step is None:
-                raise ArchiveError(f"{folder}: cannot tell the step (name it checkpoint-<step> "
-                                   "or pass step=)")
+                raise ArchiveError(f"{folder}: cannot tell the step (name it checkpoint-<step>, "
+                                   "global_step<step>, step-<step> or pass step=)")
         step = int(step)
         if step < 0:
             raise ArchiveError("step must be >= 0")
@@ -112,6 +170,7 @@ class Archive:
                 m = new_manifest(self.keyframe_every or DEFAULT_KEYFRAME_EVERY)
             elif self.keyframe_every is not None:
                 m["keyframe_every"] = int(self.keyframe_every)
+            m["version"] = VERSION
             cleanup(self.path, m)
             steps = [e["step"] for e in m["steps"]]
             if step in steps:
@@ -123,9 +182,10 @@ class Archive:
             prev = None if last is None else last["step"]
             if reference_folder == "auto":
                 reference_folder = None
+                base = os.path.basename(os.path.normpath(folder))
                 if prev is not None and step_of(folder) == step:
                     cand = os.path.join(os.path.dirname(os.path.normpath(folder)),
-                                        f"checkpoint-{prev}")
+                                        STEP_RE.match(base).group(1) + str(prev))
                     reference_folder = cand if os.path.isdir(cand) else None
             w = SegmentWriter(self.path, step)
             try:
@@ -142,7 +202,8 @@ class Archive:
             m["steps"].append({
                 "step": step, "segment": name, "size": w.size, "index_crc": w.index_crc,
                 "keyframe": keyframe, "prev": prev, "depends_on": prev if uses_ref else None,
-                "depth": last["depth"] + 1 if uses_ref else 0, "bytes_in": nbytes})
+                "depth": last["depth"] + 1 if uses_ref else 0, "bytes_in": nbytes,
+                "name": _folder_name(folder, step), "opaque": opaque_bytes(files)})
             write_manifest(self.path, m)
         return step
 
@@ -258,6 +319,7 @@ class Archive:
         steps = [e["step"] for e in m["steps"]]
         damaged = {}
         ids = collections.OrderedDict()
+        chain_of = {}
         skipped = set()
         with self._view(m) as view:
             for s in steps:
@@ -275,12 +337,17 @@ class Archive:
                 except ArchiveError as e:
                     damaged[s] = str(e)
                     continue
+                # a file's tensors continue the chains of the file of the previous step
+                # they refer to (ref_path: the same file under a step-numbered folder)
+                prev_s = m["steps"][steps.index(s)]["prev"]
                 for fe in r.index["files"]:
+                    cid = chain_of.get((prev_s, fe.get("ref_path", fe["path"])), fe["path"])
+                    chain_of[(s, fe["path"])] = cid
                     for t in file_tensors(fe):
-                        ids.setdefault((fe["path"], fe["kind"], t["key"]), []).append((s, t))
-            for (path, kind, key), seq in ids.items():
+                        ids.setdefault((cid, fe["kind"], t["key"]), []).append((s, fe["path"], t))
+            for (_cid, kind, key), seq in ids.items():
                 prev_s = prev_t = arr = None
-                for s, t in seq:
+                for s, path, t in seq:
                     if s in damaged:
                         prev_s = prev_t = arr = None
                         continue
@@ -368,6 +435,8 @@ class Archive:
                     del arr
                 else:
                     t["sec"] = w.add_section(r.read(t["sec"], fe["path"]))
+        for fe in idx["files"]:
+            fe.pop("ref_path", None)
         idx["prev"] = None
         idx["keyframe"] = True
         return idx

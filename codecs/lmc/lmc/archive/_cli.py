@@ -1,11 +1,10 @@
 """Command line: lmc-archive {add,compress,restore,ls,verify,prune}."""
 import argparse
 import os
-import re
 import sys
 import time
 
-from ._archive import Archive, step_of
+from ._archive import Archive, step_folders
 from ._store import ArchiveError
 
 PROG = "lmc-archive"
@@ -19,20 +18,24 @@ def _parser():
     a = sub.add_parser("add", help="append one checkpoint folder")
     a.add_argument("archive")
     a.add_argument("checkpoint_dir")
-    a.add_argument("--step", type=int, default=None, help="default: from checkpoint-<step>")
+    a.add_argument("--step", type=int, default=None,
+                   help="default: from the folder's name (checkpoint-<N>, global_step<N>, step-<N>, step<N>)")
     a.add_argument("--keyframe-every", type=int, default=None, metavar="K")
-    c = sub.add_parser("compress", help="append every checkpoint-<step> of a run folder")
+    c = sub.add_parser("compress", help="append every step folder of a run folder (checkpoint-<N>, "
+                       "global_step<N>, step-<N>, step<N>)")
     c.add_argument("run_dir")
     c.add_argument("archive")
     c.add_argument("--keyframe-every", type=int, default=None, metavar="K")
-    r = sub.add_parser("restore", help="write OUT/checkpoint-<step>/")
+    r = sub.add_parser("restore", help="write OUT/<the step's folder name>/")
     r.add_argument("archive")
     r.add_argument("out")
     g = r.add_mutually_exclusive_group()
     g.add_argument("--step", type=int, nargs="+", default=None)
     g.add_argument("--last", action="store_true")
-    ls = sub.add_parser("ls", help="list the steps")
+    ls = sub.add_parser("ls", help="list the steps, with the bytes that went in as opaque bytes")
     ls.add_argument("archive")
+    ls.add_argument("--opaque", action="store_true",
+                    help="per step, each file stored (partly) as plain bytes and why")
     v = sub.add_parser("verify", help="check every checksum and decode every tensor")
     v.add_argument("archive")
     pr = sub.add_parser("prune", help="keep only the last K steps")
@@ -45,6 +48,14 @@ def _mib(n):
     return f"{n / 2**20:,.1f} MiB"
 
 
+def _opaque_note(e):
+    """ ", 1.2% opaque" when a step stored more than 1% of its bytes as plain bytes."""
+    if e["opaque"] is None or e["opaque"] <= e["bytes_in"] / 100:
+        return ""
+    return (f", {100 * e['opaque'] / max(e['bytes_in'], 1):.1f}% as opaque bytes "
+            f"(lmc-archive ls --opaque says which and why)")
+
+
 def _run(args):
     out = sys.stdout
     if args.cmd == "add":
@@ -53,16 +64,15 @@ def _run(args):
         s = a.add(args.checkpoint_dir, args.step)
         e = a.entries()[-1]
         print(f"step {s}: {_mib(e['bytes_in'])} -> {_mib(e['size'])} "
-              f"({time.perf_counter() - t:.1f} s)", file=out)
+              f"({time.perf_counter() - t:.1f} s){_opaque_note(e)}", file=out)
         return 0
     if args.cmd == "compress":
         if not os.path.isdir(args.run_dir):
             raise ArchiveError(f"{args.run_dir}: not a directory")
-        found = sorted((step_of(n), n) for n in os.listdir(args.run_dir)
-                       if re.match(r"^checkpoint-\d+$", n)
-                       and os.path.isdir(os.path.join(args.run_dir, n)))
+        found = step_folders(args.run_dir)
         if not found:
-            raise ArchiveError(f"{args.run_dir}: no checkpoint-<step> folders")
+            raise ArchiveError(f"{args.run_dir}: no step folders (checkpoint-<N>, global_step<N>, "
+                               "step-<N>, step<N>)")
         a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads)
         have = a.steps()
         for s, name in found:
@@ -78,7 +88,7 @@ def _run(args):
             have.append(s)
             e = a.entries()[-1]
             print(f"step {s}: {_mib(e['bytes_in'])} -> {_mib(e['size'])} "
-                  f"({time.perf_counter() - t:.1f} s)", file=out, flush=True)
+                  f"({time.perf_counter() - t:.1f} s){_opaque_note(e)}", file=out, flush=True)
         return 0
     if args.cmd == "restore":
         a = Archive(args.archive, threads=args.threads)
@@ -89,16 +99,17 @@ def _run(args):
         for s in steps:
             if s not in have:
                 raise ArchiveError(f"step {s} is not in the archive")
+        names = {e["step"]: e["name"] for e in a.entries()}
         for s in steps:
-            d = a.restore(s, os.path.join(args.out, f"checkpoint-{s}"))
+            d = a.restore(s, os.path.join(args.out, names[s]))
             print(f"step {s}: restored to {d}", file=out, flush=True)
         return 0
     if args.cmd == "ls":
         a = Archive(args.archive)
         es = a.entries()
         print(f"{'step':>10} {'kind':>8} {'depends-on':>10} {'bytes in':>14} "
-              f"{'bytes out':>14} {'ratio':>7}", file=out)
-        tin = tout = 0
+              f"{'bytes out':>14} {'ratio':>7} {'opaque':>14} {'opaque%':>7}  folder", file=out)
+        tin = tout = top = 0
         for e in es:
             kind = "keyframe" if e["keyframe"] else ("delta" if e["depends_on"] is not None
                                                      else "full")
@@ -106,11 +117,19 @@ def _run(args):
             ratio = e["bytes_in"] / e["size"] if e["size"] else 0.0
             tin += e["bytes_in"]
             tout += e["size"]
+            if e["opaque"] is None:
+                op = opp = "?"
+            else:
+                top += e["opaque"]
+                op, opp = f"{e['opaque']:,}", f"{100 * e['opaque'] / max(e['bytes_in'], 1):.2f}"
             print(f"{e['step']:>10} {kind:>8} {dep:>10} {e['bytes_in']:>14,} "
-                  f"{e['size']:>14,} {ratio:>7.3f}", file=out)
+                  f"{e['size']:>14,} {ratio:>7.3f} {op:>14} {opp:>7}  {e['name']}", file=out)
+            if args.opaque:
+                for path, n, why in a.opaque(e["step"]):
+                    print(f"{'':>10}   {n:>14,}  {path}: {why}", file=out)
         if es:
             print(f"{'total':>10} {'':>8} {'':>10} {tin:>14,} {tout:>14,} "
-                  f"{tin / max(tout, 1):>7.3f}", file=out)
+                  f"{tin / max(tout, 1):>7.3f} {top:>14,} {100 * top / max(tin, 1):>7.2f}", file=out)
         return 0
     if args.cmd == "verify":
         res = Archive(args.archive, threads=args.threads).verify()

@@ -12,7 +12,8 @@ from .._files import atomic_file
 MANIFEST = "lmc-archive.json"
 LOCK = ".lock"
 FORMAT = "lmc-archive"
-VERSION = 1
+VERSION = 2           # written; version 1 archives (no torchzip files, ref_path, name, opaque) are read too
+VERSIONS = (1, 2)
 SEG_MAGIC = b"LMCASEG\x01"
 FOOT_MAGIC = b"LMCAIDX\x01"
 FOOTER = struct.Struct("<8sQQII")  # magic, index offset, index length, index crc, footer crc
@@ -93,7 +94,7 @@ def _check_manifest(m):
             raise ArchiveError(f"manifest: {what}")
     need(isinstance(m, dict), "not an object")
     need(m.get("format") == FORMAT, "not an lmc archive manifest")
-    need(m.get("version") == VERSION, f"unsupported version {m.get('version')!r}")
+    need(m.get("version") in VERSIONS, f"unsupported version {m.get('version')!r}")
     k = m.get("keyframe_every")
     need(type(k) is int and 1 <= k <= 1 << 20, "bad keyframe_every")
     steps = m.get("steps")
@@ -109,6 +110,10 @@ def _check_manifest(m):
         for f in ("size", "index_crc", "bytes_in", "depth"):
             need(type(e.get(f)) is int and e[f] >= 0, f"step {s}: bad {f}")
         need(type(e.get("keyframe")) is bool, f"step {s}: bad keyframe")
+        need("opaque" not in e or (type(e["opaque"]) is int and e["opaque"] >= 0), f"step {s}: bad opaque")
+        need("name" not in e or (isinstance(e["name"], str) and e["name"] not in ("", ".", "..")
+                                 and "/" not in e["name"] and "\\" not in e["name"] and "\x00" not in e["name"]),
+             f"step {s}: bad name")
         dep = e.get("depends_on")
         need(dep is None or (type(dep) is int and dep in seen), f"step {s}: bad depends_on")
         prev = e.get("prev")

@@ -128,19 +128,25 @@ class View:
             return out
         return arr
 
+    def ref_path(self, step, path):
+        """The path, in the step its tensors depend on, of the file `path` of `step`."""
+        fe = self.file(step, path)
+        return fe.get("ref_path", path) if fe is not None else path
+
     def ref_chain(self, step, path, t):
-        """[(step, entry), ...] from the oldest (a non-referencing entry) to t."""
-        chain = [(step, t)]
+        """[(step, path, entry), ...] from the oldest (a non-referencing entry) to t."""
+        chain = [(step, path, t)]
         s = step
         while t["ref"]:
             p = self.entries[s]["depends_on"]
-            pt = self.tensor(p, path, t["key"]) if p is not None else None
-            if pt is None or not same_identity(pt, t) or self.file(p, path)["kind"] != \
+            ppath = self.ref_path(s, path)
+            pt = self.tensor(p, ppath, t["key"]) if p is not None else None
+            if pt is None or not same_identity(pt, t) or self.file(p, ppath)["kind"] != \
                     self.file(s, path)["kind"]:
                 raise ArchiveError(f"step {s}: {path}: tensor {t['key']}: "
                                    f"its reference is missing from step {p}")
-            s, t = p, pt
-            chain.append((s, t))
+            s, path, t = p, ppath, pt
+            chain.append((s, path, t))
         chain.reverse()
         return chain
 
@@ -149,7 +155,7 @@ class View:
         a time (at most the reference and the current tensor are held)."""
         arr = None
         chain = self.ref_chain(step, path, t)
-        for i, (s, te) in enumerate(chain):
+        for i, (s, p, te) in enumerate(chain):
             last = i == len(chain) - 1
-            arr = self.decode_one(s, path, te, ref=arr, out=out if last else None)
+            arr = self.decode_one(s, p, te, ref=arr, out=out if last else None)
         return arr

@@ -1,0 +1,274 @@
+"""torch zip files (torch.save, DeepSpeed states, DCP .distcp shards) in the archive: found by
+lmc.formats.torchzip without unpickling, coded tensor by tensor against the previous step, restored
+byte-identical; step folders of every naming; the opaque share."""
+import io
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from lmc.archive import Archive, ArchiveError  # noqa: E402
+from lmc.archive import main as archive_main  # noqa: E402
+from lmc.formats import torchzip  # noqa: E402
+
+MARK = "/tmp/lmc-torchzip-test-pwned"
+
+
+class Evil:
+    """Pickles as a call to os.system: anything that unpickles a file holding it runs a command."""
+
+    def __reduce__(self):
+        return (os.system, (f"touch {MARK}",))
+
+
+def _train(steps, seed=0):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(128, 256), torch.nn.GELU(), torch.nn.Linear(256, 128))
+    m.to(torch.bfloat16)
+    master = [p.detach().float().clone().requires_grad_(True) for p in m.parameters()]
+    opt = torch.optim.AdamW(master, lr=1e-3)
+    out = {}
+    for step in range(1, max(steps) + 1):
+        x = torch.randn(8, 128)
+        for p, q in zip(m.parameters(), master):
+            p.data.copy_(q.data)
+        loss = ((m(x.bfloat16()).float() - x) ** 2).mean()
+        grads = torch.autograd.grad(loss, list(m.parameters()))
+        for q, g in zip(master, grads):
+            q.grad = g.float()
+        opt.step()
+        opt.zero_grad()
+        if step in steps:
+            out[step] = ({k: v.detach().clone() for k, v in m.state_dict().items()},
+                         {k: v for k, v in opt.state_dict().items()}, [q.detach().clone() for q in master])
+    return out
+
+
+def _files(tree):
+    got = {}
+    for d, _, fs in os.walk(tree):
+        for f in fs:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                got[os.path.relpath(p, tree)] = fh.read()
+    return got
+
+
+@pytest.fixture(scope="module")
+def ds_run(tmp_path_factory):
+    """A run folder in DeepSpeed's Trainer layout (checkpoint-<N>/global_step<N>/*.pt), whose optimizer
+    pickles hold a class weights_only refuses (here one that would run a command)."""
+    root = tmp_path_factory.mktemp("dsrun")
+    for step, (sd, osd, master) in _train((2, 4, 6)).items():
+        d = root / f"checkpoint-{step}" / f"global_step{step}"
+        d.mkdir(parents=True)
+        torch.save({"module": sd, "ds_version": "0.19.8", "client": Evil()}, d / "mp_rank_00_model_states.pt")
+        flat = torch.cat([q.reshape(-1) for q in master])
+        st = osd["state"]
+        torch.save({"optimizer_state_dict": {
+            "loss_scaler": Evil(), "single_partition_of_fp32_groups": [flat],
+            "base_optimizer_state": {"state": {0: {"exp_avg": torch.cat([st[i]["exp_avg"].reshape(-1) for i in st]),
+                                                   "exp_avg_sq": torch.cat([st[i]["exp_avg_sq"].reshape(-1)
+                                                                            for i in st]),
+                                                   "step": torch.tensor(float(step))}}}}},
+                   d / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt")
+        (root / f"checkpoint-{step}" / "latest").write_text(f"global_step{step}")
+        (root / f"checkpoint-{step}" / "trainer_state.json").write_text('{"global_step": %d}' % step)
+    return root
+
+
+def test_scan_finds_storages_without_unpickling(ds_run):
+    p = ds_run / "checkpoint-2" / "global_step2" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    size = os.path.getsize(p)
+    with open(p, "rb") as f:
+        sc = torchzip.scan(f, size)
+    assert not os.path.exists(MARK)
+    assert sc.archives == 1 and sc.start == 0
+    kinds = sorted((s.dtype.name, s.numel) for s in sc.storages)
+    n = sum(q.numel() for q in _train((2,))[2][2])
+    assert kinds == [("float32", 1), ("float32", n), ("float32", n), ("float32", n)]
+    raw = p.read_bytes()
+    for s in sc.storages:  # the bytes of each storage are the tensor's
+        assert s.end - s.begin == 4 * s.numel
+    with pytest.raises(Exception):  # weights_only refuses the file: this is why we never load it
+        torch.load(p, weights_only=True)
+    assert len(raw) == size
+
+
+def test_pickle_storages_reads_persistent_ids_only():
+    b = io.BytesIO()
+    t = torch.arange(10, dtype=torch.int16)
+    torch.save({"a": t, "b": t[2:], "c": torch.zeros(3, dtype=torch.bfloat16), "e": Evil()}, b)
+    import zipfile
+    z = zipfile.ZipFile(io.BytesIO(b.getvalue()))
+    pkl = z.read([n for n in z.namelist() if n.endswith("data.pkl")][0])
+    got = torchzip.pickle_storages(pkl)
+    assert sorted(got.values()) == [("BFloat16Storage", 3), ("ShortStorage", 10)]
+    assert not os.path.exists(MARK)
+
+
+def test_distcp_is_many_archives(tmp_path):
+    import torch.distributed.checkpoint as dcp
+    sd, osd, _ = _train((3,))[3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": sd, "optim": osd}, checkpoint_id=str(tmp_path / "c"), no_dist=True)
+    p = tmp_path / "c" / "__0_0.distcp"
+    with open(p, "rb") as f:
+        sc = torchzip.scan(f, os.path.getsize(p))
+    assert sc.start == 0 and sc.archives > len(sd)
+    big = {(s.dtype.name, s.numel) for s in sc.storages if s.numel > 1}
+    assert {("bfloat16", v.numel()) for v in sd.values()} <= big
+    # garbage in front of the archives: found from the end, the front stays bytes
+    q = tmp_path / "junk.distcp"
+    q.write_bytes(b"\x00junk" * 100 + p.read_bytes())
+    with open(q, "rb") as f:
+        sc2 = torchzip.scan(f, os.path.getsize(q))
+    assert sc2.start == 500 and "not a torch zip" in sc2.note
+    assert [(s.key, s.begin + 500) for s in sc.storages] == [(s.key, s.begin) for s in sc2.storages]
+
+
+@pytest.mark.parametrize("cut", [1, 22, 100, 5000])
+def test_truncated_or_damaged_zip_is_bytes_or_fewer_storages(tmp_path, cut):
+    sd = _train((1,))[1][0]
+    b = io.BytesIO()
+    torch.save(sd, b)
+    data = b.getvalue()
+    for bad in (data[:-cut], data[:cut] + b"\xff" * 8 + data[cut + 8:]):
+        with io.BytesIO(bad) as f:
+            sc = torchzip.scan(f, len(bad))
+        if sc is not None:  # whatever is found lies inside the file and does not overlap
+            pos = 0
+            for s in sc.storages:
+                assert pos <= s.begin < s.end <= len(bad)
+                pos = s.end
+
+
+def test_archive_codes_deepspeed_states_and_restores_byte_identical(ds_run, tmp_path):
+    arc = tmp_path / "a"
+    assert archive_main(["compress", str(ds_run), str(arc)]) == 0
+    assert not os.path.exists(MARK)
+    a = Archive(arc)
+    es = a.entries()
+    assert [e["name"] for e in es] == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    for e in es:
+        assert e["opaque"] < e["bytes_in"] / 100, e
+    with a._view() as v:
+        for s in (4, 6):
+            files = {fe["path"]: fe for fe in v.index(s)["files"]}
+            fe = files[f"global_step{s}/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"]
+            assert fe["kind"] == "torchzip"
+            assert fe["ref_path"] == f"global_step{s - 2}/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+            ts = [p for p in fe["parts"] if p["t"] == "tensor"]
+            assert len(ts) == 3 and all(t["enc"] == "lmc" and t["ref"] for t in ts)
+    out = tmp_path / "out"
+    assert archive_main(["restore", str(arc), str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    assert _files(out) == _files(ds_run)
+    assert a.verify().ok
+    assert not os.path.exists(MARK)
+    # the reference decoded from the archive (no raw previous folder) gives the same bytes
+    arc2 = tmp_path / "b"
+    b = Archive(arc2)
+    b.add(ds_run / "checkpoint-2")
+    b.add(ds_run / "checkpoint-4", reference_folder=None)
+    with a._view() as va, b._view() as vb:
+        assert va.index(4) == vb.index(4)
+    # prune re-codes the oldest kept step as a keyframe and drops its ref_path
+    a.prune(2)
+    with a._view() as v:
+        assert all("ref_path" not in fe for fe in v.index(4)["files"])
+    assert a.verify().ok
+    a.restore(6, tmp_path / "six")
+    assert _files(tmp_path / "six") == _files(ds_run / "checkpoint-6")
+
+
+def test_ls_reports_opaque_files_and_why(ds_run, tmp_path, capsys):
+    arc = tmp_path / "a"
+    archive_main(["compress", str(ds_run), str(arc)])
+    capsys.readouterr()
+    assert archive_main(["ls", "--opaque", str(arc)]) == 0
+    out = capsys.readouterr().out
+    assert "opaque%" in out.splitlines()[0]
+    assert "latest: not a tensor file format lmc reads" in out
+    assert "zip directory, pickle and small storages" in out
+    rows = Archive(arc).opaque(2)
+    assert {r[0] for r in rows} >= {"latest", "trainer_state.json"}
+    assert all(n > 0 and why for _, n, why in rows)
+
+
+def test_step_folder_names(tmp_path):
+    sd = _train((1,))[1][0]
+    for name in ("step-10", "step-20", "global_step30"):
+        (tmp_path / "run" / name).mkdir(parents=True)
+        torch.save(sd, tmp_path / "run" / name / "model.pt")
+    (tmp_path / "run" / "notastep").mkdir()
+    (tmp_path / "run" / "step-x").mkdir()
+    arc = tmp_path / "a"
+    assert archive_main(["compress", str(tmp_path / "run"), str(arc)]) == 0
+    a = Archive(arc)
+    assert a.steps() == [10, 20, 30]
+    assert [e["name"] for e in a.entries()] == ["step-10", "step-20", "global_step30"]
+    with a._view() as v:  # one name to the next: the same file, so coded against it
+        assert all(p["ref"] for fe in v.index(20)["files"] for p in fe["parts"] if p["t"] == "tensor")
+    (tmp_path / "run" / "checkpoint-10").mkdir()
+    p = subprocess.run([sys.executable, "-m", "lmc.archive", "compress", str(tmp_path / "run"),
+                        str(tmp_path / "b")], capture_output=True, text=True)
+    assert p.returncode == 2 and "two folders for step 10" in p.stderr and len(p.stderr.splitlines()) == 1
+
+
+def test_legacy_torch_format_keeps_the_skeleton_kind(tmp_path):
+    sd = _train((1,))[1][0]
+    d = tmp_path / "checkpoint-1"
+    d.mkdir()
+    torch.save({k: v.float() for k, v in sd.items()}, d / "legacy.pt", _use_new_zipfile_serialization=False)
+    a = Archive(tmp_path / "a")
+    a.add(d)
+    with a._view() as v:
+        assert v.index(1)["files"][0]["kind"] == "torch"
+    a.restore(1, tmp_path / "r")
+    got = torch.load(tmp_path / "r" / "legacy.pt", weights_only=True)
+    for k, t in sd.items():
+        assert torch.equal(got[k], t.float())
+
+
+def test_version1_archive_still_reads(tmp_path):
+    """An archive written by lmc 0.2 (manifest version 1, no name/opaque) restores; the next add
+    writes version 2."""
+    import json
+    from lmc.archive._store import canon, crc32
+    sd = _train((1,))[1][0]
+    for s in (1, 2):
+        (tmp_path / f"checkpoint-{s}").mkdir()
+        torch.save(sd, tmp_path / f"checkpoint-{s}" / "model.pt")
+    a = Archive(tmp_path / "a")
+    a.add(tmp_path / "checkpoint-1")
+    mp = tmp_path / "a" / "lmc-archive.json"
+    body = json.loads(mp.read_text())["manifest"]
+    body["version"] = 1
+    for e in body["steps"]:
+        del e["name"], e["opaque"]
+    mp.write_bytes(canon({"manifest": body, "crc32": crc32(canon(body))}) + b"\n")
+    assert a.entries()[0]["opaque"] is None and a.entries()[0]["name"] == "checkpoint-1"
+    a.restore(1, tmp_path / "r1")
+    a.add(tmp_path / "checkpoint-2")
+    assert json.loads(mp.read_text())["manifest"]["version"] == 2
+    assert _files(tmp_path / "r1") == _files(tmp_path / "checkpoint-1")
+
+
+def test_forged_ref_path_is_refused(ds_run, tmp_path):
+    """ref_path is checked like any path: no '..', no absolute path."""
+    from lmc.archive._formats import check_index
+    idx = {"step": 4, "prev": 2, "keyframe": False,
+           "files": [{"path": "a", "kind": "bytes", "size": 0, "sha256": "0" * 64, "chunks": [],
+                      "ref_path": "../etc/passwd"}]}
+    with pytest.raises(ArchiveError, match="ref_path"):
+        check_index(idx, 4)
+    idx["files"][0]["ref_path"] = "b"
+    idx["files"][0]["why"] = 3
+    with pytest.raises(ArchiveError, match="why"):
+        check_index(idx, 4)
