@@ -272,3 +272,26 @@ def test_forged_ref_path_is_refused(ds_run, tmp_path):
     idx["files"][0]["why"] = 3
     with pytest.raises(ArchiveError, match="why"):
         check_index(idx, 4)
+
+
+def test_add_refuses_surprising_archive_paths(ds_run, tmp_path):
+    ck = ds_run / "checkpoint-2"
+    before = _files(ck)
+    for bad, msg in ((tmp_path / "nope" / "a", "parent folder"), ("s3://bucket/run.lmca", "a URL"),
+                     (ck, "were the arguments swapped")):
+        with pytest.raises(ArchiveError, match=msg):
+            Archive(bad).add(ds_run / "checkpoint-4")
+    assert not (tmp_path / "nope").exists() and not os.path.exists("s3:")
+    assert _files(ck) == before and not (ck / ".lock").exists()
+    # a lost manifest: the next add refuses and deletes nothing
+    a = Archive(tmp_path / "a")
+    a.add(ck)
+    segs = sorted(os.listdir(tmp_path / "a"))
+    os.unlink(tmp_path / "a" / "lmc-archive.json")
+    segs.remove("lmc-archive.json")
+    with pytest.raises(ArchiveError, match="manifest lmc-archive.json is missing but 1 segment"):
+        a.add(ds_run / "checkpoint-4")
+    assert sorted(os.listdir(tmp_path / "a")) == segs
+    p = subprocess.run([sys.executable, "-m", "lmc.archive", "compress", str(ds_run), str(tmp_path / "a")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "missing" in p.stderr and sorted(os.listdir(tmp_path / "a")) == segs

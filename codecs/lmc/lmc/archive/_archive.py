@@ -14,7 +14,7 @@ from .. import compress
 from . import _torchio
 from ._add import StepEncoder
 from ._formats import NP_DTYPES, file_tensors, all_sections
-from ._store import (VERSION, ArchiveError, Lock, SegmentWriter, cleanup, load_json, new_manifest,
+from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentWriter, cleanup, load_json, new_manifest,
                      read_manifest, write_manifest)
 from ._view import View, inflate, same_identity, sha128
 
@@ -163,10 +163,14 @@ class Archive:
             raise ArchiveError("step must be >= 0")
         if not os.path.isdir(folder):
             raise ArchiveError(f"{folder}: not a directory")
+        self._check_writable_path()
+        if os.path.isdir(self.path) and read_manifest(self.path) is None:
+            self._check_new_archive_dir()  # before the lock file is made in it
         os.makedirs(self.path, exist_ok=True)
         with Lock(self.path):
             m = read_manifest(self.path)
             if m is None:
+                self._check_new_archive_dir()
                 m = new_manifest(self.keyframe_every or DEFAULT_KEYFRAME_EVERY)
             elif self.keyframe_every is not None:
                 m["keyframe_every"] = int(self.keyframe_every)
@@ -206,6 +210,32 @@ class Archive:
                 "name": _folder_name(folder, step), "opaque": opaque_bytes(files)})
             write_manifest(self.path, m)
         return step
+
+    def _check_writable_path(self):
+        """One line, before anything is created, for an archive path that cannot be meant: a URL,
+        a path whose parent folder does not exist (a typo would otherwise make a new archive in a
+        surprising place), a file."""
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", self.path):
+            raise ArchiveError(f"{self.path}: a URL; the archive takes local paths")
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise ArchiveError(f"{self.path}: its parent folder {parent} does not exist")
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise ArchiveError(f"{self.path}: exists and is not an archive folder")
+
+    def _check_new_archive_dir(self):
+        """An existing folder without a manifest becomes an archive only if it is empty (or holds
+        only what a failed first add leaves): a lost manifest next to segments must not let the
+        next add delete the segments, and a checkpoint folder given as the archive (arguments
+        swapped) must not become one."""
+        names = [n for n in os.listdir(self.path) if n != ".lock" and not n.startswith(".tmp-")]
+        segs = [n for n in names if SEG_RE.match(n)]
+        if segs:
+            raise ArchiveError(f"{self.path}: the manifest lmc-archive.json is missing but {len(segs)} "
+                               "segment(s) are here; refusing to write (nothing was changed)")
+        if names:
+            raise ArchiveError(f"{self.path}: exists, is not empty and is not an lmc archive "
+                               f"(it holds {names[0]!r}; were the arguments swapped?)")
 
     # -- restore
     def _pieces(self, view, step, fe):
