@@ -173,10 +173,11 @@ def test_roundtrip_every_step_and_smaller_than_zlib(series, tmp_path):
             with open(os.path.join(d, f), "rb") as fh:
                 zl += len(zlib.compress(fh.read(), 6))
         assert e["size"] < zl, (e, zl)
-    # keyframe spacing bounds the chain
-    assert [e["keyframe"] for e in es] == [True, False, False, True, False, False, True]
+    # each step is coded against the next one (the latest alone: it restores at keyframe
+    # speed); keyframe spacing bounds the chain
+    assert [e["keyframe"] for e in es] == [False, False, True, False, False, True, True]
     assert max(e["depth"] for e in es) == 2
-    assert [e["depends_on"] for e in es] == [None, 2, 4, None, 8, 10, None]
+    assert [e["depends_on"] for e in es] == [4, 6, None, 10, 12, None, None]
     for s, d in zip(a.steps(), folders):
         out = tmp_path / f"r{s}"
         a.restore(s, out)
@@ -221,22 +222,25 @@ def test_cli_compress_restore_ls_verify_prune(series, tmp_path):
     assert_same_folder(folders[2], tmp_path / "out" / "checkpoint-6")
     cli("restore", arc, str(tmp_path / "last"), "--last")
     assert os.listdir(tmp_path / "last") == ["checkpoint-14"]
-    # prune: steps 12 (delta on 10, which is pruned) and 14 kept, 12 becomes a keyframe
+    # prune: steps 12 (coded against 14) and 14 kept: nothing to re-code
+    segs = {e["step"]: e["segment"] for e in Archive(arc).entries()}
     p = cli("prune", arc, "--keep-last", "2")
     assert "pruned 5" in p.stdout
     a = Archive(arc)
     assert a.steps() == [12, 14]
     e = a.entries()
-    assert e[0]["keyframe"] and e[0]["depends_on"] is None and e[1]["depends_on"] == 12
+    assert e[0]["depends_on"] == 14 and e[1]["keyframe"] and e[1]["depends_on"] is None
+    assert [x["segment"] for x in e] == [segs[12], segs[14]]
     assert len([n for n in os.listdir(arc) if n.endswith(".lmca")]) == 2
     for s, d in ((12, folders[5]), (14, folders[6])):
         a.restore(s, tmp_path / f"p{s}")
         assert_same_folder(d, tmp_path / f"p{s}")
     assert a.verify().ok
-    # adding continues the chain after a prune
+    # adding continues the chain after a prune: 14 is re-coded against 16
     p = cli("add", arc, str(tmp_path / "p14"), "--step", "16")
     assert "step 16" in p.stdout
-    assert Archive(arc).entries()[-1]["depends_on"] == 14
+    e = Archive(arc).entries()
+    assert [x["depends_on"] for x in e] == [14, 16, None]
 
 
 def test_add_errors(series, tmp_path):
@@ -266,7 +270,7 @@ def test_sharded_bf16(tmp_path, kind):
     for d in folders:
         a.add(d)
     with a._view() as v:
-        fe = {f["path"]: f for f in v.index(3)["files"]}
+        fe = {f["path"]: f for f in v.index(2)["files"]}  # (3, the latest, is coded alone)
     assert "model.safetensors.index.json" in fe and fe["model.safetensors.index.json"]["kind"] == "bytes"
     ts = [p for p in fe["model-00001-of-00002.safetensors"]["parts"] if p["t"] == "tensor"]
     assert ts and all(p["dtype"] == "BF16" and p["np"] == "bfloat16" and p["ref"] for p in ts)
@@ -321,7 +325,7 @@ def test_safetensors_odd_layouts(tmp_path):
     a.add(d1)
     a.add(d2)
     with a._view() as v:
-        fe = {f["path"]: f for f in v.index(2)["files"]}
+        fe = {f["path"]: f for f in v.index(1)["files"]}  # (coded against step 2)
         assert fe["a.safetensors"]["kind"] == "safetensors"
         assert all(fe[f"bad{i}.safetensors"]["kind"] == "bytes" for i in (1, 2, 3))
         parts = {p["key"]: p for p in fe["a.safetensors"]["parts"] if p["t"] == "tensor"}

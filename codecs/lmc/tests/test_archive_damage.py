@@ -83,14 +83,15 @@ def test_interrupted_add_leaves_archive_unchanged(run, monkeypatch, tmp_path):
     with pytest.raises(OSError, match="simulated"):
         a.add(folders[4])
     assert snapshot(arc) == before
-    # a crash between the segment and the manifest: an orphan segment, ignored
+    # a crash between the segments (the new step's, step 40 re-coded against it) and the
+    # manifest: two orphan segments, ignored
     monkeypatch.setattr(store.SegmentWriter, "add_section", orig)
     monkeypatch.setattr(store, "write_manifest", lambda *a: (_ for _ in ()).throw(OSError("crash")))
     import lmc.archive._archive as arch
     monkeypatch.setattr(arch, "write_manifest", store.write_manifest)
     with pytest.raises(OSError, match="crash"):
         a.add(folders[4])
-    assert a.steps() == [10, 20, 30, 40] and len(snapshot(arc)) == len(before) + 1
+    assert a.steps() == [10, 20, 30, 40] and len(snapshot(arc)) == len(before) + 2
     assert a.verify().ok
     monkeypatch.undo()
     a.add(folders[4])  # cleans the orphan up
@@ -106,7 +107,7 @@ def _segment(arc, step):
 
 
 def test_bitflip_names_step_and_dependents(run, tmp_path, capsys):
-    a, arc, folders = run  # steps 10 (key) 20 30 | 40 (key)
+    a, arc, folders = run  # steps 10 -> 20 -> 30 (key) | 40 (key)
     seg = _segment(arc, 20)
     with open(seg, "r+b") as f:
         f.seek(3000)  # inside the first tensor's lmc blob
@@ -114,32 +115,32 @@ def test_bitflip_names_step_and_dependents(run, tmp_path, capsys):
         f.seek(3000)
         f.write(bytes([b[0] ^ 0x10]))
     res = a.verify()
-    assert list(res.damaged) == [20] and res.dependents == {20: [30]}
+    assert list(res.damaged) == [20] and res.dependents == {20: [10]}
     assert main(["verify", arc]) == 1
     out = capsys.readouterr().out
-    assert "step 20: DAMAGED" in out and "depend on step 20 (cannot be restored): 30" in out
-    assert "step 10: ok" in out and "step 40: ok" in out
-    for s in (20, 30):
+    assert "step 20: DAMAGED" in out and "depend on step 20 (cannot be restored): 10" in out
+    assert "step 30: ok" in out and "step 40: ok" in out
+    for s in (20, 10):
         assert main(["restore", arc, str(tmp_path / "o"), "--step", str(s)]) == 2
         err = capsys.readouterr().err
         assert err.startswith("lmc-archive: error: step 20") and err.count("\n") == 1
         assert not os.path.exists(tmp_path / "o" / f"checkpoint-{s}")
     assert [n for n in os.listdir(tmp_path / "o") if not n.startswith("checkpoint")] == []
-    for s, d in ((10, folders[0]), (40, folders[3])):
+    for s, d in ((30, folders[2]), (40, folders[3])):
         a.restore(s, tmp_path / f"r{s}")
         same_files(d, tmp_path / f"r{s}")
 
 
 def test_truncated_segment_and_damaged_manifest(run, tmp_path, capsys):
     a, arc, folders = run
-    seg = _segment(arc, 10)
+    seg = _segment(arc, 30)
     with open(seg, "r+b") as f:
         f.truncate(os.path.getsize(seg) - 100)
     res = a.verify()
-    assert list(res.damaged) == [10] and res.dependents == {10: [20, 30]}
-    assert "truncated" in res.damaged[10]
+    assert list(res.damaged) == [30] and res.dependents == {30: [10, 20]}
+    assert "truncated" in res.damaged[30]
     with pytest.raises(ArchiveError):
-        a.restore(30, tmp_path / "o")
+        a.restore(10, tmp_path / "o")
     assert not os.path.exists(tmp_path / "o")
     mpath = os.path.join(arc, store.MANIFEST)
     data = bytearray(open(mpath, "rb").read())
@@ -171,13 +172,13 @@ def test_random_damage_never_restores_wrong_bytes(tmp_path):
         open(os.path.join(arc, name), "wb").write(bytes(data))
         out = tmp_path / f"o{i}"
         try:
-            a.restore(30, out)
+            a.restore(10, out)  # (coded against 20, coded against 30: every segment is read)
         except ArchiveError:
             outcomes["error"] += 1
             assert not os.path.exists(out)
         else:
             outcomes["ok"] += 1
-            same_files(folders[2], out)
+            same_files(folders[0], out)
         assert not a.verify().ok or bytes(data) == clean[name]
         open(os.path.join(arc, name), "wb").write(clean[name])
     assert outcomes["error"] > 40
@@ -198,11 +199,11 @@ def test_memory_bounded_by_tensor_not_checkpoint(tmp_path):
         a.add(folders[2], reference_folder=None)
         _, peak_add = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        a.restore(30, tmp_path / "r")
+        a.restore(10, tmp_path / "r")  # through 20 and 30
         _, peak_restore = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    same_files(folders[2], tmp_path / "r")
-    assert a.entries()[-1]["depth"] == 2
+    same_files(folders[0], tmp_path / "r")
+    assert a.entries()[0]["depth"] == 2
     assert peak_add < 4 * big, peak_add / big
     assert peak_restore < 4 * big, peak_restore / big

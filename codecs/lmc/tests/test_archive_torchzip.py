@@ -158,30 +158,38 @@ def test_archive_codes_deepspeed_states_and_restores_byte_identical(ds_run, tmp_
     for e in es:
         assert e["opaque"] < e["bytes_in"] / 100, e
     with a._view() as v:
-        for s in (4, 6):
+        for s in (2, 4, 6):  # each step coded against the next; the latest alone
             files = {fe["path"]: fe for fe in v.index(s)["files"]}
             fe = files[f"global_step{s}/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"]
             assert fe["kind"] == "torchzip"
-            assert fe["ref_path"] == f"global_step{s - 2}/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
             ts = [p for p in fe["parts"] if p["t"] == "tensor"]
-            assert len(ts) == 3 and all(t["enc"] == "lmc" and t["ref"] for t in ts)
+            assert len(ts) == 3 and all(t["enc"] == "lmc" for t in ts)
+            if s < 6:
+                assert fe["ref_path"] == f"global_step{s + 2}/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+                assert all(t["ref"] for t in ts)
+            else:
+                assert "ref_path" not in fe and not any(t["ref"] for t in ts)
+    assert [e["depends_on"] for e in es] == [4, 6, None]
     out = tmp_path / "out"
     assert archive_main(["restore", str(arc), str(out)]) == 0
     assert sorted(os.listdir(out)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     assert _files(out) == _files(ds_run)
     assert a.verify().ok
     assert not os.path.exists(MARK)
-    # the reference decoded from the archive (no raw previous folder) gives the same bytes
+    # step 2 decoded from the archive (no raw folder of it) to re-code it gives the same bytes
     arc2 = tmp_path / "b"
     b = Archive(arc2)
     b.add(ds_run / "checkpoint-2")
     b.add(ds_run / "checkpoint-4", reference_folder=None)
     with a._view() as va, b._view() as vb:
-        assert va.index(4) == vb.index(4)
-    # prune re-codes the oldest kept step as a keyframe and drops its ref_path
-    a.prune(2)
-    with a._view() as v:
-        assert all("ref_path" not in fe for fe in v.index(4)["files"])
+        assert va.index(2) == vb.index(2)
+    # deleting the oldest step re-codes nothing: the newer steps never depended on it
+    segs = {e["step"]: e["segment"] for e in a.entries()}
+    assert a.prune(2) == [2]
+    assert {e["step"]: e["segment"] for e in a.entries()} == {4: segs[4], 6: segs[6]}
+    # deleting the middle one re-codes the step that depended on it (against the next kept one)
+    assert a.prune(keep_every=100) == [4]
+    assert a.steps() == [6]
     assert a.verify().ok
     a.restore(6, tmp_path / "six")
     assert _files(tmp_path / "six") == _files(ds_run / "checkpoint-6")
@@ -215,6 +223,7 @@ def test_step_folder_names(tmp_path):
     assert [e["name"] for e in a.entries()] == ["step-10", "step-20", "global_step30"]
     with a._view() as v:  # one name to the next: the same file, so coded against it
         assert all(p["ref"] for fe in v.index(20)["files"] for p in fe["parts"] if p["t"] == "tensor")
+        assert "ref_path" not in v.index(20)["files"][0] and v.index(20)["prev"] == 30
     (tmp_path / "run" / "checkpoint-10").mkdir()
     p = subprocess.run([sys.executable, "-m", "lmc.archive", "compress", str(tmp_path / "run"),
                         str(tmp_path / "b")], capture_output=True, text=True)
@@ -295,3 +304,67 @@ def test_add_refuses_surprising_archive_paths(ds_run, tmp_path):
     p = subprocess.run([sys.executable, "-m", "lmc.archive", "compress", str(ds_run), str(tmp_path / "a")],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "missing" in p.stderr and sorted(os.listdir(tmp_path / "a")) == segs
+
+
+def test_retention_policies_never_lose_a_kept_step(tmp_path):
+    """keep_every / keep_within / keep_last together: the union is kept (and the latest), every
+    kept step restores bit-exact after deleting the others, in any order of deletions."""
+    trained = _train(tuple(range(1, 13)))
+    folders = []
+    for step, (sd, osd, _) in trained.items():
+        d = tmp_path / "run" / f"step-{step}"
+        d.mkdir(parents=True)
+        torch.save({"model": sd, "optim": osd}, d / "state.pt")
+        t = 1_000_000 + 3600 * step  # one checkpoint an hour
+        os.utime(d / "state.pt", (t, t))
+        os.utime(d, (t, t))
+        folders.append(d)
+    arc = tmp_path / "a"
+    a = Archive(arc, keyframe_every=4)
+    for d in folders:
+        a.add(d)
+    assert max(e["depth"] for e in a.entries()) == 3
+    assert a.prune(keep_every=4, keep_within=2.5 * 3600) == [1, 2, 3, 5, 6, 7, 9]
+    assert a.steps() == [4, 8, 10, 11, 12]
+    assert a.verify().ok
+    for s in a.steps():
+        a.restore(s, tmp_path / "r" / str(s))
+        assert _files(tmp_path / "r" / str(s)) == _files(tmp_path / "run" / f"step-{s}")
+    assert max(e["depth"] for e in a.entries()) <= 3
+    assert archive_main(["prune", str(arc), "--keep-last", "1"]) == 0
+    assert a.steps() == [12]
+    assert archive_main(["prune", str(arc)]) == 2
+    with pytest.raises(ArchiveError, match="keep_every"):
+        a.prune(keep_every=0)
+
+
+def test_latest_restores_at_keyframe_cost_and_chains_stay_bounded(tmp_path):
+    """Whatever the chain, the latest step is coded alone; restoring any step decodes at most
+    keyframe_every versions of a tensor."""
+    from lmc.archive._view import View
+    trained = _train(tuple(range(1, 10)))
+    a = Archive(tmp_path / "a", keyframe_every=3)
+    for step, (sd, _, _) in trained.items():
+        d = tmp_path / "run" / f"step-{step}"
+        d.mkdir(parents=True)
+        torch.save(sd, d / "model.pt")
+        a.add(d)
+        es = a.entries()
+        assert es[-1]["keyframe"] and es[-1]["depends_on"] is None
+        assert max(e["depth"] for e in es) <= 2
+    calls = []
+    orig = View.decode_one
+
+    def counting(self, *args, **kw):
+        calls.append(args[0])
+        return orig(self, *args, **kw)
+
+    View.decode_one = counting
+    try:
+        a.restore(9, tmp_path / "r9")
+        n9 = len(calls)
+        calls.clear()
+        a.restore(1, tmp_path / "r1")
+    finally:
+        View.decode_one = orig
+    assert set(calls) == {1, 2, 3} and len(calls) == 3 * n9

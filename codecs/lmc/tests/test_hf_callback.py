@@ -93,7 +93,7 @@ def test_real_trainer_run(tmp_path):
     Trainer(model=model, args=args, train_dataset=data, callbacks=[cb]).train()
     a = Archive(tmp_path / "arc.lmca")
     assert a.steps() == [2, 4, 6]
-    assert [e["depends_on"] for e in a.entries()] == [None, 2, None]
+    assert [e["depends_on"] for e in a.entries()] == [4, None, None]  # 2 coded against 4; 6, the latest, alone
     assert a.verify().ok
     for s in a.steps():
         raw = os.path.join(out, f"checkpoint-{s}")
@@ -134,7 +134,7 @@ def test_folder_rotated_away_while_queued_is_still_archived(tmp_path, monkeypatc
     cb.on_train_end(*_ev(run, 4))
     a = Archive(tmp_path / "arc")
     assert a.steps() == [2, 4] and a.verify().ok
-    assert [e["depends_on"] for e in a.entries()] == [None, 2]  # step 4 coded against step 2
+    assert [e["depends_on"] for e in a.entries()] == [4, None]  # step 2 coded against step 4, the latest alone
     for s in (2, 4):
         a.restore(s, tmp_path / f"r{s}")
         assert_same_folder(os.path.join(keep, f"checkpoint-{s}"), tmp_path / f"r{s}")

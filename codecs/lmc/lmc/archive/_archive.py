@@ -10,9 +10,9 @@ import shutil
 
 import numpy as np
 
-from .. import compress
+from .. import compress, info as blob_info
 from . import _torchio
-from ._add import StepEncoder
+from ._add import RawSource, StepEncoder, canonical_path, reference_paths
 from ._formats import NP_DTYPES, file_tensors, all_sections
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentWriter, cleanup, load_json, new_manifest,
                      read_manifest, write_manifest)
@@ -62,6 +62,67 @@ def _folder_name(folder, step):
     name of this step, else checkpoint-<step>."""
     base = os.path.basename(os.path.normpath(folder))
     return base if step_of(base) == step else f"checkpoint-{step}"
+
+
+def _folder_time(folder):
+    """When a checkpoint folder was written: its newest file's mtime (whole seconds)."""
+    t = os.stat(folder).st_mtime
+    for d, _, names in os.walk(folder):
+        for n in names:
+            try:
+                t = max(t, os.stat(os.path.join(d, n)).st_mtime)
+            except OSError:
+                pass
+    return int(t)
+
+
+def _roots(m):
+    """{step: the step its dependency chain ends at (a step coded alone)}."""
+    dep = {e["step"]: e["depends_on"] for e in m["steps"]}
+    out = {}
+    for s in dep:
+        c = s
+        while dep[c] is not None:
+            c = dep[c]
+        out[s] = c
+    return out
+
+
+def _may_recode(m, step):
+    """Whether `step` (the last) may be re-coded against a new step: nothing older than itself
+    may come to decode through more than keyframe_every versions, and no step may depend on it
+    in a way a re-code would break (a forward step's dependents are newer: there are none)."""
+    roots = _roots(m)
+    e = next(e for e in m["steps"] if e["step"] == step)
+    if e["depends_on"] is not None:   # coded forward against an older step: nothing depends on it
+        return not any(x["depends_on"] == step for x in m["steps"])
+    group = sum(1 for r in roots.values() if r == step)  # steps whose chain ends at `step`
+    return group < m["keyframe_every"]
+
+
+def _set_depths(m):
+    dep = {e["step"]: e["depends_on"] for e in m["steps"]}
+    for e in m["steps"]:
+        n, c = 0, e["depends_on"]
+        while c is not None:
+            n, c = n + 1, dep[c]
+        e["depth"] = n
+
+
+def _topo(m):
+    """Steps in an order where each comes after the step it depends on."""
+    dep = {e["step"]: e["depends_on"] for e in m["steps"]}
+    done, out = set(), []
+    for s in dep:
+        path = []
+        c = s
+        while c is not None and c not in done:
+            path.append(c)
+            c = dep[c]
+        for x in reversed(path):
+            done.add(x)
+            out.append(x)
+    return out
 
 
 class VerifyResult:
@@ -182,34 +243,92 @@ class Archive:
             if steps and step < steps[-1]:
                 raise ArchiveError(f"step {step} is older than the archive's last step {steps[-1]}")
             last = m["steps"][-1] if m["steps"] else None
-            keyframe = last is None or last["depth"] + 1 >= m["keyframe_every"]
-            prev = None if last is None else last["step"]
+            # The new step is coded alone, so the latest step restores at keyframe speed whatever
+            # the chain; the step before it is re-coded against it (and its own dependents, older
+            # steps, keep theirs), unless that would make a chain longer than keyframe_every.
+            recode = last is not None and _may_recode(m, last["step"])
             if reference_folder == "auto":
                 reference_folder = None
                 base = os.path.basename(os.path.normpath(folder))
-                if prev is not None and step_of(folder) == step:
+                if last is not None and step_of(folder) == step:
                     cand = os.path.join(os.path.dirname(os.path.normpath(folder)),
-                                        STEP_RE.match(base).group(1) + str(prev))
+                                        STEP_RE.match(base).group(1) + str(last["step"]))
                     reference_folder = cand if os.path.isdir(cand) else None
             w = SegmentWriter(self.path, step)
+            wl = None
             try:
                 with self._view(m) as view:
-                    enc = StepEncoder(view, w, None if keyframe else prev, self.threads,
-                                      reference_folder)
-                    files, nbytes = enc.folder(folder)
-                uses_ref = any(t["ref"] for fe in files for t in file_tensors(fe))
-                name = w.commit({"step": step, "prev": prev, "keyframe": keyframe,
-                                 "files": files})
+                    files, nbytes = StepEncoder(view, w, None, self.threads).folder(folder)
+                    name = w.commit({"step": step, "prev": None, "keyframe": True, "files": files})
+                    if recode:
+                        wl = SegmentWriter(self.path, last["step"])
+                        idx = self._recode_against_next(view, last["step"], wl, folder, step, files,
+                                                        reference_folder)
+                        lname = wl.commit(idx)
             except BaseException:
                 w.abort()
-                raise
+                if wl is not None:
+                    wl.abort()
+                raise  # (a committed but unreferenced segment is removed by the next writer)
+            if recode:
+                last.update(segment=lname, size=wl.size, index_crc=wl.index_crc,
+                            keyframe=idx["keyframe"], prev=idx["prev"], depends_on=idx["prev"])
             m["steps"].append({
                 "step": step, "segment": name, "size": w.size, "index_crc": w.index_crc,
-                "keyframe": keyframe, "prev": prev, "depends_on": prev if uses_ref else None,
-                "depth": last["depth"] + 1 if uses_ref else 0, "bytes_in": nbytes,
-                "name": _folder_name(folder, step), "opaque": opaque_bytes(files)})
+                "keyframe": True, "prev": None, "depends_on": None, "depth": 0, "bytes_in": nbytes,
+                "name": _folder_name(folder, step), "opaque": opaque_bytes(files),
+                "time": _folder_time(folder)})
+            _set_depths(m)
             write_manifest(self.path, m)
+            cleanup(self.path, m)  # the re-coded step's old segment
         return step
+
+    def _recode_against_next(self, view, step, w, next_folder, next_step, next_files, raw_folder):
+        """The index of `step` re-coded against `next_step` (just coded alone from next_folder):
+        each tensor with a same tensor in the next step is coded with it as the reference (its
+        bytes read back from next_folder, checksum-matched); the others are copied, or coded
+        alone where they referred to an older step; everything else is copied."""
+        r = view.reader(step)
+        idx = copy.deepcopy(r.index)
+        paths = reference_paths([fe["path"] for fe in idx["files"]], [fe["path"] for fe in next_files])
+        nfiles = {fe["path"]: fe for fe in next_files}
+        nraw, craw = RawSource(next_folder), RawSource(raw_folder)
+        used = False
+        for fe, ofe in zip(idx["files"], r.index["files"]):
+            fe.pop("ref_path", None)
+            for (_, sec, c), _o in zip(all_sections(fe), all_sections(ofe)):
+                if c is not None:
+                    c["sec"] = w.add_section(r.read(sec, fe["path"]))
+            npath = paths.get(fe["path"])
+            nfe = nfiles.get(npath) if npath is not None else None
+            nts = ({t["key"]: t for t in file_tensors(nfe)}
+                   if nfe is not None and nfe["kind"] == fe["kind"] else {})
+            file_used = False
+            for t, ot in zip(file_tensors(fe), file_tensors(ofe)):
+                nt = nts.get(t["key"])
+                ref = None
+                if nt is not None and same_identity(nt, t):
+                    ref = nraw.get(npath, nfe["kind"], t["key"], nt["sha"])
+                if ref is None and not ot["ref"]:
+                    t["sec"] = w.add_section(r.read(ot["sec"], fe["path"]))
+                    continue
+                dt = NP_DTYPES[t["np"]]
+                cur = craw.get(fe["path"], fe["kind"], t["key"], t["sha"])
+                cur = view.decode(step, fe["path"], ot) if cur is None else cur.view(dt)
+                if cur.reshape(-1).view(np.uint8).nbytes != t["n"]:
+                    raise ArchiveError(f"step {step}: {fe['path']}: tensor {t['key']}: size mismatch")
+                blob = compress(cur.reshape(-1).view(dt),
+                                reference=None if ref is None else ref.view(dt), threads=self.threads)
+                del cur, ref
+                t["sec"] = w.add_section(blob)
+                t["ref"] = bool(blob_info(blob)["has_reference"])
+                file_used |= t["ref"]
+            if file_used and npath != fe["path"]:
+                fe["ref_path"] = npath
+            used |= file_used
+        idx["prev"] = next_step if used else None
+        idx["keyframe"] = not used
+        return idx
 
     def _check_writable_path(self):
         """One line, before anything is created, for an archive path that cannot be meant: a URL,
@@ -342,17 +461,17 @@ class Archive:
     # -- verify
     def verify(self):
         """Check every checksum and decode every tensor of every step (each
-        tensor version once, walking each tensor's chain in step order).
+        tensor version once, walking each tensor's versions in dependency order).
         Returns a VerifyResult; raises ArchiveError only if the manifest itself
         is unreadable."""
         m = self._manifest()
         steps = [e["step"] for e in m["steps"]]
+        deps = {e["step"]: e["depends_on"] for e in m["steps"]}
         damaged = {}
         ids = collections.OrderedDict()
-        chain_of = {}
         skipped = set()
         with self._view(m) as view:
-            for s in steps:
+            for s in _topo(m):
                 try:
                     r = view.reader(s)
                     for fe in r.index["files"]:
@@ -367,41 +486,35 @@ class Archive:
                 except ArchiveError as e:
                     damaged[s] = str(e)
                     continue
-                # a file's tensors continue the chains of the file of the previous step
-                # they refer to (ref_path: the same file under a step-numbered folder)
-                prev_s = m["steps"][steps.index(s)]["prev"]
-                for fe in r.index["files"]:
-                    cid = chain_of.get((prev_s, fe.get("ref_path", fe["path"])), fe["path"])
-                    chain_of[(s, fe["path"])] = cid
+                # one tensor's versions: the same file (step numbers of step-named folders
+                # blanked: global_step<N>/ inside checkpoint-<N>/), kind and key
+                canon = [canonical_path(fe["path"]) for fe in r.index["files"]]
+                for fe, c in zip(r.index["files"], canon):
+                    cid = c if canon.count(c) == 1 else fe["path"]
                     for t in file_tensors(fe):
                         ids.setdefault((cid, fe["kind"], t["key"]), []).append((s, fe["path"], t))
             for (_cid, kind, key), seq in ids.items():
-                prev_s = prev_t = arr = None
+                last_s = last_t = arr = None
                 for s, path, t in seq:
                     if s in damaged:
-                        prev_s = prev_t = arr = None
+                        last_s = last_t = arr = None
                         continue
-                    ref = None
-                    if t["ref"]:
-                        dep = m["steps"][steps.index(s)]["depends_on"]
-                        if prev_s != dep or arr is None or not same_identity(prev_t, t):
-                            if dep in damaged or dep in skipped:
-                                skipped.add(s)  # a dependent of a damaged step
-                            else:
-                                damaged[s] = (f"step {s}: {path}: tensor {key}: its reference "
-                                              f"is missing from step {dep}")
-                            prev_s = prev_t = arr = None
-                            continue
-                        ref = arr
+                    dep = deps[s]
+                    chained = t["ref"] and last_s == dep and arr is not None and same_identity(last_t, t)
+                    if t["ref"] and not chained and (dep in damaged or dep in skipped):
+                        skipped.add(s)  # a dependent of a damaged step
+                        last_s = last_t = arr = None
+                        continue
                     try:
-                        arr = view.decode_one(s, path, t, ref=ref)
+                        if t["ref"] and not chained:  # its reference is not the version just decoded
+                            arr = view.decode(s, path, t)
+                        else:
+                            arr = view.decode_one(s, path, t, ref=arr if t["ref"] else None)
                         self._check_tensor(s, {"path": path}, t, arr)
                     except ArchiveError as e:
                         damaged.setdefault(s, str(e))
                         arr = None
-                    prev_s, prev_t = s, t
-                    del ref
-        deps = {e["step"]: e["depends_on"] for e in m["steps"]}
+                    last_s, last_t = s, t
         dependents = {}
         for d in damaged:
             out = []
@@ -415,58 +528,99 @@ class Archive:
         return VerifyResult(steps, dict(sorted(damaged.items())), dependents)
 
     # -- prune
-    def prune(self, keep_last):
-        """Keep only the last `keep_last` steps.  If the oldest kept step was
-        coded against a pruned one it is re-coded as a keyframe first; the new
-        manifest replaces the old one atomically.  Returns the pruned steps."""
-        keep_last = int(keep_last)
-        if keep_last < 1:
-            raise ArchiveError("keep_last must be >= 1")
+    def prune(self, keep_last=None, *, keep_every=None, keep_within=None):
+        """Delete steps, keeping every step that any given policy keeps, and always the latest:
+        keep_last K (the last K steps), keep_every N (steps that are multiples of N, as Orbax's
+        keep_period), keep_within seconds (steps written within that long before the latest
+        one; steps added by lmc 0.2 carry no time and are kept).  A kept step coded against a
+        deleted one is re-coded first (against the next kept step of its chain, else alone), then
+        the new manifest replaces the old one atomically; no kept step is ever lost.  Returns the
+        deleted steps."""
+        if keep_last is None and keep_every is None and keep_within is None:
+            raise ArchiveError("prune: give at least one of keep_last, keep_every, keep_within")
+        for v, what in ((keep_last, "keep_last"), (keep_every, "keep_every")):
+            if v is not None and int(v) < 1:
+                raise ArchiveError(f"{what} must be >= 1")
+        if keep_within is not None and float(keep_within) < 0:
+            raise ArchiveError("keep_within must be >= 0")
         with Lock(self.path):
             m = self._manifest()
             cleanup(self.path, m)
-            if len(m["steps"]) <= keep_last:
+            es = m["steps"]
+            keep = {es[-1]["step"]} if es else set()
+            if keep_last is not None:
+                keep |= {e["step"] for e in es[-int(keep_last):]}
+            if keep_every is not None:
+                keep |= {e["step"] for e in es if e["step"] % int(keep_every) == 0}
+            if keep_within is not None and es:
+                newest = max((e["time"] for e in es if "time" in e), default=None)
+                keep |= {e["step"] for e in es if "time" not in e or newest is None
+                         or e["time"] >= newest - float(keep_within)}
+            drop = [e["step"] for e in es if e["step"] not in keep]
+            if not drop:
                 return []
-            drop = m["steps"][:-keep_last]
-            keep = [dict(e) for e in m["steps"][-keep_last:]]
-            first = keep[0]
-            if first["depends_on"] is not None or first["prev"] is not None:
-                w = SegmentWriter(self.path, first["step"])
-                try:
-                    with self._view(m) as view:
-                        idx = self._recode_keyframe(view, first["step"], w)
-                    first.update(segment=w.commit(idx), size=w.size, index_crc=w.index_crc,
-                                 keyframe=True, prev=None, depends_on=None)
-                except BaseException:
-                    w.abort()
-                    raise
-            depth = {}
-            for e in keep:
-                e["depth"] = 0 if e["depends_on"] is None else depth[e["depends_on"]] + 1
-                depth[e["step"]] = e["depth"]
-            m["steps"] = keep
+            deps = {e["step"]: e["depends_on"] for e in es}
+            new = []
+            for e in es:
+                if e["step"] not in keep:
+                    continue
+                e = dict(e)
+                if e["depends_on"] is not None and e["depends_on"] not in keep:
+                    target = e["depends_on"]
+                    while target is not None and target not in keep:
+                        target = deps[target]
+                    w = SegmentWriter(self.path, e["step"])
+                    try:
+                        with self._view(m) as view:
+                            idx = self._recode(view, e["step"], w, target)
+                        e.update(segment=w.commit(idx), size=w.size, index_crc=w.index_crc,
+                                 keyframe=idx["keyframe"], prev=idx["prev"], depends_on=idx["prev"])
+                    except BaseException:
+                        w.abort()
+                        raise
+                elif e["prev"] is not None and e["prev"] not in keep:
+                    e["prev"] = None  # (its index keeps the number; it depends on nothing)
+                new.append(e)
+            m["steps"] = new
+            _set_depths(m)
             write_manifest(self.path, m)
             cleanup(self.path, m)
-        return [e["step"] for e in drop]
+        return drop
 
-    def _recode_keyframe(self, view, step, w):
+    def _recode(self, view, step, w, target):
+        """The index of `step` with every tensor that referred to another step decoded and coded
+        again: against the same tensor of `target` where it has one, else alone."""
         r = view.reader(step)
         idx = copy.deepcopy(r.index)
+        tfiles = {} if target is None else {fe["path"]: fe for fe in view.index(target)["files"]}
+        paths = reference_paths([fe["path"] for fe in idx["files"]], list(tfiles))
+        used = False
         for fe, ofe in zip(idx["files"], r.index["files"]):
+            fe.pop("ref_path", None)
             for (_, sec, c), _o in zip(all_sections(fe), all_sections(ofe)):
                 if c is not None:
                     c["sec"] = w.add_section(r.read(sec, fe["path"]))
+            tpath = paths.get(fe["path"])
+            tfe = tfiles.get(tpath) if tpath is not None else None
+            tts = ({t["key"]: t for t in file_tensors(tfe)}
+                   if tfe is not None and tfe["kind"] == fe["kind"] else {})
+            file_used = False
             for t, ot in zip(file_tensors(fe), file_tensors(ofe)):
-                if t["ref"]:
-                    arr = view.decode(step, fe["path"], ot)
-                    self._check_tensor(step, fe, t, arr)
-                    t["sec"] = w.add_section(compress(arr, threads=self.threads))
-                    t["ref"] = False
-                    del arr
-                else:
+                if not t["ref"]:
                     t["sec"] = w.add_section(r.read(t["sec"], fe["path"]))
-        for fe in idx["files"]:
-            fe.pop("ref_path", None)
-        idx["prev"] = None
-        idx["keyframe"] = True
+                    continue
+                arr = view.decode(step, fe["path"], ot)
+                self._check_tensor(step, fe, t, arr)
+                tt = tts.get(t["key"])
+                ref = view.decode(target, tpath, tt) if tt is not None and same_identity(tt, t) else None
+                blob = compress(arr, reference=ref, threads=self.threads)
+                del arr, ref
+                t["sec"] = w.add_section(blob)
+                t["ref"] = bool(blob_info(blob)["has_reference"])
+                file_used |= t["ref"]
+            if file_used and tpath != fe["path"]:
+                fe["ref_path"] = tpath
+            used |= file_used
+        idx["prev"] = target if used else None
+        idx["keyframe"] = not used
         return idx

@@ -38,10 +38,30 @@ def _parser():
                     help="per step, each file stored (partly) as plain bytes and why")
     v = sub.add_parser("verify", help="check every checksum and decode every tensor")
     v.add_argument("archive")
-    pr = sub.add_parser("prune", help="keep only the last K steps")
+    pr = sub.add_parser("prune", help="delete steps: keep what any --keep-* keeps (and the latest)")
     pr.add_argument("archive")
-    pr.add_argument("--keep-last", type=int, required=True, metavar="K")
+    pr.add_argument("--keep-last", type=int, default=None, metavar="K", help="the last K steps")
+    pr.add_argument("--keep-every", type=int, default=None, metavar="N",
+                    help="steps that are multiples of N")
+    pr.add_argument("--keep-within", type=_duration, default=None, metavar="D",
+                    help="steps written within D of the latest (e.g. 36h, 7d, 90m, 3600s)")
     return p
+
+
+def _duration(text):
+    """Seconds from '90m', '36h', '7d', '3600s' or '3600'."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+    t = text.strip().lower()
+    try:
+        if t and t[-1] in units:
+            v = float(t[:-1]) * units[t[-1]]
+        else:
+            v = float(t)
+    except ValueError:
+        v = -1
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 36h, 7d, 90m)")
+    return v
 
 
 def _mib(n):
@@ -150,7 +170,9 @@ def _run(args):
         return 0 if res.ok else 1
     if args.cmd == "prune":
         a = Archive(args.archive, threads=args.threads)
-        gone = a.prune(args.keep_last)
+        if args.keep_last is None and args.keep_every is None and args.keep_within is None:
+            raise ArchiveError("prune: give --keep-last, --keep-every and/or --keep-within")
+        gone = a.prune(args.keep_last, keep_every=args.keep_every, keep_within=args.keep_within)
         print(f"pruned {len(gone)} step(s)" + (": " + ", ".join(map(str, gone)) if gone else ""),
               file=out)
         return 0

@@ -166,7 +166,10 @@ def check_index(idx, step):
 
     need(isinstance(idx, dict) and set(idx) == {"step", "prev", "keyframe", "files"}, "top")
     need(idx["step"] == step, "step number")
-    need(idx["prev"] is None or (type(idx["prev"]) is int and idx["prev"] < step), "prev")
+    # prev: the step its tensors are coded against: older (version 1, and steps added forward), or
+    # newer (version 2 codes a step against the next one once that is added)
+    need(idx["prev"] is None or (type(idx["prev"]) is int and idx["prev"] != step and idx["prev"] >= 0),
+         "prev")
     need(type(idx["keyframe"]) is bool and isinstance(idx["files"], list), "files")
     paths = set()
     for fe in idx["files"]:

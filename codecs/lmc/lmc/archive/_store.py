@@ -114,12 +114,17 @@ def _check_manifest(m):
         need("name" not in e or (isinstance(e["name"], str) and e["name"] not in ("", ".", "..")
                                  and "/" not in e["name"] and "\\" not in e["name"] and "\x00" not in e["name"]),
              f"step {s}: bad name")
-        dep = e.get("depends_on")
-        need(dep is None or (type(dep) is int and dep in seen), f"step {s}: bad depends_on")
-        prev = e.get("prev")
-        need(prev is None or (type(prev) is int and prev in seen), f"step {s}: bad prev")
-        need(dep is None or dep == prev, f"step {s}: depends_on is not the previous step")
         seen[s] = e
+    for e in steps:  # dependencies may point back (forward coding) or ahead (a step coded against the next)
+        s, dep, prev = e["step"], e.get("depends_on"), e.get("prev")
+        need(dep is None or (type(dep) is int and dep in seen), f"step {s}: bad depends_on")
+        need(prev is None or (type(prev) is int and prev in seen and prev != s), f"step {s}: bad prev")
+        need(dep is None or dep == prev, f"step {s}: depends_on is not its prev")
+        c, n = dep, 0
+        while c is not None:
+            need(c != s and n <= len(steps), f"step {s}: dependency cycle")
+            c, n = seen[c].get("depends_on"), n + 1
+        need("time" not in e or type(e["time"]) is int, f"step {s}: bad time")
     return m
 
 

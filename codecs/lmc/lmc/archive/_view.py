@@ -66,7 +66,9 @@ class View:
             try:
                 check_index(r.index, step)
                 e = self.entries[step]
-                if r.index["prev"] != e["prev"] or r.index["keyframe"] != e["keyframe"]:
+                # (a step whose prev was pruned keeps it in its index; what must agree is the dependency)
+                if (e["depends_on"] is not None and r.index["prev"] != e["depends_on"]) \
+                        or r.index["keyframe"] != e["keyframe"]:
                     raise ArchiveError(f"step {step}: index disagrees with the manifest")
                 if e["depends_on"] is None and any(t["ref"] for fe in r.index["files"]
                                                    for t in file_tensors(fe)):
