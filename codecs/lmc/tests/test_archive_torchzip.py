@@ -368,3 +368,68 @@ def test_latest_restores_at_keyframe_cost_and_chains_stay_bounded(tmp_path):
     finally:
         View.decode_one = orig
     assert set(calls) == {1, 2, 3} and len(calls) == 3 * n9
+
+
+def _series(tmp_path, steps, k=3):
+    trained = _train(tuple(steps))
+    a = Archive(tmp_path / "a", keyframe_every=k)
+    for step, (sd, osd, _) in trained.items():
+        d = tmp_path / "run" / f"checkpoint-{step}"
+        d.mkdir(parents=True)
+        torch.save({"model": sd, "optim": osd}, d / "state.pt")
+        (d / "trainer_state.json").write_text('{"step": %d}' % step)
+        a.add(d)
+    return a
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled"])
+def test_repair_rebuilds_a_lost_manifest(tmp_path, damage, capsys):
+    a = _series(tmp_path, range(1, 8))
+    before = a.entries()
+    mp = tmp_path / "a" / "lmc-archive.json"
+    if damage == "missing":
+        mp.unlink()
+    else:
+        mp.write_bytes(mp.read_bytes()[:100])
+    with pytest.raises(ArchiveError):
+        a.restore(7, tmp_path / "x")
+    capsys.readouterr()
+    assert archive_main(["repair", str(tmp_path / "a"), "--keyframe-every", "3"]) == 0
+    assert "7 step(s) restorable, 0 lost" in capsys.readouterr().out
+    after = a.entries()
+    assert [(e["step"], e["segment"], e["depends_on"], e["name"], e["time"]) for e in after] == \
+        [(e["step"], e["segment"], e["depends_on"], e["name"], e["time"]) for e in before]
+    for s in (1, 4, 7):
+        a.restore(s, tmp_path / "r" / str(s))
+        assert _files(tmp_path / "r" / str(s)) == _files(tmp_path / "run" / f"checkpoint-{s}")
+
+
+def test_repair_after_an_interrupted_add_and_with_a_damaged_segment(tmp_path, monkeypatch, capsys):
+    import lmc.archive._archive as arch
+    a = _series(tmp_path, range(1, 6))
+    d6 = tmp_path / "run" / "checkpoint-6"
+    d6.mkdir()
+    torch.save({"model": _train((6,))[6][0]}, d6 / "state.pt")
+    monkeypatch.setattr(arch, "write_manifest", lambda *x: (_ for _ in ()).throw(OSError("crash")))
+    with pytest.raises(OSError):
+        a.add(d6)  # two new segments (6, and 5 re-coded against 6), the manifest not replaced
+    monkeypatch.undo()
+    (tmp_path / "a" / "lmc-archive.json").unlink()
+    segs = sorted(n for n in os.listdir(tmp_path / "a") if n.startswith("seg-"))
+    assert len(segs) == 7
+    steps, bad, res = a.repair()
+    assert steps == [1, 2, 3, 4, 5, 6] and bad == [] and res.ok
+    for s in (5, 6):
+        a.restore(s, tmp_path / "r" / str(s))
+    assert _files(tmp_path / "r" / "6") == _files(d6)
+    # a damaged segment: renamed, never deleted; its dependents are named as lost
+    (tmp_path / "a" / "lmc-archive.json").unlink()
+    victim = sorted(n for n in os.listdir(tmp_path / "a") if n.startswith("seg-000000000003"))[0]
+    p = tmp_path / "a" / victim
+    p.write_bytes(p.read_bytes()[:-10])
+    capsys.readouterr()
+    assert archive_main(["repair", str(tmp_path / "a")]) == 1
+    out = capsys.readouterr().out
+    assert f"unreadable segment {victim}" in out and (tmp_path / "a" / f"damaged-{victim}").exists()
+    assert "step 1: LOST" in out and "step 2: LOST" in out and "4 step(s) restorable, 2 lost" not in out
+    assert "3 step(s) restorable, 2 lost" in out

@@ -13,9 +13,9 @@ import numpy as np
 from .. import compress, info as blob_info
 from . import _torchio
 from ._add import RawSource, StepEncoder, canonical_path, reference_paths
-from ._formats import NP_DTYPES, file_tensors, all_sections
-from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentWriter, cleanup, load_json, new_manifest,
-                     read_manifest, write_manifest)
+from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
+from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
+                     new_manifest, probe_segment, read_manifest, write_manifest)
 from ._view import View, inflate, same_identity, sha128
 
 DEFAULT_KEYFRAME_EVERY = 10
@@ -54,6 +54,17 @@ def opaque_bytes(files):
         n += sum(c["n"] for p in fe.get("parts", []) if p["t"] == "raw" for c in p["chunks"])
         n += sum(c["n"] for c in fe.get("skeleton", []))
         n += sum(t["n"] for t in file_tensors(fe) if t["enc"] != "lmc")
+    return n
+
+
+def restore_bytes(files):
+    """Disk bytes a restore of these files needs at its peak: the files, plus for a torch file of
+    the legacy format the scratch map its tensors are decoded into (4 KiB per file for blocks)."""
+    n = 0
+    for fe in files:
+        n += fe["size"] + 4096
+        if fe["kind"] == "torch":
+            n += sum(-(-t["n"] // 64) * 64 for t in fe["tensors"])
     return n
 
 
@@ -259,7 +270,9 @@ class Archive:
             try:
                 with self._view(m) as view:
                     files, nbytes = StepEncoder(view, w, None, self.threads).folder(folder)
-                    name = w.commit({"step": step, "prev": None, "keyframe": True, "files": files})
+                    fname, ftime = _folder_name(folder, step), _folder_time(folder)
+                    name = w.commit({"step": step, "prev": None, "keyframe": True, "files": files,
+                                     "name": fname, "time": ftime})
                     if recode:
                         wl = SegmentWriter(self.path, last["step"])
                         idx = self._recode_against_next(view, last["step"], wl, folder, step, files,
@@ -276,8 +289,7 @@ class Archive:
             m["steps"].append({
                 "step": step, "segment": name, "size": w.size, "index_crc": w.index_crc,
                 "keyframe": True, "prev": None, "depends_on": None, "depth": 0, "bytes_in": nbytes,
-                "name": _folder_name(folder, step), "opaque": opaque_bytes(files),
-                "time": _folder_time(folder)})
+                "name": fname, "opaque": opaque_bytes(files), "time": ftime})
             _set_depths(m)
             write_manifest(self.path, m)
             cleanup(self.path, m)  # the re-coded step's old segment
@@ -401,7 +413,9 @@ class Archive:
             offs.append(total)
             total += -(-t["n"] // 64) * 64
         scratch = os.path.join(os.path.dirname(target), f".lmc-scratch-{secrets.token_hex(4)}")
-        mm = np.memmap(scratch, np.uint8, mode="w+", shape=(max(total, 1),))
+        with open(scratch, "wb") as f:  # the blocks reserved now: a full disk is ENOSPC here,
+            os.posix_fallocate(f.fileno(), 0, max(total, 1))  # never a SIGBUS in the map
+        mm = np.memmap(scratch, np.uint8, mode="r+", shape=(max(total, 1),))
         try:
             ts = []
             for t, off in zip(fe["tensors"], offs):
@@ -438,6 +452,12 @@ class Archive:
             raise ArchiveError(f"{out_dir}: exists and is not an empty directory")
         parent = os.path.dirname(out_dir)
         os.makedirs(parent, exist_ok=True)
+        with self._view() as view:
+            need = restore_bytes(view.index(int(step))["files"])
+        free = shutil.disk_usage(parent).free
+        if need > free:
+            raise ArchiveError(f"step {step}: restoring it needs {need:,} bytes free in {parent}, "
+                               f"{free:,} are (nothing was written)")
         tmp = os.path.join(parent, f".lmc-restore-{secrets.token_hex(4)}")
         os.mkdir(tmp)
         try:
@@ -526,6 +546,69 @@ class Archive:
                     out.append(s)
             dependents[d] = out
         return VerifyResult(steps, dict(sorted(damaged.items())), dependents)
+
+    # -- repair
+    def repair(self, keyframe_every=None):
+        """Rebuild a missing or damaged manifest from the segments' own indexes.  Of several
+        segments for one step (an add interrupted before its manifest), the one whose dependency
+        is present is taken, the newest first.  Segments that cannot be read are renamed
+        damaged-<name> (kept, never deleted).  Then every step is verified.  Returns
+        (steps recovered, [(segment, why)] unreadable, VerifyResult).  A readable manifest is
+        left as it is (repair then only verifies)."""
+        if not os.path.isdir(self.path):
+            raise ArchiveError(f"{self.path}: no such archive folder")
+        with Lock(self.path):
+            try:
+                m = read_manifest(self.path)
+            except ArchiveError:
+                m = None
+            if m is not None:
+                return [e["step"] for e in m["steps"]], [], self.verify()
+            cands, bad = {}, []
+            for name in sorted(os.listdir(self.path)):
+                if not SEG_RE.match(name):
+                    continue
+                try:
+                    e = probe_segment(self.path, name)
+                    r = SegmentReader(self.path, e)
+                    try:
+                        idx = check_index(r.index, e["step"])
+                    finally:
+                        r.close()
+                except (ArchiveError, OSError, ValueError) as ex:
+                    bad.append((name, str(ex)))
+                    continue
+                files = idx["files"]
+                uses = any(t["ref"] for fe in files for t in file_tensors(fe))
+                e.update(keyframe=idx["keyframe"], prev=idx["prev"] if uses else None,
+                         depends_on=idx["prev"] if uses else None, depth=0,
+                         bytes_in=sum(fe["size"] for fe in files),
+                         name=idx.get("name", f"checkpoint-{e['step']}"),
+                         opaque=opaque_bytes(files))
+                if "time" in idx:
+                    e["time"] = idx["time"]
+                cands.setdefault(e["step"], []).append(
+                    (os.path.getmtime(os.path.join(self.path, name)), e))
+            chosen = {}
+            for step, cs in cands.items():
+                cs.sort(key=lambda c: -c[0])
+                ok = [e for _, e in cs if e["depends_on"] is None or e["depends_on"] in cands]
+                chosen[step] = (ok or [cs[0][1]])[0]
+            for e in chosen.values():  # a dependency on a lost step stays: verify reports it
+                if e["depends_on"] is not None and e["depends_on"] not in chosen:
+                    e["depends_on"] = e["prev"] = None
+                    e["lost_reference"] = True
+            lost_ref = [s for s, e in chosen.items() if e.pop("lost_reference", False)]
+            m = new_manifest(keyframe_every or self.keyframe_every or DEFAULT_KEYFRAME_EVERY)
+            m["steps"] = [chosen[s] for s in sorted(chosen)]
+            _set_depths(m)
+            for name, _ in bad:
+                os.replace(os.path.join(self.path, name), os.path.join(self.path, "damaged-" + name))
+            write_manifest(self.path, m)
+        res = self.verify()
+        for s in lost_ref:
+            res.damaged.setdefault(s, f"step {s}: its reference step is not in any readable segment")
+        return [e["step"] for e in m["steps"]], bad, res
 
     # -- prune
     def prune(self, keep_last=None, *, keep_every=None, keep_within=None):

@@ -38,6 +38,11 @@ def _parser():
                     help="per step, each file stored (partly) as plain bytes and why")
     v = sub.add_parser("verify", help="check every checksum and decode every tensor")
     v.add_argument("archive")
+    rp = sub.add_parser("repair", help="rebuild a missing or damaged manifest from the segments, "
+                        "then verify; says what is lost")
+    rp.add_argument("archive")
+    rp.add_argument("--keyframe-every", type=int, default=None, metavar="K",
+                    help="for steps added later (the lost manifest held it; default 10)")
     pr = sub.add_parser("prune", help="delete steps: keep what any --keep-* keeps (and the latest)")
     pr.add_argument("archive")
     pr.add_argument("--keep-last", type=int, default=None, metavar="K", help="the last K steps")
@@ -168,6 +173,17 @@ def _run(args):
               f"{len(res.damaged)} damaged, {bad - len(res.damaged)} depend on a damaged step",
               file=out)
         return 0 if res.ok else 1
+    if args.cmd == "repair":
+        steps, bad, res = Archive(args.archive, threads=args.threads).repair(args.keyframe_every)
+        for name, why in bad:
+            print(f"unreadable segment {name} (renamed damaged-{name}): {why}", file=out)
+        lost = res.unrestorable
+        print(f"repair: {len(steps)} step(s) in the manifest: " + (", ".join(map(str, steps)) or "none"),
+              file=out)
+        for s in lost:
+            print(f"step {s}: LOST: {res.damaged.get(s, 'depends on a damaged step')}", file=out)
+        print(f"repair: {len(steps) - len(lost)} step(s) restorable, {len(lost)} lost", file=out)
+        return 0 if not lost and not bad else 1
     if args.cmd == "prune":
         a = Archive(args.archive, threads=args.threads)
         if args.keep_last is None and args.keep_every is None and args.keep_within is None:

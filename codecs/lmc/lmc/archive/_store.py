@@ -244,6 +244,25 @@ class SegmentWriter:
         _unlink(self.tmp)
 
 
+def probe_segment(root, name):
+    """The manifest fields a segment file says of itself (step, segment, size, index_crc), from
+    its name and footer, for rebuilding a lost manifest; ArchiveError if it cannot say."""
+    m = SEG_RE.match(name)
+    if not m:
+        raise ArchiveError(f"{name}: not a segment name")
+    path = os.path.join(root, name)
+    size = os.path.getsize(path)
+    if size < len(SEG_MAGIC) + FOOTER.size:
+        raise ArchiveError(f"{name}: too short")
+    with open(path, "rb") as f:
+        f.seek(size - FOOTER.size)
+        foot = f.read(FOOTER.size)
+    magic, _off, _n, icrc, fcrc = FOOTER.unpack(foot)
+    if magic != FOOT_MAGIC or crc32(foot[:-4]) != fcrc:
+        raise ArchiveError(f"{name}: damaged segment footer")
+    return {"step": int(m.group(1)), "segment": name, "size": size, "index_crc": icrc}
+
+
 class SegmentReader:
     """Reads a committed segment, checking it against its manifest entry."""
 
