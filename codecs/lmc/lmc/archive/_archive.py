@@ -14,8 +14,9 @@ from .. import compress, info as blob_info
 from . import _torchio
 from ._add import RawSource, StepEncoder, canonical_path, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
+from ._backend import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
-                     new_manifest, probe_segment, read_manifest, write_manifest)
+                     new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._view import View, inflate, same_identity, sha128
 
 DEFAULT_KEYFRAME_EVERY = 10
@@ -165,7 +166,7 @@ class Archive:
     here replaces the stored one for later steps).  threads: lmc threads."""
 
     def __init__(self, path, *, keyframe_every=None, threads=None):
-        self.path = os.fspath(path)
+        self.path = str(path) if is_url(path) else os.fspath(path)
         if keyframe_every is not None and int(keyframe_every) < 1:
             raise ValueError("keyframe_every must be >= 1")
         self.keyframe_every = keyframe_every
@@ -175,7 +176,7 @@ class Archive:
     def _manifest(self):
         m = read_manifest(self.path)
         if m is None:
-            if os.path.isdir(self.path):
+            if store(self.path).is_dir():
                 raise ArchiveError(f"{self.path}: not an lmc archive (no manifest)")
             raise ArchiveError(f"{self.path}: no such archive")
         return m
@@ -236,9 +237,10 @@ class Archive:
         if not os.path.isdir(folder):
             raise ArchiveError(f"{folder}: not a directory")
         self._check_writable_path()
-        if os.path.isdir(self.path) and read_manifest(self.path) is None:
+        b = store(self.path)
+        if b.is_dir() and read_manifest(self.path) is None:
             self._check_new_archive_dir()  # before the lock file is made in it
-        os.makedirs(self.path, exist_ok=True)
+        b.makedirs()
         with Lock(self.path):
             m = read_manifest(self.path)
             if m is None:
@@ -346,8 +348,9 @@ class Archive:
         """One line, before anything is created, for an archive path that cannot be meant: a URL,
         a path whose parent folder does not exist (a typo would otherwise make a new archive in a
         surprising place), a file."""
-        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", self.path):
-            raise ArchiveError(f"{self.path}: a URL; the archive takes local paths")
+        if is_url(self.path):
+            store(self.path)  # (one line if fsspec or the protocol's filesystem is missing)
+            return
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise ArchiveError(f"{self.path}: its parent folder {parent} does not exist")
@@ -359,7 +362,7 @@ class Archive:
         only what a failed first add leaves): a lost manifest next to segments must not let the
         next add delete the segments, and a checkpoint folder given as the archive (arguments
         swapped) must not become one."""
-        names = [n for n in os.listdir(self.path) if n != ".lock" and not n.startswith(".tmp-")]
+        names = [n for n in store(self.path).listdir() if n != ".lock" and not n.startswith(".tmp-")]
         segs = [n for n in names if SEG_RE.match(n)]
         if segs:
             raise ArchiveError(f"{self.path}: the manifest lmc-archive.json is missing but {len(segs)} "
@@ -555,7 +558,8 @@ class Archive:
         damaged-<name> (kept, never deleted).  Then every step is verified.  Returns
         (steps recovered, [(segment, why)] unreadable, VerifyResult).  A readable manifest is
         left as it is (repair then only verifies)."""
-        if not os.path.isdir(self.path):
+        b = store(self.path)
+        if not b.is_dir():
             raise ArchiveError(f"{self.path}: no such archive folder")
         with Lock(self.path):
             try:
@@ -565,7 +569,7 @@ class Archive:
             if m is not None:
                 return [e["step"] for e in m["steps"]], [], self.verify()
             cands, bad = {}, []
-            for name in sorted(os.listdir(self.path)):
+            for name in sorted(b.listdir()):
                 if not SEG_RE.match(name):
                     continue
                 try:
@@ -588,7 +592,7 @@ class Archive:
                 if "time" in idx:
                     e["time"] = idx["time"]
                 cands.setdefault(e["step"], []).append(
-                    (os.path.getmtime(os.path.join(self.path, name)), e))
+                    (b.mtime(name), e))
             chosen = {}
             for step, cs in cands.items():
                 cs.sort(key=lambda c: -c[0])
@@ -603,7 +607,7 @@ class Archive:
             m["steps"] = [chosen[s] for s in sorted(chosen)]
             _set_depths(m)
             for name, _ in bad:
-                os.replace(os.path.join(self.path, name), os.path.join(self.path, "damaged-" + name))
+                b.rename(name, "damaged-" + name)
             write_manifest(self.path, m)
         res = self.verify()
         for s in lost_ref:

@@ -1,13 +1,14 @@
-"""On-disk storage of an lmc archive: manifest, segment files, checksums,
-atomic replacement and locking (format: ARCHIVE.md)."""
+"""Storage of an lmc archive: manifest, segment files, checksums, atomic
+replacement and locking (format: ARCHIVE.md), on a local folder or an fsspec
+URL (_backend)."""
+import functools
 import json
-import os
 import re
 import secrets
 import struct
 import zlib
 
-from .._files import atomic_file
+from ._backend import TMP_PREFIX, ArchiveError, backend, fsync_dir  # noqa: F401 - re-exported
 
 MANIFEST = "lmc-archive.json"
 LOCK = ".lock"
@@ -18,13 +19,8 @@ SEG_MAGIC = b"LMCASEG\x01"
 FOOT_MAGIC = b"LMCAIDX\x01"
 FOOTER = struct.Struct("<8sQQII")  # magic, index offset, index length, index crc, footer crc
 SEG_RE = re.compile(r"^seg-(\d{12})-([0-9a-f]{8})\.lmca$")
-TMP_PREFIX = ".tmp-"
 MAX_INDEX = 1 << 30
 MAX_MANIFEST = 1 << 28
-
-
-class ArchiveError(Exception):
-    """A damaged or unusable archive, or a request it cannot serve."""
 
 
 def crc32(data):
@@ -59,31 +55,10 @@ def load_json(data, what):
         raise ArchiveError(f"{what}: invalid JSON ({e})") from None
 
 
-def fsync_dir(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path, data):
-    """Write bytes to path via a fsynced temporary file and rename."""
-    with atomic_file(path, prefix=TMP_PREFIX) as f:
-        f.write(data)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
-
-
-def _unlink(path):
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+@functools.lru_cache(maxsize=64)
+def store(root):
+    """The backend of the archive at root (a folder or a URL)."""
+    return backend(root)
 
 
 # ---------------------------------------------------------------- manifest
@@ -130,16 +105,9 @@ def _check_manifest(m):
 
 def read_manifest(root):
     """The manifest of the archive at root, or None if there is none."""
-    path = os.path.join(root, MANIFEST)
-    try:
-        with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size > MAX_MANIFEST:
-                raise ArchiveError("manifest: too large")
-            data = f.read()
-    except FileNotFoundError:
+    data = store(root).read(MANIFEST, MAX_MANIFEST)
+    if data is None:
         return None
-    except OSError as e:
-        raise ArchiveError(f"cannot read {path}: {e.strerror}") from None
     if len(data) > MAX_MANIFEST:
         raise ArchiveError("manifest: too large")
     doc = load_json(data, "manifest")
@@ -157,8 +125,7 @@ def read_manifest(root):
 
 def write_manifest(root, body):
     _check_manifest(body)
-    atomic_write(os.path.join(root, MANIFEST),
-                 canon({"manifest": body, "crc32": crc32(canon(body))}) + b"\n")
+    store(root).put(MANIFEST, canon({"manifest": body, "crc32": crc32(canon(body))}) + b"\n")
 
 
 def new_manifest(keyframe_every):
@@ -167,33 +134,28 @@ def new_manifest(keyframe_every):
 
 
 class Lock:
-    """Exclusive writer lock (flock on ROOT/.lock); readers do not lock."""
+    """Exclusive writer lock (local: flock on ROOT/.lock; URL: none, one writer at a time);
+    readers do not lock."""
 
     def __init__(self, root):
-        self.path = os.path.join(root, LOCK)
-        self.fd = None
+        self.cm = store(root).lock()
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            import fcntl
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        except ImportError:  # pragma: no cover - non-POSIX
-            pass
+        self.cm.__enter__()
         return self
 
     def __exit__(self, *exc):
-        os.close(self.fd)
-        self.fd = None
+        return self.cm.__exit__(*exc)
 
 
 def cleanup(root, manifest):
     """Remove leftovers of interrupted writes (unreferenced segments and
     temporary files).  Call with the lock held."""
+    b = store(root)
     used = {e["segment"] for e in manifest["steps"]}
-    for name in os.listdir(root):
+    for name in b.listdir():
         if name.startswith(TMP_PREFIX) or (SEG_RE.match(name) and name not in used):
-            _unlink(os.path.join(root, name))
+            b.remove(name)
 
 
 # ---------------------------------------------------------------- segments
@@ -205,8 +167,7 @@ class SegmentWriter:
     def __init__(self, root, step):
         self.root = root
         self.name = f"seg-{int(step):012d}-{secrets.token_hex(4)}.lmca"
-        self.tmp = os.path.join(root, TMP_PREFIX + self.name)
-        self.f = open(self.tmp, "wb")
+        self.f = store(root).open_write(self.name)
         self.f.write(SEG_MAGIC)
         self.pos = len(SEG_MAGIC)
         self.size = None
@@ -227,21 +188,13 @@ class SegmentWriter:
         self.f.write(idx)
         head = FOOTER.pack(FOOT_MAGIC, off, len(idx), crc32(idx), 0)[:-4]
         self.f.write(head + struct.pack("<I", crc32(head)))
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.size = self.f.tell()
-        self.f.close()
-        os.replace(self.tmp, os.path.join(self.root, self.name))
-        fsync_dir(self.root)
+        self.size = off + len(idx) + FOOTER.size
+        self.f.commit()
         self.index_crc = crc32(idx)
         return self.name
 
     def abort(self):
-        try:
-            self.f.close()
-        except OSError:  # pragma: no cover
-            pass
-        _unlink(self.tmp)
+        self.f.abort()
 
 
 def probe_segment(root, name):
@@ -250,11 +203,11 @@ def probe_segment(root, name):
     m = SEG_RE.match(name)
     if not m:
         raise ArchiveError(f"{name}: not a segment name")
-    path = os.path.join(root, name)
-    size = os.path.getsize(path)
+    b = store(root)
+    size = b.size(name)
     if size < len(SEG_MAGIC) + FOOTER.size:
         raise ArchiveError(f"{name}: too short")
-    with open(path, "rb") as f:
+    with b.open_read(name) as f:
         f.seek(size - FOOTER.size)
         foot = f.read(FOOTER.size)
     magic, _off, _n, icrc, fcrc = FOOTER.unpack(foot)
@@ -268,12 +221,14 @@ class SegmentReader:
 
     def __init__(self, root, entry):
         self.step = entry["step"]
-        self.path = os.path.join(root, entry["segment"])
+        b = store(root)
+        self.path = b.where(entry["segment"])
         try:
-            self.f = open(self.path, "rb")
+            self.f = b.open_read(entry["segment"])
+            self.fsize = b.size(entry["segment"])
         except OSError as e:
             raise ArchiveError(f"step {self.step}: cannot open segment "
-                               f"{entry['segment']}: {e.strerror}") from None
+                               f"{entry['segment']}: {e.strerror or e}") from None
         try:
             self._open(entry)
         except BaseException:
@@ -281,7 +236,7 @@ class SegmentReader:
             raise
 
     def _open(self, entry):
-        size = os.fstat(self.f.fileno()).st_size
+        size = self.fsize
         if size != entry["size"]:
             raise ArchiveError(f"step {self.step}: segment has {size} bytes, "
                                f"{entry['size']} recorded (truncated or damaged)")

@@ -1,0 +1,241 @@
+"""Where an archive's files live: a local folder, or an fsspec URL (``s3://``, ``gs://``, ``memory://``,
+``file://``...).
+
+Both give the same few operations on the names inside the archive (the manifest, segments, the lock). What
+differs is how a write becomes visible, because object stores have no rename:
+
+- **local**: a segment is written to ``.tmp-<name>``, fsynced and renamed; the manifest is replaced by an
+  fsynced temporary file and a rename, and the folder is fsynced; writers take an ``flock`` on ``.lock``.
+- **URL**: a segment is streamed to its final, never reused name (``seg-<step>-<random>.lmca``); an object store
+  shows an object only once its upload completes (one PUT, or a multipart upload's completion), so a killed
+  writer leaves no segment, or a whole one that no manifest names (the next writer deletes it). The manifest
+  is replaced by one PUT of the whole object, which readers see entirely or not at all: that PUT is the commit
+  point, as the rename is locally. There is no lock: one writer per archive at a time (readers are safe).
+"""
+import contextlib
+import os
+import re
+
+from .._files import atomic_file
+
+URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+TMP_PREFIX = ".tmp-"
+
+
+class ArchiveError(Exception):
+    """A damaged or unusable archive, or a request it cannot serve."""
+
+
+def is_url(path):
+    return bool(URL_RE.match(str(path)))
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class Local:
+    url = False
+
+    def __init__(self, root):
+        self.root = os.fspath(root)
+
+    def where(self, name):
+        return os.path.join(self.root, name)
+
+    def is_dir(self):
+        return os.path.isdir(self.root)
+
+    def makedirs(self):
+        os.makedirs(self.root, exist_ok=True)
+
+    def listdir(self):
+        return os.listdir(self.root)
+
+    def read(self, name, limit):
+        """The whole file, None if it does not exist; ArchiveError beyond `limit` bytes."""
+        path = self.where(name)
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > limit:
+                    raise ArchiveError(f"{name}: too large")
+                return f.read(size + 1)  # (read(n) allocates n bytes up front)
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            raise ArchiveError(f"cannot read {path}: a directory") from None
+        except OSError as e:
+            raise ArchiveError(f"cannot read {path}: {e.strerror}") from None
+
+    def put(self, name, data):
+        """Replace `name` with `data` atomically and durably."""
+        with atomic_file(self.where(name), prefix=TMP_PREFIX) as f:
+            f.write(data)
+        fsync_dir(self.root)
+
+    def size(self, name):
+        return os.path.getsize(self.where(name))
+
+    def mtime(self, name):
+        return os.path.getmtime(self.where(name))
+
+    def remove(self, name):
+        with contextlib.suppress(OSError):
+            os.unlink(self.where(name))
+
+    def rename(self, a, b):
+        os.replace(self.where(a), self.where(b))
+
+    def open_read(self, name):
+        return open(self.where(name), "rb")
+
+    def open_write(self, name):
+        return _LocalWriter(self, name)
+
+    @contextlib.contextmanager
+    def lock(self):
+        fd = os.open(self.where(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                import fcntl
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except ImportError:  # pragma: no cover - non-POSIX
+                pass
+            yield
+        finally:
+            os.close(fd)
+
+
+class _LocalWriter:
+    def __init__(self, b, name):
+        self.b, self.name = b, name
+        self.tmp = b.where(TMP_PREFIX + name)
+        self.f = open(self.tmp, "wb")
+
+    def write(self, data):
+        self.f.write(data)
+
+    def commit(self):
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        os.replace(self.tmp, self.b.where(self.name))
+        fsync_dir(self.b.root)
+
+    def abort(self):
+        with contextlib.suppress(OSError):
+            self.f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
+class Remote:
+    """An archive under an fsspec URL.  Credentials and endpoints come from the environment as the
+    filesystem reads them (for S3: AWS_* variables, AWS_ENDPOINT_URL for a non-AWS endpoint)."""
+    url = True
+
+    def __init__(self, url):
+        try:
+            import fsspec
+        except ImportError:
+            raise ArchiveError(f"{url}: a URL needs fsspec (pip install \"lmc[remote]\", "
+                               "and s3fs or gcsfs for s3:// or gs://)") from None
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(str(url))
+        except (ImportError, ValueError) as e:
+            raise ArchiveError(f"{url}: {e}") from None
+        self.root = self.root.rstrip("/")
+        self.url_root = str(url).rstrip("/")
+
+    def where(self, name):
+        return f"{self.root}/{name}"
+
+    def is_dir(self):
+        try:
+            return self.fs.isdir(self.root)
+        except OSError:
+            return False
+
+    def makedirs(self):
+        with contextlib.suppress(FileExistsError):
+            self.fs.makedirs(self.root, exist_ok=True)
+
+    def listdir(self):
+        try:
+            return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
+        except FileNotFoundError:
+            return []
+
+    def read(self, name, limit):
+        try:
+            if self.fs.size(self.where(name)) > limit:
+                raise ArchiveError(f"{name}: too large")
+            return self.fs.cat_file(self.where(name))
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise ArchiveError(f"cannot read {self.url_root}/{name}: {e}") from None
+
+    def put(self, name, data):
+        self.fs.pipe_file(self.where(name), bytes(data))
+
+    def size(self, name):
+        return self.fs.size(self.where(name))
+
+    def mtime(self, name):
+        try:
+            return self.fs.modified(self.where(name)).timestamp()
+        except (NotImplementedError, AttributeError, OSError):
+            return 0.0
+
+    def remove(self, name):
+        with contextlib.suppress(FileNotFoundError, OSError):
+            self.fs.rm_file(self.where(name))
+
+    def rename(self, a, b):
+        self.fs.mv(self.where(a), self.where(b))
+
+    def open_read(self, name):
+        return self.fs.open(self.where(name), "rb")
+
+    def open_write(self, name):
+        return _RemoteWriter(self, name)
+
+    @contextlib.contextmanager
+    def lock(self):
+        yield  # object stores: one writer at a time (ARCHIVE.md)
+
+
+class _RemoteWriter:
+    def __init__(self, b, name):
+        self.b, self.name = b, name
+        self.f = b.fs.open(b.where(name), "wb")
+
+    def write(self, data):
+        self.f.write(data)
+
+    def commit(self):
+        self.f.close()  # the upload completes here: the object appears whole
+
+    def abort(self):
+        discard = getattr(self.f, "discard", None)
+        with contextlib.suppress(Exception):
+            if discard is not None:
+                discard()
+            else:
+                self.f.close()
+        self.b.remove(self.name)
+
+
+def backend(root):
+    return Remote(root) if is_url(root) else Local(root)
