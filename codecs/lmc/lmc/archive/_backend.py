@@ -161,6 +161,7 @@ class Remote:
         return f"{self.root}/{name}"
 
     def is_dir(self):
+        self._fresh(self.root)
         try:
             return self.fs.isdir(self.root)
         except OSError:
@@ -170,13 +171,20 @@ class Remote:
         with contextlib.suppress(FileExistsError):
             self.fs.makedirs(self.root, exist_ok=True)
 
+    def _fresh(self, path):
+        """Forget what the filesystem cached of path (another process may have replaced it)."""
+        with contextlib.suppress(Exception):
+            self.fs.invalidate_cache(path)
+
     def listdir(self):
+        self._fresh(self.root)
         try:
             return [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
         except FileNotFoundError:
             return []
 
     def read(self, name, limit):
+        self._fresh(self.where(name))
         try:
             if self.fs.size(self.where(name)) > limit:
                 raise ArchiveError(f"{name}: too large")
