@@ -153,7 +153,7 @@ def test_lmc_series_is_delta_coded_and_smaller(tmp_path_factory):
     root = tmp_path_factory.mktemp("lmcsize") / "run"
     write_series(root, "lmc")
     md = json.loads((root / "step-20" / "lmc-metadata.json").read_text())
-    assert md["reference"]["path"] == "../step-10" and any(i["ref"] for i in md["items"])
+    assert md["reference"]["path"] == "../step-30" and any(i["ref"] for i in md["items"])  # against the next one
 
 
 # ---------------------------------------------------------------------------------------------------- errors
@@ -227,17 +227,17 @@ def test_corrupt_lmc_file_is_one_line(tmp_path_factory):
     write_series(root, "lmc")
     import json
 
-    md = json.loads((root / "step-10" / "lmc-metadata.json").read_text())
+    md = json.loads((root / "step-30" / "lmc-metadata.json").read_text())
     it = next(i for i in md["items"] if i["fqn"] == "model.2.weight")
-    p = root / "step-10" / it["file"]
+    p = root / "step-30" / it["file"]
     data = bytearray(p.read_bytes())
     data[it["pos"] + it["length"] // 2] ^= 0xFF
     p.write_bytes(bytes(data))
-    s = src(root, steps=[30], include=r"^2\.weight$", kinds=["weight"])  # step 30 decodes through step 10
+    s = src(root, steps=[10], include=r"^2\.weight$", kinds=["weight"])  # step 10 decodes through step 30
     (e,) = s.entries()
     with pytest.raises(SourceError) as ei:
         s.load(e)
-    assert_one_line_error(ei, "step-30", "2.weight", "step-10")
+    assert_one_line_error(ei, "step-10", "2.weight", "step-30")
     shutil.rmtree(root / "step-20")  # a missing reference: one clear line
     with pytest.raises(SourceError) as ei:
         s.load(e)

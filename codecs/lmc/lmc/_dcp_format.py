@@ -27,7 +27,8 @@ from ._core import FormatError, decompress
 
 METADATA_FILE = "lmc-metadata.json"
 FORMAT = "lmc-dcp"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2        # written; 1 (no "group", references only to older checkpoints) is read too
+FORMAT_VERSIONS = (1, 2)
 SUFFIX = ".lmc"
 MAGIC = b"LMCDCP\x00\x01"
 _HEADER_LEN = len(MAGIC) + 36  # + the save id (a UUID, 36 ASCII characters)
@@ -80,6 +81,7 @@ class _Item:
     dtype: str | None = None  # None: a bytes item
     shape: tuple | None = None
     ref: tuple | None = None  # (reference save id, CRC-32 of the reference item) when delta-coded
+    prev: "_Item | None" = None  # the same item of the previous checkpoint, re-coded against this one
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,8 @@ def _ints(v, what, path) -> tuple:
     return tuple(v)
 
 
-def _metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | None, checkpoint_id) -> dict:
+def _metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | None, checkpoint_id,
+                   group: int | None = None) -> dict:
     sdm = {}
     for fqn, m in md.state_dict_metadata.items():
         if isinstance(m, BytesStorageMetadata):
@@ -143,14 +146,17 @@ def _metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | No
         "format": FORMAT, "format_version": FORMAT_VERSION, "dcp_version": md.version, "save_id": save_id,
         "checkpoint_id": None if checkpoint_id is None else os.fspath(checkpoint_id),
         "modules": list(sm.modules) if sm is not None and sm.modules else [],
-        "reference": reference,
+        "reference": reference, **({} if group is None else {"group": group}),
         "state_dict_metadata": sdm, "planner_data": pd,
-        "items": [{"fqn": idx.fqn, "offset": None if idx.offset is None else list(idx.offset), "index": idx.index,
-                   "file": it.file, "pos": it.offset, "length": it.length, "codec": it.codec, "size": it.size,
-                   "crc32": it.crc32, "dtype": it.dtype, "shape": None if it.shape is None else list(it.shape),
-                   "ref": None if it.ref is None else list(it.ref)}
-                  for idx, it in items.items()],
+        "items": [_item_json(idx, it) for idx, it in items.items()],
     }
+
+
+def _item_json(idx: MetadataIndex, it: _Item) -> dict:
+    return {"fqn": idx.fqn, "offset": None if idx.offset is None else list(idx.offset), "index": idx.index,
+            "file": it.file, "pos": it.offset, "length": it.length, "codec": it.codec, "size": it.size,
+            "crc32": it.crc32, "dtype": it.dtype, "shape": None if it.shape is None else list(it.shape),
+            "ref": None if it.ref is None else list(it.ref)}
 
 
 def _parse_metadata(doc, path: str):
@@ -160,7 +166,7 @@ def _parse_metadata(doc, path: str):
 
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         bad("not an lmc-dcp metadata file")
-    if doc.get("format_version") != FORMAT_VERSION:
+    if doc.get("format_version") not in FORMAT_VERSIONS:
         bad(f"unsupported format_version {doc.get('format_version')!r}")
     for k in ("save_id", "state_dict_metadata", "items"):
         if k not in doc:
@@ -191,6 +197,9 @@ def _parse_metadata(doc, path: str):
         props = TensorProperties(dtype=_DTYPES[m["dtype"]], requires_grad=bool(m.get("requires_grad")),
                                  memory_format=_MEMORY_FORMATS[m["memory_format"]],
                                  pin_memory=bool(m.get("pin_memory")))
+        vol = sum(math.prod(c.sizes) for c in cl)
+        if vol != math.prod(size) or len({(tuple(c.offsets), tuple(c.sizes)) for c in cl}) != len(cl):
+            bad(f"the chunks of {fqn!r} do not cover the tensor exactly ({vol} of {math.prod(size)} elements)")
         sdm[fqn] = TensorStorageMetadata(props, torch.Size(size), cl)
     pd = doc.get("planner_data")
     if pd is not None:
@@ -251,6 +260,16 @@ def _parse_metadata(doc, path: str):
             bad(f"item {fqn!r} at {off} appears twice")
         items[_key(idx)] = (idx, _Item(r["file"], r["pos"], r["length"], r["codec"], r["size"], r["crc32"],
                                        dtype, shape, item_ref))
+    for fqn, m in sdm.items():  # every chunk the metadata declares is stored
+        if isinstance(m, TensorStorageMetadata):
+            for c in m.chunks:
+                if (fqn, tuple(c.offsets)) not in items:
+                    bad(f"chunk {tuple(c.offsets)} of {fqn!r} has no stored item")
+        elif (fqn, None) not in items:
+            bad(f"bytes item {fqn!r} is not stored")
+    group = doc.get("group")
+    if group is not None and (type(group) is not int or group < 1):
+        bad("group")
     sm = StorageMeta(checkpoint_id=doc.get("checkpoint_id") if isinstance(doc.get("checkpoint_id"), str) else None,
                      save_id=doc["save_id"],
                      modules=[m for m in doc.get("modules") or [] if isinstance(m, str)])
@@ -310,8 +329,12 @@ class _Checkpoint:
             if ref is None:
                 raise FormatError(f"{self.path}: an item is delta-coded but the checkpoint names no reference")
             tried = []
-            for p in (os.path.join(self.path, ref["path"]), ref.get("abspath")):
+            for i, p in enumerate((os.path.join(self.path, ref["path"]), ref.get("abspath"))):
                 if isinstance(p, str) and os.path.isdir(p):
+                    if i == 1:
+                        import warnings
+                        warnings.warn(f"lmc.dcp: {self.path}: its reference is not at {ref['path']!r} "
+                                      f"relative to it; using the recorded absolute path {p}", stacklevel=3)
                     if os.path.realpath(p) == os.path.realpath(self.path):
                         raise FormatError(f"{self.path}: names itself as its reference")
                     ck = _Checkpoint(p, self.threads)

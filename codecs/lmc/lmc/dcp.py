@@ -14,6 +14,7 @@ save id and path are recorded too). The layout is described in ``DCP.md``. Needs
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -34,8 +35,8 @@ from torch.futures import Future
 from ._core import FormatError, compress, info
 from ._files import atomic_file
 from ._dcp_format import (
-    _LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, _Checkpoint, _crc, _dtype_name, _Item, _key,
-    _metadata_json, _Plan, _tensor_bytes, is_lmc_checkpoint,
+    _DTYPES as _DTYPE_BY_NAME, _LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, _Checkpoint, _crc, _dtype_name, _Item,
+    _item_json, _key, _metadata_json, _Plan, _tensor_bytes, is_lmc_checkpoint,
 )
 
 __all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint"]
@@ -44,13 +45,21 @@ __all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_chec
 class LMCStorageWriter(StorageWriter):
     """A DCP ``StorageWriter`` storing every tensor chunk LMC-coded with its dtype.
 
-    ``reference``: an earlier LMC DCP checkpoint folder; a chunk with the same FQN, offsets, sizes and dtype
-    there is this chunk's reference (XOR delta per LMC chunk where smaller); other chunks are coded alone.
-    Loading then needs the reference (and its own references) in place. ``keyframe=True`` ignores
-    ``reference``, and so does a reference already ``max_chain - 1`` links deep: the checkpoint is then a
-    keyframe, so that loading one decodes at most ``max_chain`` versions of a tensor and the cost of a save
-    (which decodes its reference) stays bounded however long the run (``None``: no limit). ``threads``: LMC threads (None: all cores). Bytes items are stored as they are, or
-    zlib-compressed when smaller."""
+    ``reference``: the previous LMC DCP checkpoint folder (normally the newest one). This checkpoint is coded
+    alone, so loading the latest checkpoint costs a keyframe's decode however long the run; then the
+    reference is re-coded against this one (each chunk with the same FQN, offsets, sizes and dtype as its
+    reference; its folder gets new data files and its metadata is replaced atomically, its decoded contents and
+    save id unchanged). Every checkpoint then depends only on newer ones, so deleting the oldest folders with a
+    plain ``rm -rf`` (torchtitan's ``keep_latest_k``, the Trainer's ``save_total_limit``) never breaks one that
+    is kept. A save costs the same at any position: one coding alone, one decode of the reference (coded alone
+    as the newest), one coding against this save. ``max_chain``: a reference whose group (it and the
+    checkpoints whose chains end at it) already holds ``max_chain`` checkpoints is left as it is, so loading
+    any checkpoint decodes at most ``max_chain`` versions of a tensor (``None``: no limit). ``keyframe=True``
+    leaves the reference alone. ``threads``: LMC threads (None: all cores). Bytes items are stored as they are,
+    or zlib-compressed when smaller.
+
+    Saving into a folder that another checkpoint beside it depends on is refused (it would become unloadable);
+    a plain DCP checkpoint's ``.metadata`` and ``.distcp`` files left in the folder are removed."""
 
     def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True, max_chain=10):
         super().__init__()
@@ -66,12 +75,16 @@ class LMCStorageWriter(StorageWriter):
         self.is_coordinator = False
         self.rank = None
         self._ref = None
+        self._all_keys = None
+        self._carried = {}
 
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id:
             self.path = os.fspath(checkpoint_id)
         self.save_id = str(uuid.uuid4())
         self._ref = None
+        self._all_keys = None
+        self._carried = {}
 
     @property
     def checkpoint_id(self):
@@ -95,6 +108,8 @@ class LMCStorageWriter(StorageWriter):
         self.save_id = str(uuid.uuid4())  # a new id per save, also when the writer is reused for the same path
 
     def _reference_checkpoint(self):
+        """The previous checkpoint, to be re-coded against this save, or None (keyframe=True, no reference, or
+        its group is full)."""
         if self.reference is None or self.keyframe:
             return None
         if self._ref is None:
@@ -103,34 +118,62 @@ class LMCStorageWriter(StorageWriter):
             if not os.path.isdir(self.reference):
                 raise FileNotFoundError(f"lmc.dcp: reference checkpoint {self.reference}: no such folder")
             ref = _Checkpoint(self.reference, self.threads)
-            self._ref = False if self._too_deep(ref) else ref
+            self._ref = ref if self._group_of(ref) is not None else False
         return None if self._ref is False else self._ref
 
-    def _too_deep(self, ref) -> bool:
-        """Whether coding against ``ref`` would make a chain of more than ``max_chain`` checkpoints."""
-        if self.max_chain is None:
-            return False
-        links = 1  # this checkpoint against ref
-        ck = ref
-        while ck.doc.get("reference") is not None:
-            links += 1
-            if links >= self.max_chain:
-                return True
-            ck = ck.reference()
-        return links >= self.max_chain
+    def _group_of(self, ref):
+        """This save's group size when ``ref`` is re-coded against it, or None when ``ref`` is left alone."""
+        group = ref.doc.get("group", 1)  # (format 1: the newest of a forward chain; nothing depends on it)
+        if self.max_chain is not None and group + 1 > self.max_chain:
+            return None
+        return group + 1
+
+    def _refuse_overwriting_a_reference(self):
+        """A checkpoint in the target folder that a checkpoint beside it is coded against must not be
+        replaced: that one would become unloadable."""
+        meta = os.path.join(self.path, METADATA_FILE)
+        if not os.path.isfile(meta):
+            return
+        try:
+            with open(meta, "rb") as f:
+                sid = json.loads(f.read().decode("utf-8")).get("save_id")
+        except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+            return  # not a readable checkpoint: nothing can depend on it
+        parent = os.path.dirname(os.path.abspath(self.path))
+        for name in sorted(os.listdir(parent)):
+            other = os.path.join(parent, name)
+            if os.path.realpath(other) == os.path.realpath(self.path) or not is_lmc_checkpoint(other):
+                continue
+            try:
+                with open(os.path.join(other, METADATA_FILE), "rb") as f:
+                    ref = json.loads(f.read().decode("utf-8")).get("reference")
+            except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+                continue
+            if isinstance(ref, dict) and ref.get("save_id") == sid:
+                raise ValueError(f"lmc.dcp: {self.path}: the checkpoint there is the reference of {other}, "
+                                 "which would become unloadable; save into another folder")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         os.makedirs(self.path, exist_ok=True)
-        self._reference_checkpoint()  # a missing or broken reference fails here, before anything is written
+        ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is written
         if self.is_coordinator:
-            # an older checkpoint in this folder stops being complete before any of its files is replaced
-            try:
-                os.remove(os.path.join(self.path, METADATA_FILE))
-            except FileNotFoundError:
-                pass
+            self._refuse_overwriting_a_reference()
+            # an older checkpoint in this folder stops being complete before any of its files is replaced; a
+            # plain DCP checkpoint's files there would be read by dcp.load(checkpoint_id=...): removed
+            for name in os.listdir(self.path):
+                if name in (METADATA_FILE, ".metadata") or name.endswith(".distcp"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(self.path, name))
+            if ref is not None:  # leftovers of an interrupted re-coding of the reference
+                named = {it.file for _, it in ref.items.values()}
+                for name in os.listdir(ref.path):
+                    if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.remove(os.path.join(ref.path, name))
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        self._all_keys = {_key(wi.index) for p in plans for wi in p.items}
         return [replace(p, storage_data=_Plan(f"__{i}_", self.save_id)) for i, p in enumerate(plans)]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
@@ -139,23 +182,42 @@ class LMCStorageWriter(StorageWriter):
         final = os.path.join(self.path, name)
         ref = self._reference_checkpoint()
         results = []
-        with atomic_file(final, sync=self.sync_files) as f:
-            f.write(MAGIC + sp.save_id.encode("ascii"))
-            # bytes first, then tensors one at a time: one resolved tensor in memory at a time
-            order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
-            for wi in order:
-                data = planner.resolve_data(wi)
-                if wi.type == WriteItemType.BYTE_IO:
-                    raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
-                    blob, codec = self._code_bytes(raw)
-                    rec = dict(codec=codec, size=len(raw), crc32=_crc(raw))
-                else:
-                    blob, rec = self._code_tensor(wi, data, ref, sp.save_id)
-                pos = f.tell()
-                f.write(blob)
-                item = _Item(name, pos, len(blob), **rec)
-                results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
-                del data, blob
+        recoder = None
+        if ref is not None:  # the reference's items re-coded against this save's, into a new data file of its own
+            gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
+            recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files)
+        try:
+            with atomic_file(final, sync=self.sync_files) as f:
+                f.write(MAGIC + sp.save_id.encode("ascii"))
+                # bytes first, then tensors one at a time: one resolved tensor in memory at a time
+                order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
+                for wi in order:
+                    data = planner.resolve_data(wi)
+                    if wi.type == WriteItemType.BYTE_IO:
+                        raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
+                        blob, codec = self._code_bytes(raw)
+                        rec = dict(codec=codec, size=len(raw), crc32=_crc(raw))
+                        cur = None
+                    else:
+                        blob, rec, cur = self._code_tensor(wi, data)
+                    pos = f.tell()
+                    f.write(blob)
+                    item = _Item(name, pos, len(blob), **rec)
+                    if recoder is not None:
+                        item = replace(item, prev=recoder.recode(_key(wi.index), item, cur, sp.save_id))
+                    results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
+                    del data, blob, cur
+            if recoder is not None:
+                if self.is_coordinator and self._all_keys is not None:
+                    # the reference's items this save has not (a tensor dropped since): carried over as they are
+                    for key in ref.items:
+                        if key not in self._all_keys:
+                            self._carried[key] = recoder.carry(key)
+                recoder.commit()
+                recoder = None
+        finally:
+            if recoder is not None:
+                recoder.abort()
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -167,7 +229,8 @@ class LMCStorageWriter(StorageWriter):
             return z, "zlib"
         return bytes(raw), "raw"
 
-    def _code_tensor(self, wi, t: torch.Tensor, ref: _Checkpoint | None, save_id):
+    def _code_tensor(self, wi, t: torch.Tensor):
+        """(blob, record, the tensor's bytes as its coding dtype or None) of a tensor item, coded alone."""
         dtype = _dtype_name(t.dtype)
         shape = tuple(t.shape)
         if wi.tensor_data is not None and tuple(wi.tensor_data.chunk.sizes) != shape:
@@ -178,40 +241,117 @@ class LMCStorageWriter(StorageWriter):
         npdt = _LMC_DTYPES.get(t.dtype)
         if npdt is None:
             blob, codec = self._code_bytes(u8)
-            return blob, dict(rec, codec=codec)
-        reference = item_ref = None
-        if ref is not None:
-            key = _key(wi.index)
-            r = ref.items.get(key)
-            if r is not None and r[1].dtype == dtype and r[1].shape == shape:
-                reference = np.asarray(ref.decode(key)).view(npdt)
-                item_ref = (ref.save_id, r[1].crc32)
-        blob = compress(u8.view(npdt), reference=reference, threads=self.threads)
-        if item_ref is not None and not info(blob)["has_reference"]:
-            item_ref = None  # LMC coded every chunk alone: the item does not need its reference
-        return blob, dict(rec, codec="lmc", ref=item_ref)
+            return blob, dict(rec, codec=codec), None
+        arr = u8.view(npdt)
+        return compress(arr, threads=self.threads), dict(rec, codec="lmc"), arr
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
-        items = {}
+        items, prev = {}, {}
         for rl in results:
             for wr in rl:
                 items[wr.index] = wr.storage_data
+                if wr.storage_data.prev is not None:
+                    prev[_key(wr.index)] = wr.storage_data.prev
         ref = self._reference_checkpoint()
-        reference = None
-        if ref is not None:
-            reference = {"save_id": ref.save_id, "path": os.path.relpath(ref.path, os.path.abspath(self.path)),
-                         "abspath": ref.path}
-        for it in items.values():
-            if it.ref is not None and (reference is None or it.ref[0] != reference["save_id"]):
-                raise ValueError("lmc.dcp: the ranks were given different reference checkpoints")
         if metadata.version is None:
             metadata.version = CURRENT_DCP_VERSION
-        doc = _metadata_json(metadata, items, self.save_id, reference, self.path)
+        doc = _metadata_json(metadata, items, self.save_id, None, self.path,
+                             group=1 if ref is None else self._group_of(ref))
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
         with atomic_file(os.path.join(self.path, METADATA_FILE), sync=self.sync_files) as f:
             f.write(data)
+        _fsync_dir(self.path)
+        if ref is None:
+            return
+        # this checkpoint is complete; now the reference's metadata names its re-coded items (one atomic
+        # replace: a crash before it leaves the reference as it was, coded alone, and complete)
+        prev.update(self._carried)
+        missing = [k for k in ref.items if k not in prev]
+        if missing:
+            raise ValueError(f"lmc.dcp: {ref.path}: items {missing[:3]} were not re-coded (the ranks were given "
+                             "different reference checkpoints?)")
+        rdoc = dict(ref.doc)
+        rdoc.pop("group", None)
+        rdoc["format_version"] = doc["format_version"]
+        used = any(it.ref is not None for it in prev.values())
+        me = os.path.abspath(self.path)
+        rdoc["reference"] = ({"save_id": self.save_id, "path": os.path.relpath(me, ref.path), "abspath": me}
+                             if used else None)
+        rdoc["items"] = [_item_json(idx, prev[k]) for k, (idx, _) in ref.items.items()]
+        with atomic_file(os.path.join(ref.path, METADATA_FILE), sync=self.sync_files) as f:
+            f.write(json.dumps(rdoc, separators=(",", ":")).encode("utf-8"))
+        _fsync_dir(ref.path)
+        named = {it.file for it in prev.values()}
+        for name in os.listdir(ref.path):  # the data files the reference no longer names
+            if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(ref.path, name))
 
 
+def _fsync_dir(path):
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class _Recoder:
+    """Writes the previous checkpoint's items, re-coded against this save's, into a new data file of the
+    previous checkpoint's folder (with its save id, so its metadata, replaced at the end, names it)."""
+
+    def __init__(self, ref: _Checkpoint, name: str, threads, sync):
+        self.ref, self.name, self.threads = ref, name, threads
+        self.path = os.path.join(ref.path, name)
+        self.tmp = self.path + ".tmp-" + uuid.uuid4().hex[:12]
+        self.sync = sync
+        self.f = open(self.tmp, "wb")
+        self.f.write(MAGIC + ref.save_id.encode("ascii"))
+
+    def _put(self, blob, **rec):
+        pos = self.f.tell()
+        self.f.write(blob)
+        return _Item(self.name, pos, len(blob), **rec)
+
+    def recode(self, key, item: _Item, cur, save_id) -> _Item | None:
+        """The reference's item `key` coded against this save's same item (`cur`: its bytes as the coding
+        dtype; None for bytes items), or carried over (bytes items, other dtypes or shapes)."""
+        r = self.ref.items.get(key)
+        if r is None:
+            return None
+        _, old = r
+        if cur is None or old.codec != "lmc" or old.dtype != item.dtype or old.shape != item.shape:
+            return self.carry(key)
+        arr = np.asarray(self.ref.decode(key)).view(cur.dtype)
+        blob = compress(arr, reference=cur, threads=self.threads)
+        del arr
+        use = bool(info(blob)["has_reference"])
+        return self._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape,
+                         ref=(save_id, item.crc32) if use else None)
+
+    def carry(self, key) -> _Item:
+        """The reference's item `key` as it is (decoded and coded alone where it had a reference itself)."""
+        _, old = self.ref.items[key]
+        if old.ref is None:
+            return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, crc32=old.crc32,
+                             dtype=old.dtype, shape=old.shape)
+        arr = np.asarray(self.ref.decode(key)).view(np.dtype(_LMC_DTYPES[_DTYPE_BY_NAME[old.dtype]]))
+        return self._put(compress(arr, threads=self.threads), codec="lmc", size=old.size, crc32=old.crc32,
+                         dtype=old.dtype, shape=old.shape)
+
+    def commit(self):
+        self.f.flush()
+        if self.sync:
+            os.fsync(self.f.fileno())
+        self.f.close()
+        os.replace(self.tmp, self.path)
+
+    def abort(self):
+        with contextlib.suppress(OSError):
+            self.f.close()
+        with contextlib.suppress(OSError):
+            os.remove(self.tmp)
 
 
 # -------------------------------------------------------------------------------------------------- reader

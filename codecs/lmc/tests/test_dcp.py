@@ -133,36 +133,101 @@ def test_training_state_and_reference(tmp_path):
     m, opt, step = train_state()
     s1 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
     save(s1, tmp_path / "step-1")
+    save(s1, tmp_path / "key-1")
     step()
     s2 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
     save(s2, tmp_path / "step-2", reference=tmp_path / "step-1")
-    save(s2, tmp_path / "key-2", reference=tmp_path / "step-1", keyframe=True)
     assert "optim.state.0.weight.exp_avg" in meta(tmp_path / "step-2")["state_dict_metadata"]
-    # delta-coded against step 1: smaller than the keyframe of the same state
-    assert folder_bytes(tmp_path / "step-2") < folder_bytes(tmp_path / "key-2")
-    md = meta(tmp_path / "step-2")
-    assert md["reference"]["path"] == "../step-1" and md["reference"]["save_id"] == meta(tmp_path / "step-1")["save_id"]
-    assert any(i["ref"] for i in md["items"]) and meta(tmp_path / "key-2")["reference"] is None
+    # the new checkpoint is coded alone (loading the latest costs a keyframe's decode); the previous one is
+    # re-coded against it: smaller than the same state coded alone, same save id, same contents
+    md2, md1 = meta(tmp_path / "step-2"), meta(tmp_path / "step-1")
+    assert md2["reference"] is None and not any(i["ref"] for i in md2["items"]) and md2["group"] == 2
+    assert md1["reference"]["path"] == "../step-2" and md1["reference"]["save_id"] == md2["save_id"]
+    assert md1["save_id"] == meta(tmp_path / "step-1")["save_id"] and any(i["ref"] for i in md1["items"])
+    assert folder_bytes(tmp_path / "step-1") < folder_bytes(tmp_path / "key-1")
+    assert sorted(os.listdir(tmp_path / "step-1")) == ["__0_1.lmc", "lmc-metadata.json"]
     assert_same(s2, load(s2, tmp_path / "step-2"))
-    assert_same(s2, load(s2, tmp_path / "key-2"))
     assert_same(s1, load(s1, tmp_path / "step-1"))
-    # a chain: step 3 against step 2 against step 1, moved elsewhere as a whole (the relative path is used)
+    # a chain: step 1 against step 2 against step 3, moved elsewhere as a whole (the relative path is used)
     step()
     s3 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
     save(s3, tmp_path / "step-3", reference=tmp_path / "step-2")
+    save(s3, tmp_path / "key-3")
     moved = tmp_path / "moved"
     moved.mkdir()
     for n in ("step-1", "step-2", "step-3"):
         shutil.move(str(tmp_path / n), str(moved / n))
-    assert_same(s3, load(s3, moved / "step-3"))
-    # the reference is missing: a clear error, not wrong data
-    shutil.rmtree(moved / "step-1")
-    with pytest.raises(ERRORS, match="reference checkpoint .* is missing"):
-        load(s3, moved / "step-3")
+    assert_same(s1, load(s1, moved / "step-1"))
     # a wrong reference in its place (another save of the same state): detected by save id
-    shutil.copytree(tmp_path / "key-2", moved / "step-1")
+    shutil.rmtree(moved / "step-3")
+    shutil.copytree(tmp_path / "key-3", moved / "step-3")
     with pytest.raises(ERRORS, match="wrong reference checkpoint"):
         load(s2, moved / "step-2")
+    # the reference is missing: a clear error, not wrong data
+    shutil.rmtree(moved / "step-3")
+    with pytest.raises(ERRORS, match="reference checkpoint .* is missing"):
+        load(s1, moved / "step-1")
+
+
+def test_rm_rf_of_the_oldest_keeps_every_newer_checkpoint(tmp_path):
+    """What keep_latest_k and save_total_limit do: delete the oldest folders with a plain rm -rf."""
+    m, opt, step = train_state()
+    states = {}
+    for i in range(1, 8):
+        states[i] = snapshot(m, opt)
+        save(states[i], tmp_path / f"step-{i}", reference=tmp_path / f"step-{i - 1}" if i > 1 else None,
+             max_chain=3)
+        if i > 2:
+            shutil.rmtree(tmp_path / f"step-{i - 2}")  # keep the latest two
+        for j in (i - 1, i):
+            if j >= 1 and (tmp_path / f"step-{j}").exists():
+                assert_same(states[j], load(states[j], tmp_path / f"step-{j}"))
+        step()
+    assert sorted(os.listdir(tmp_path)) == ["step-6", "step-7"]
+    assert meta(tmp_path / "step-7")["reference"] is None
+
+
+def test_overwriting_a_folder_another_checkpoint_depends_on_is_refused(tmp_path):
+    m, opt, step = train_state()
+    s1 = snapshot(m, opt)
+    save(s1, tmp_path / "A")
+    step()
+    s2 = snapshot(m, opt)
+    save(s2, tmp_path / "B", reference=tmp_path / "A")  # A now depends on B
+    step()
+    s3 = snapshot(m, opt)
+    with pytest.raises(ERRORS, match="is the reference of .*A"):
+        save(s3, tmp_path / "B", reference=tmp_path / "A")
+    assert_same(s1, load(s1, tmp_path / "A"))
+    assert_same(s2, load(s2, tmp_path / "B"))
+    # ping-pong the other way round is fine: A depends on B, nothing on A
+    save(s3, tmp_path / "A", reference=tmp_path / "B")
+    assert_same(s3, load(s3, tmp_path / "A"))
+    assert_same(s2, load(s2, tmp_path / "B"))
+
+
+def test_save_over_a_plain_dcp_checkpoint_removes_its_metadata(tmp_path):
+    m, opt, _ = train_state()
+    s1 = snapshot(m, opt)
+    dcp.save(s1, storage_writer=dcp.FileSystemWriter(str(tmp_path / "c")))
+    assert (tmp_path / "c" / ".metadata").exists()
+    save(s1, tmp_path / "c")
+    assert sorted(os.listdir(tmp_path / "c")) == ["__0_0.lmc", "lmc-metadata.json"]
+
+
+def test_chunks_must_cover_the_tensor(tmp_path):
+    import json
+    m, opt, _ = train_state()
+    s1 = snapshot(m, opt)
+    save(s1, tmp_path / "c")
+    p = tmp_path / "c" / "lmc-metadata.json"
+    doc = json.loads(p.read_text())
+    fqn = next(k for k, v in doc["state_dict_metadata"].items() if v["type"] == "tensor")
+    doc["state_dict_metadata"][fqn]["chunks"] = []
+    doc["items"] = [i for i in doc["items"] if i["fqn"] != fqn]
+    p.write_text(json.dumps(doc))
+    with pytest.raises(ERRORS, match="do not cover the tensor"):
+        load(s1, tmp_path / "c")
 
 
 def test_async_save(tmp_path):
@@ -174,7 +239,7 @@ def test_async_save(tmp_path):
     s2 = snapshot(m, opt)
     f = dcp.async_save(s2, storage_writer=LMCStorageWriter(tmp_path / "a2", reference=tmp_path / "a1"))
     f.result()
-    assert meta(tmp_path / "a2")["reference"] is not None
+    assert meta(tmp_path / "a2")["reference"] is None and meta(tmp_path / "a1")["reference"] is not None
     assert_same(s1, load(s1, tmp_path / "a1"))
     assert_same(s2, load(s2, tmp_path / "a2"))
 
@@ -309,8 +374,9 @@ def test_reader_errors_are_format_errors(tmp_path, good):
 
 
 def test_max_chain_bounds_the_reference_chain(tmp_path):
-    """Each save against the one before; with max_chain=3 every third checkpoint is a keyframe, so loading
-    any of them decodes at most three versions of a tensor, and every one loads bit-exact."""
+    """Each save re-codes the one before against itself; with max_chain=3 a group holds at most three
+    checkpoints (its newest coded alone), so loading any of them decodes at most three versions of a tensor,
+    and every one loads bit-exact."""
     m, opt, step = train_state()
     states, prev = [], None
     for i in range(7):
@@ -320,12 +386,14 @@ def test_max_chain_bounds_the_reference_chain(tmp_path):
         prev = tmp_path / f"step-{i}"
         step()
     keyframes = [meta(tmp_path / f"step-{i}")["reference"] is None for i in range(7)]
-    assert keyframes == [True, False, False, True, False, False, True]
+    assert keyframes == [False, False, True, False, False, True, True]
+    assert [meta(tmp_path / f"step-{i}").get("group") for i in (2, 5, 6)] == [3, 3, 1]
     for i, sd in enumerate(states):
         assert_same(sd, load(sd, tmp_path / f"step-{i}"))
     # no limit: one chain
     save(states[-1], tmp_path / "free", reference=tmp_path / "step-5", max_chain=None)
-    assert meta(tmp_path / "free")["reference"] is not None
+    assert meta(tmp_path / "step-5")["reference"] is not None and meta(tmp_path / "free")["group"] == 4
+    assert_same(states[3], load(states[3], tmp_path / "step-3"))
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="max_chain"):
             LMCStorageWriter(tmp_path / "x", max_chain=bad)

@@ -178,22 +178,23 @@ def folder_bytes(path):
 @pytest.mark.slow
 def test_two_ranks_save_load_async_and_reference(two_rank_run):
     root = two_rank_run
-    for n in (1, 2, 3):
+    # the latest is coded alone; each earlier one was re-coded (by both ranks, into new files) against the next
+    for n, gen in ((1, 1), (2, 1), (3, 0)):
         names = sorted(os.listdir(root / f"step-{n}"))
-        assert names == ["__0_0.lmc", "__1_0.lmc", "lmc-metadata.json"], names
-    with open(root / "step-2" / "lmc-metadata.json") as f:
+        assert names == [f"__0_{gen}.lmc", f"__1_{gen}.lmc", "lmc-metadata.json"], names
+    with open(root / "step-1" / "lmc-metadata.json") as f:
         md = json.load(f)
-    assert md["reference"]["path"] == "../step-1"
+    assert md["reference"]["path"] == "../step-2"
     chunks = md["state_dict_metadata"]["model.0.weight"]["chunks"]
     assert sorted(c[0] for c in chunks) == [[0, 0], [48, 0]]  # each rank wrote its half
     files = {i["file"] for i in md["items"] if i["fqn"] == "model.0.weight"}
-    assert files == {"__0_0.lmc", "__1_0.lmc"}
+    assert files == {"__0_1.lmc", "__1_1.lmc"}
     assert {i["fqn"] for i in md["items"]} >= {"rank0", "rank1", "replicated", "bf16", "meta.step",
                                                "optim.state.0.weight.exp_avg"}
     assert sum(1 for i in md["items"] if i["fqn"] == "replicated") == 1  # written once
     assert any(i["ref"] for i in md["items"])
-    # the delta-coded step 1 -> 2 is smaller than the keyframe of step 1
-    assert folder_bytes(root / "step-2") < folder_bytes(root / "key-1")
+    # step 1 coded against step 2 is smaller than step 1 coded alone
+    assert folder_bytes(root / "step-1") < folder_bytes(root / "key-1")
 
 
 @pytest.mark.slow
@@ -211,17 +212,17 @@ def test_two_rank_checkpoint_loads_whole_in_one_process(two_rank_run, tmp_path):
         dcp.load(target, storage_reader=LMCStorageReader(root / f"step-{n}"), no_dist=True)
         for k, v in full[n].items():
             assert v.view(torch.uint8).equal(target[k].view(torch.uint8)), (n, k)
-    # one flipped byte in rank 1's file of step 1 (a reference of steps 2 and 3) is caught when step 3 loads
+    # one flipped byte in rank 1's file of step 3 (a reference of steps 2 and 1) is caught when step 1 loads
     copy = tmp_path / "copy"
     shutil.copytree(root, copy, ignore=shutil.ignore_patterns("full.pt"))
-    p = copy / "step-1" / "__1_0.lmc"
+    p = copy / "step-3" / "__1_0.lmc"
     data = bytearray(p.read_bytes())
     data[len(data) // 2] ^= 0xFF
     p.write_bytes(bytes(data))
-    target = {k: torch.zeros_like(v) for k, v in full[3].items()}
+    target = {k: torch.zeros_like(v) for k, v in full[1].items()}
     with pytest.raises(CheckpointException) as ei:
-        dcp.load(target, storage_reader=LMCStorageReader(copy / "step-3"), no_dist=True)
-    assert "step-1/__1_0.lmc: item" in str(ei.value)
+        dcp.load(target, storage_reader=LMCStorageReader(copy / "step-1"), no_dist=True)
+    assert "step-3/__1_0.lmc: item" in str(ei.value)
 
 
 if __name__ == "__main__":
