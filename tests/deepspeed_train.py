@@ -1,7 +1,7 @@
 """Writes real DeepSpeed checkpoints on the CPU (gloo, no launcher): ``python deepspeed_train.py OUT MODE``.
 
-MODE ``zero2``: two data-parallel ranks (two processes) train a small model with two param groups under ZeRO
-stage 2 with bf16 weights and a torch AdamW, and save ``global_step2`` and ``global_step3``. MODE ``pipeline``:
+MODE ``zero2`` / ``zero3``: two data-parallel ranks (two processes) train a small model with two param groups
+under ZeRO stage 2 / 3 with bf16 weights and a torch AdamW, and save ``global_step2`` and ``global_step3``. MODE ``pipeline``:
 one process trains a GPT-NeoX-style pipeline module (ZeRO stage 1, bf16), whose weights DeepSpeed saves as
 ``layer_<XX>-model_states.pt`` files, with an ``args`` Namespace in the client state as NeoX and Megatron save
 it, and saves ``global_step2``.
@@ -39,24 +39,28 @@ def _truth(eng, named):
 
     # DeepSpeed links each parameter to its optimizer state after the first group's first step, before the other
     # groups have state, and never again: link again now that every group has it (DeepSpeed's own linking)
-    eng.optimizer._hp_optimizer_states_linked = False
-    eng.optimizer._lazy_init_hp_params_optimizer_state()
+    zero3 = not hasattr(eng.optimizer, "_lazy_init_hp_params_optimizer_state")
+    if not zero3:
+        eng.optimizer._hp_optimizer_states_linked = False
+        eng.optimizer._lazy_init_hp_params_optimizer_state()
     out = {}
     for name, p in named:  # collective calls: every rank makes them
-        out[name] = {"weight": p.detach().clone(), "master_weight": safe_get_full_fp32_param(p).clone(),
+        # (ZeRO-3 saves the module's parameters empty: the weights a reader finds are the master weights)
+        out[name] = {} if zero3 else {"weight": p.detach().clone()}
+        out[name] |= {"master_weight": safe_get_full_fp32_param(p).clone(),
                      "exp_avg": safe_get_full_optimizer_state(p, "exp_avg").clone(),
                      "exp_avg_sq": safe_get_full_optimizer_state(p, "exp_avg_sq").clone()}
     return out
 
 
-def zero2(rank: int, world: int, out: str, port: int):
+def zero2(rank: int, world: int, out: str, port: int, stage: int = 2):
     deepspeed = _init(rank, world, port)
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 3))
     groups = [{"params": [m[0].weight, m[2].weight], "weight_decay": 0.1},
               {"params": [m[0].bias, m[1].weight, m[1].bias, m[2].bias], "weight_decay": 0.0}]
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
-           "zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": True}
+           "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True}
     eng, *_ = deepspeed.initialize(model=m, optimizer=torch.optim.AdamW(groups, lr=1e-2), config=cfg)
     g = torch.Generator().manual_seed(rank)
     truth = {}
@@ -121,8 +125,8 @@ def main():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    if mode == "zero2":
-        torch.multiprocessing.spawn(zero2, args=(2, out, port), nprocs=2)
+    if mode in ("zero2", "zero3"):
+        torch.multiprocessing.spawn(zero2, args=(2, out, port, int(mode[-1])), nprocs=2)
     elif mode == "pipeline":
         pipeline(out, port)
     else:

@@ -3,12 +3,13 @@
 - Built by the tests with torch.save in DeepSpeed's layout (``deepspeed_layout.py``): a 2-rank ZeRO-2 series of
   three steps, a model with two param groups, bf16 module weights, fp32 master partitions and Adam moments, end
   padding in one group and parameters split across ranks. These run everywhere.
-- Written by DeepSpeed itself on the CPU (``deepspeed_train.py``: two gloo processes, ZeRO-2, bf16; and a
+- Written by DeepSpeed itself on the CPU (``deepspeed_train.py``: two gloo processes, ZeRO-2 and ZeRO-3, bf16; and a
   GPT-NeoX-style pipeline module with an ``args`` Namespace in its client state), checked against DeepSpeed's own
   per-parameter API. Skipped when DeepSpeed is not installed (it is in the ``test`` extra).
 
 Every tensor comes back bit-exact under the parameter's name with its kind; the runner gives verified rows for
-every kind; sizes that do not add up give ``group<g>.offset<k>`` names; bad files, a missing rank, ZeRO-3 and a
+every kind; sizes that do not add up give ``group<g>.offset<k>`` (ZeRO-3: ``group<g>.rank<r>``) names; bad files, a
+missing rank and a
 file needing a foreign class are one clear line, and the latter loads only with ``source.trust_pickle=true``.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib.util
+import math
 import os
 import shutil
 import subprocess
@@ -223,13 +225,54 @@ def test_bad_files_and_missing_ranks_are_one_line(tmp_path, series):
     one_line(lambda: src(run).entries(), OPTIM_FILE.format(r=1), "no optimizer_state_dict")
 
 
-def test_zero3_is_refused_with_one_line(tmp_path):
-    d = tmp_path / "run" / "global_step5"
+def _zero3_layout(d, world=2, shapes=({"a.weight": (5, 3), "b.weight": (4,)}, {"c.bias": (3,)}), pad=0):
+    """A ZeRO-3 folder as DeepSpeed lays it out: each parameter cut into ceil(n / world) slices per rank."""
     d.mkdir(parents=True)
-    torch.save({"module": {}, "param_shapes": []}, d / "zero_pp_rank_0_mp_rank_00_model_states.pt")
-    torch.save({"optimizer_state_dict": {"zero_stage": 3, "fp32_flat_groups": [torch.zeros(4)]}},
-               d / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
-    one_line(lambda: src(tmp_path / "run").entries(), "ZeRO stage 3", "not supported")
+    g = torch.Generator().manual_seed(0)
+    full = {n: {k: torch.randn(math.prod(s), generator=g) for k in ("master_weight", "exp_avg", "exp_avg_sq")}
+            for grp in shapes for n, s in grp.items()}
+    for r in range(world):
+        flats, states = [], {}
+        for gi, grp in enumerate(shapes):
+            parts = {k: [] for k in ("master_weight", "exp_avg", "exp_avg_sq")}
+            for n, s in grp.items():
+                q = -(-math.prod(s) // world)
+                for k in parts:
+                    t = torch.nn.functional.pad(full[n][k], (0, q * world - math.prod(s)))
+                    parts[k].append(t[r * q:(r + 1) * q])
+            cat = {k: torch.cat(v + [torch.zeros(pad)]) for k, v in parts.items()}
+            flats.append(cat["master_weight"])
+            states[gi] = {"exp_avg": cat["exp_avg"], "exp_avg_sq": cat["exp_avg_sq"], "step": torch.tensor(3.0)}
+        torch.save({"module": {n: torch.empty(0) for grp in shapes for n in grp} | {"buf": torch.ones(2)},
+                    "buffer_names": ["buf"], "param_shapes": [{n: torch.Size(s) for n, s in grp.items()}
+                                                              for grp in shapes]},
+                   d / f"zero_pp_rank_{r}_mp_rank_00_model_states.pt")
+        torch.save({"optimizer_state_dict": {"zero_stage": 3, "partition_count": world, "fp32_flat_groups": flats,
+                                             "optimizer_state_dict": {"state": states, "param_groups": []}}},
+                   d / f"bf16_zero_pp_rank_{r}_mp_rank_00_optim_states.pt")
+    return {(n, k): t.reshape(s) for grp in shapes for n, s in grp.items() for k, t in full[n].items()}
+
+
+@pytest.mark.parametrize("world,pad", [(2, 0), (3, 4)])
+def test_zero3_layout_named_and_bit_exact(tmp_path, world, pad):
+    want = _zero3_layout(tmp_path / "run" / "global_step5", world=world, pad=pad)
+    got = loaded(src(tmp_path / "run"))
+    assert set(got) == {(5, n, k) for n, k in want} | {(5, "buf", "other")}
+    assert all(same_bits(got[(5, n, k)], to_np(t)) for (n, k), t in want.items())
+
+
+def test_zero3_errors_and_sizes_that_do_not_add_up(tmp_path):
+    _zero3_layout(tmp_path / "run" / "global_step5")
+    (tmp_path / "run" / "global_step5" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    one_line(lambda: src(tmp_path / "run").entries(), "ZeRO-3 optimizer states", "missing")
+    # param_shapes that claim more than the buffers hold: rank buffers under group/rank names, never a guess
+    _zero3_layout(tmp_path / "r2" / "global_step5", shapes=({"a.weight": (5, 3)},))
+    p = tmp_path / "r2" / "global_step5" / "zero_pp_rank_0_mp_rank_00_model_states.pt"
+    obj = torch.load(p, weights_only=True)
+    obj["param_shapes"] = [{"a.weight": torch.Size((50, 3))}]
+    torch.save(obj, p)
+    names = {e.name for e in src(tmp_path / "r2").entries()}
+    assert names == {"group0.rank0", "group0.rank1", "buf"}
 
 
 def test_foreign_classes_are_refused_unless_trusted(tmp_path):
@@ -295,6 +338,16 @@ def test_real_deepspeed_zero2_two_ranks(real_zero2, tmp_path):
     with open(tmp_path / "r" / "records.csv") as f:
         rows = list(csv.DictReader(f))
     assert rows and all(r["verified"] == "True" for r in rows) and {r["kind"] for r in rows} == KINDS4
+
+
+def test_real_deepspeed_zero3_two_ranks(tmp_path_factory):
+    out = _write_real(tmp_path_factory, "zero3")
+    names = sorted(os.listdir(out / "global_step3"))
+    assert names == ["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+                     "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+                     "zero_pp_rank_0_mp_rank_00_model_states.pt", "zero_pp_rank_1_mp_rank_00_model_states.pt"]
+    s = _check_against_deepspeed(out)  # every parameter's master weight and moments, as DeepSpeed's API gives them
+    assert {e.kind for e in s.entries()} == {"master_weight", "exp_avg", "exp_avg_sq"}
 
 
 def test_real_deepspeed_pipeline_with_args_namespace(tmp_path_factory):

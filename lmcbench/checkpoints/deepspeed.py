@@ -1,4 +1,4 @@
-"""DeepSpeed checkpoint folders (``engine.save_checkpoint``, ZeRO stages 0-2), read one tensor at a time.
+"""DeepSpeed checkpoint folders (``engine.save_checkpoint``, ZeRO stages 0-3), read one tensor at a time.
 
 A checkpoint folder (``global_step<N>/``) holds, per model-parallel rank ``<mm>``:
 
@@ -30,7 +30,7 @@ parameter is in which group).
 Kinds: ``module`` (or layer) tensors are ``weight`` (buffers named in ``buffer_names`` and non-floating tensors
 ``other``), fp32 master slices ``master_weight``, the moments ``exp_avg`` / ``exp_avg_sq``, any other
 per-element optimizer state ``other`` named ``<param>.<key>``. ZeRO stage 3 (per-rank
-``zero_pp_rank_<r>_mp_rank_<mm>_model_states.pt``, ``fp32_flat_groups``) is refused with one line.
+``zero_pp_rank_<r>_mp_rank_<mm>_model_states.pt``, ``fp32_flat_groups``): see :func:`zero3_refs`.
 
 Pickles: every file is read with ``torch.load(weights_only=True)``, memory-mapped (zip format). DeepSpeed pickles
 a few classes of its own that hold plain values - the loss scaler, the ZeRO stage enum, the fragment addresses of
@@ -186,7 +186,7 @@ def _optimizer_state(obj, path: str) -> dict:
     if not isinstance(osd, dict):
         raise SourceError(f"{path}: no optimizer_state_dict (not a DeepSpeed ZeRO optimizer file)")
     if _int(osd.get("zero_stage")) == 3 or "fp32_flat_groups" in osd:
-        raise SourceError(f"{path}: a ZeRO stage 3 checkpoint: not supported (ZeRO stages 0-2 only)")
+        raise SourceError(f"{path}: a ZeRO stage 3 optimizer file beside stage 0-2 model states (mixed stages)")
     return osd
 
 
@@ -344,9 +344,8 @@ def deepspeed_refs(d: str, reader: DeepSpeedReader) -> list[TensorRef]:
         names = sorted(os.listdir(d))
     except OSError as e:
         raise SourceError(f"{d}: {one_line(e)}") from None
-    z3 = [n for n in names if ZERO3_MODEL_RE.match(n)]
-    if z3:
-        raise SourceError(f"{d}: a ZeRO stage 3 checkpoint ({z3[0]}): not supported (ZeRO stages 0-2 only)")
+    if any(ZERO3_MODEL_RE.match(n) for n in names):
+        return zero3_refs(d, names, reader)
     models, layers, optims = {}, {}, {}
     for n in names:
         if m := MODEL_RE.match(n):
@@ -496,3 +495,141 @@ def _gather(reader: DeepSpeedReader, pieces, g: int, key: str, shape: tuple):
         ts.append(t.reshape(-1)[lo:hi])
     t = ts[0] if len(ts) == 1 else torch.cat(ts)
     return torch_to_numpy(t.reshape(shape))
+
+
+# ------------------------------------------------------------------------------------------------- ZeRO-3
+def _zero3_files(d: str, names: list, regex) -> dict:
+    """``{mp: {rank: path}}`` of the files ``regex`` matches (groups: rank, model-parallel rank)."""
+    out: dict = {}
+    for n in names:
+        if m := regex.match(n):
+            rank, mp = int(m.group(1)), int(m.group(2))
+            if rank in out.setdefault(mp, {}):
+                raise SourceError(f"{d}: two files for rank {rank}: {os.path.basename(out[mp][rank])} and {n}")
+            out[mp][rank] = os.path.join(d, n)
+    return out
+
+
+def zero3_refs(d: str, names: list, reader: DeepSpeedReader) -> list[TensorRef]:
+    """A ZeRO stage 3 checkpoint folder: per rank ``zero_pp_rank_<r>_mp_rank_<mm>_model_states.pt`` (the module's
+    parameters saved empty, buffers whole, ``param_shapes`` per group) and ``[bf16_]zero_pp_rank_<r>_..._optim_states.pt``
+    (``fp32_flat_groups``: per group, the rank's slice of every parameter end to end; the optimizer state of
+    those slices). Each parameter of ``n`` elements is cut into ``ceil(n / ranks)``-element slices, rank ``r``
+    holding slice ``r`` (the last one padded); its master weight and moments are the ranks' slices joined and cut
+    back to ``n``, named as in the model, when every rank's buffer holds what ``param_shapes`` says; otherwise each
+    rank's buffer is one tensor ``group<g>.rank<r>``, never a guessed name. Weights: the module's non-empty
+    tensors (buffers); its parameters are in the master weights."""
+    models = _zero3_files(d, names, ZERO3_MODEL_RE)
+    optims = _zero3_files(d, names, OPTIM_RE)
+    out = []
+    for mp in sorted(set(models) | set(optims)):
+        prefix = f"mp{mp}." if len(models) > 1 else ""
+        ranks = sorted(set(models.get(mp, {})) | set(optims.get(mp, {})))
+        count = len(ranks)
+        for what, files in (("model states", models.get(mp, {})), ("optimizer states", optims.get(mp, {}))):
+            missing = [r for r in range(count) if r not in files]
+            if missing or ranks != list(range(count)):
+                raise SourceError(f"{d}: ZeRO-3 {what} file(s) of rank(s) {missing or ranks} missing "
+                                  f"(ranks found: {ranks})")
+        first = models[mp][0]
+        obj = reader.load(first)
+        if not isinstance(obj, dict):
+            raise SourceError(f"{first}: expected a dict of model states, found {type(obj).__name__}")
+        buffers = {str(b) for b in obj.get("buffer_names") or []}
+        module = obj.get("module") if isinstance(obj.get("module"), dict) else {}
+        for key, t in flatten_tensors(module).items():
+            if t.numel() == 0:
+                continue  # a partitioned parameter, saved empty
+            kind = "weight" if t.is_floating_point() and t.dim() > 0 and key not in buffers else "other"
+            out.append(TensorRef(prefix + key, kind, torch_dtype_to_numpy(t.dtype), tuple(t.shape),
+                                 lambda f=first, k=key: torch_to_numpy(_state_dict(reader, f, lambda o: o.get(
+                                     "module"))[k]), first))
+        shapes = obj.get("param_shapes")
+        shapes = [shapes] if isinstance(shapes, dict) else shapes
+        out += _zero3_optimizer_refs(d, [optims[mp][r] for r in range(count)], shapes, prefix, reader)
+    return out
+
+
+def _zero3_groups(obj, path: str):
+    """(fp32 flat buffer per group, {state key: flat tensor} per group, partition_count) of a ZeRO-3 optimizer file."""
+    osd = obj.get("optimizer_state_dict") if isinstance(obj, dict) else None
+    if not isinstance(osd, dict) or not _is_tensors(osd.get("fp32_flat_groups")):
+        raise SourceError(f"{path}: no fp32_flat_groups (not a DeepSpeed ZeRO stage 3 optimizer file)")
+    flats = list(osd["fp32_flat_groups"])
+    inner = osd.get("optimizer_state_dict")
+    st = inner.get("state") if isinstance(inner, dict) else None
+    if not isinstance(st, dict):
+        raise SourceError(f"{path}: no optimizer state in it")
+    states = [_tensors(st.get(g, {})) for g in range(len(flats))]
+    return flats, states, _int(osd.get("partition_count"))
+
+
+def _zero3_optimizer_refs(d, files, shapes, prefix, reader) -> list[TensorRef]:
+    world = len(files)
+    per = []
+    for f in files:
+        flats, states, pc = _zero3_groups(reader.load(f), f)
+        if pc is not None and pc != world:
+            raise SourceError(f"{f}: partition_count {pc}, but {world} rank files are in {d}")
+        per.append(([int(t.numel()) for t in flats], [{k: (int(v.numel()), torch_dtype_to_numpy(v.dtype))
+                                                       for k, v in s.items()} for s in states],
+                    [torch_dtype_to_numpy(t.dtype) for t in flats]))
+    ngroups = {len(p[0]) for p in per}
+    if len(ngroups) != 1:
+        raise SourceError(f"{d}: the ranks' optimizer files have different numbers of param groups {sorted(ngroups)}")
+    (ngroups,) = ngroups
+    if not isinstance(shapes, list) or len(shapes) != ngroups:
+        shapes = None
+    out = []
+    for g in range(ngroups):
+        keys = [k for k in per[0][1][g] if all(k in p[1][g] for p in per)]
+        params = []
+        if shapes is not None and isinstance(shapes[g], dict):
+            off = 0
+            for name, shp in shapes[g].items():
+                shp = _shape(shp)
+                if shp is None:
+                    params = []
+                    break
+                n = math.prod(shp)
+                part = -(-n // world)
+                params.append((str(name), shp, off, part))
+                off += part
+            # every rank's buffer and states must hold the slices param_shapes says, no more than padding beyond
+            if params and not all(p[0][g] >= off and all(p[1][g][k][0] >= off for k in keys) for p in per):
+                params = []
+        if params:
+            for name, shp, off, part in params:
+                if not math.prod(shp):
+                    continue
+                for key in (MASTER, *keys):
+                    nm = prefix + name if _kind(key) != "other" else f"{prefix}{name}.{key}"
+                    dt = per[0][2][g] if key == MASTER else per[0][1][g][key][1]
+                    out.append(TensorRef(nm, _kind(key), dt, shp,
+                                         lambda k=key, o=off, q=part, s=shp, g=g: _zero3_gather(reader, files, g, k, o, q, s),
+                                         files[0]))
+        else:
+            for r, f in enumerate(files):
+                for key in (MASTER, *keys):
+                    n = per[r][0][g] if key == MASTER else per[r][1][g][key][0]
+                    dt = per[r][2][g] if key == MASTER else per[r][1][g][key][1]
+                    nm = f"{prefix}group{g}.rank{r}" + ("" if _kind(key) != "other" else f".{key}")
+                    out.append(TensorRef(nm, _kind(key), dt, (n,),
+                                         lambda f=f, k=key, n=n, g=g: _zero3_gather(reader, [f], g, k, 0, n, (n,)), f))
+    return out
+
+
+def _zero3_gather(reader, files, g, key, off, part, shape):
+    """A tensor of ``shape`` from the ranks' slices ``[off, off + part)`` of group ``g``'s flat ``key``, joined in
+    rank order and cut to its size."""
+    import torch
+
+    ts = []
+    for f in files:
+        flats, states, _ = _zero3_groups(reader.load(f), f)
+        t = flats[g] if key == MASTER else states[g].get(key)
+        if t is None or t.numel() < off + part:
+            raise SourceError(f"{f}: group {g}'s {key} is shorter than the index needs ({off + part} elements)")
+        ts.append(t.reshape(-1)[off:off + part])
+    t = ts[0] if len(ts) == 1 else torch.cat(ts)
+    return torch_to_numpy(t[:math.prod(shape)].reshape(shape))

@@ -1,5 +1,5 @@
 """DeepSpeed checkpoints as a source: ``global_step<N>/`` folders written by ``engine.save_checkpoint`` (ZeRO
-stages 0-2; GPT-NeoX's pipeline layout too), one step per folder, the step parsed from the folder name.
+stages 0-3; GPT-NeoX's pipeline layout too), one step per folder, the step parsed from the folder name.
 
 ``source.path`` is a folder of ``global_step<N>/`` folders (the ``latest`` file and anything that is not a
 checkpoint folder are ignored), one such folder, or a glob of them. The format (which file holds what, the flat
