@@ -1,5 +1,10 @@
 """Writes real DeepSpeed checkpoints on the CPU (gloo, no launcher): ``python deepspeed_train.py OUT MODE``.
 
+``big-zero2`` / ``big-zero3``: the same with a 1024-wide hidden layer and a 1024 x 1024 one (1.05 M parameters),
+steps 2-5 saved. ``OUT resume-<mode> TAG
+JSON``: DeepSpeed's ``load_checkpoint(OUT, tag=TAG)`` and two more steps; JSON gets the losses and a SHA-256 of
+the full fp32 master weights, to compare a resume from an original folder with one from a restored copy.
+
 MODE ``zero2`` / ``zero3``: two data-parallel ranks (two processes) train a small model with two param groups
 under ZeRO stage 2 / 3 with bf16 weights and a torch AdamW, and save ``global_step2`` and ``global_step3``. MODE ``pipeline``:
 one process trains a GPT-NeoX-style pipeline module (ZeRO stage 1, bf16), whose weights DeepSpeed saves as
@@ -53,26 +58,61 @@ def _truth(eng, named):
     return out
 
 
-def zero2(rank: int, world: int, out: str, port: int, stage: int = 2):
-    deepspeed = _init(rank, world, port)
+def _engine(deepspeed, stage, hidden=16):
     torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 3))
-    groups = [{"params": [m[0].weight, m[2].weight], "weight_decay": 0.1},
-              {"params": [m[0].bias, m[1].weight, m[1].bias, m[2].bias], "weight_decay": 0.0}]
+    inner = [torch.nn.Linear(hidden, hidden), torch.nn.GELU()] if hidden > 16 else []
+    m = torch.nn.Sequential(torch.nn.Linear(8, hidden), torch.nn.LayerNorm(hidden), *inner, torch.nn.Linear(hidden, 3))
+    groups = [{"params": [p for p in m.parameters() if p.dim() > 1], "weight_decay": 0.1},
+              {"params": [p for p in m.parameters() if p.dim() <= 1], "weight_decay": 0.0}]
     cfg = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, "bf16": {"enabled": True},
            "zero_optimization": {"stage": stage}, "zero_allow_untested_optimizer": True}
     eng, *_ = deepspeed.initialize(model=m, optimizer=torch.optim.AdamW(groups, lr=1e-2), config=cfg)
-    g = torch.Generator().manual_seed(rank)
+    return eng
+
+
+def _train_step(eng, step, rank):
+    g = torch.Generator().manual_seed(100 * step + rank)  # the data of a step, whatever ran before it
+    loss = eng(torch.randn(2, 8, generator=g).bfloat16()).float().pow(2).mean()
+    eng.backward(loss)
+    eng.step()
+    return float(loss.detach())
+
+
+def zero2(rank: int, world: int, out: str, port: int, stage: int = 2, hidden: int = 16, steps: int = 3):
+    deepspeed = _init(rank, world, port)
+    eng = _engine(deepspeed, stage, hidden)
     truth = {}
-    for step in (1, 2, 3):
-        loss = eng(torch.randn(2, 8, generator=g).bfloat16()).float().pow(2).mean()
-        eng.backward(loss)
-        eng.step()
+    for step in range(1, steps + 1):
+        _train_step(eng, step, rank)
         if step >= 2:
             eng.save_checkpoint(out, tag=f"global_step{step}")
-            truth[step] = _truth(eng, eng.module.named_parameters())
-    if rank == 0:
+            if hidden == 16:
+                truth[step] = _truth(eng, eng.module.named_parameters())
+    if rank == 0 and truth:
         torch.save(truth, os.path.join(out, "truth.pt"))
+
+
+def resume(rank: int, world: int, root: str, tag: str, stage: int, hidden: int, out_json: str, port: int):
+    """DeepSpeed's own load_checkpoint of `root/tag`, two more steps; rank 0 writes the losses and a SHA-256 of
+    the full fp32 master weights (DeepSpeed's API) to out_json."""
+    import hashlib
+    import json
+
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    deepspeed = _init(rank, world, port)
+    eng = _engine(deepspeed, stage, hidden)
+    eng.load_checkpoint(root, tag=tag)
+    done = int(tag.removeprefix("global_step"))
+    losses = [_train_step(eng, done + i, rank) for i in (1, 2)]
+    h = hashlib.sha256()
+    for name, p in eng.module.named_parameters():  # collective calls: every rank makes them
+        h.update(name.encode() + safe_get_full_fp32_param(p).contiguous().view(torch.uint8).numpy().tobytes())
+    if rank == 0:
+        with open(out_json, "w") as f:
+            json.dump({"losses": [float.hex(x) for x in losses], "master_sha256": h.hexdigest()}, f)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 class _Block(torch.nn.Module):
@@ -127,6 +167,13 @@ def main():
         port = s.getsockname()[1]
     if mode in ("zero2", "zero3"):
         torch.multiprocessing.spawn(zero2, args=(2, out, port, int(mode[-1])), nprocs=2)
+    elif mode in ("big-zero2", "big-zero3"):  # wider, four checkpoints: tensors dominate the files
+        torch.multiprocessing.spawn(zero2, args=(2, out, port, int(mode[-1]), 1024, 5), nprocs=2)
+    elif mode.startswith("resume-"):  # OUT resume-<big-|>zero<2|3> TAG JSON
+        kind = mode.removeprefix("resume-")
+        hidden = 1024 if kind.startswith("big-") else 16
+        torch.multiprocessing.spawn(resume, args=(2, out, sys.argv[3], int(kind[-1]), hidden, sys.argv[4], port),
+                                    nprocs=2)
     elif mode == "pipeline":
         pipeline(out, port)
     else:
