@@ -21,10 +21,26 @@ TORCH_MIN = 64 << 10  # smaller torch files are kept as bytes (byte-identical)
 STORAGE_MIN = 256     # smaller storages (Adam's step counters) stay in the verbatim regions
 
 
+_SCANS = {}  # (path, size, mtime_ns, inode) -> scan: a file read as a step and then as the reference
+
+
+def _scan(f, size):
+    try:
+        st = os.fstat(f.fileno())
+        key = (getattr(f, "name", None), size, st.st_mtime_ns, st.st_ino)
+    except (OSError, AttributeError, ValueError):
+        return torchzip.scan(f, size)
+    if key not in _SCANS:
+        if len(_SCANS) > 4096:
+            _SCANS.clear()
+        _SCANS[key] = torchzip.scan(f, size)
+    return _SCANS[key]
+
+
 def torchzip_regions(f, size):
     """The regions ("raw", a, b) / ("tensor", Storage) of a torch zip file in file order, and a note (why
     nothing was found), or (None, note)."""
-    sc = torchzip.scan(f, size)
+    sc = _scan(f, size)
     if sc is None:
         return None, "not a torch zip file"
     big = [s for s in sc.storages if s.end - s.begin >= STORAGE_MIN]
@@ -87,7 +103,8 @@ def list_files(folder):
 
 
 def _mmap(path, size):
-    return np.memmap(path, np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    # (a plain ndarray over the map: slicing a np.memmap costs a Python-level __array_finalize__ per slice)
+    return np.asarray(np.memmap(path, np.uint8, mode="r")) if size else np.zeros(0, np.uint8)
 
 
 class RawSource:
@@ -140,13 +157,14 @@ class StepEncoder:
     """Encodes files into a SegmentWriter, coding each tensor against the same
     tensor of step `prev` (None: a keyframe, everything coded alone)."""
 
-    def __init__(self, view, writer, prev, threads=None, reference_folder=None):
+    def __init__(self, view, writer, prev, threads=None, reference_folder=None, on_tensor=None):
         self.view = view
         self.w = writer
         self.prev = prev
         self.threads = threads
         self.raw = RawSource(reference_folder)
         self.ref_paths = {}
+        self.on_tensor = on_tensor  # (rel, kind, key, entry, bytes) after each lmc-coded tensor
 
     def folder(self, folder):
         rels = list_files(folder)
@@ -221,6 +239,8 @@ class StepEncoder:
 
     # -- tensors
     def put_tensor(self, rel, kind, key, dtype, shape, npname, u8):
+        if self.on_tensor is not None and npname is not None:
+            u8 = np.array(u8)  # one copy in memory: what is hashed, coded and handed on stays the same bytes
         t = {"key": key, "dtype": dtype, "shape": list(shape), "n": int(u8.nbytes),
              "np": npname, "enc": "lmc", "ref": False, "sec": None, "sha": sha128(u8)}
         if npname is None:
@@ -244,6 +264,9 @@ class StepEncoder:
         del ref
         t["ref"] = _has_ref(blob)  # (a codec may drop an unused reference)
         t["sec"] = self.w.add_section(blob)
+        del blob
+        if self.on_tensor is not None:
+            self.on_tensor(rel, kind, key, t, u8)
         return t
 
     def _regions(self, path, rel, size, kind, regions):

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import compress, info as blob_info
 from . import _torchio
-from ._add import RawSource, StepEncoder, canonical_path, reference_paths
+from ._add import RawSource, StepEncoder, canonical_path, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
 from ._backend import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
@@ -74,6 +74,73 @@ def _folder_name(folder, step):
     name of this step, else checkpoint-<step>."""
     base = os.path.basename(os.path.normpath(folder))
     return base if step_of(base) == step else f"checkpoint-{step}"
+
+
+class _NextRecoder:
+    """Re-codes step `step` of the archive against the step being added, one tensor at a time as
+    the new step's tensors are coded (their bytes are in memory then: nothing is read twice).  A
+    tensor of `step` with a same tensor in the new step (the same path, or the one path equal to it
+    with step numbers blanked; same key, dtype, shape) is coded with it as the reference; its own
+    bytes come from its raw folder when they hash to the archived checksum, else are decoded (the
+    last step is coded alone: one decode).  finish() copies everything else and gives the index."""
+
+    def __init__(self, view, step, w, raw_folder, threads, next_paths):
+        self.view, self.step, self.w, self.threads = view, step, w, threads
+        self.r = view.reader(step)
+        self.idx = copy.deepcopy(self.r.index)
+        self.paths = reference_paths([fe["path"] for fe in self.idx["files"]], next_paths)
+        self.by_next = {}
+        for fe in self.idx["files"]:
+            if self.paths.get(fe["path"]) is not None:
+                self.by_next[self.paths[fe["path"]]] = fe
+        self.tensors = {}
+        self.done = {}
+        self.raw = RawSource(raw_folder)
+
+    def on_tensor(self, rel, kind, key, t, u8):
+        fe = self.by_next.get(rel)
+        if fe is None or fe["kind"] != kind:
+            return
+        ts = self.tensors.get(fe["path"])
+        if ts is None:
+            ts = self.tensors[fe["path"]] = {x["key"]: x for x in file_tensors(fe)}
+        lt = ts.get(key)
+        if lt is None or not same_identity(lt, t):
+            return
+        dt = NP_DTYPES[lt["np"]]
+        cur = self.raw.get(fe["path"], kind, key, lt["sha"])
+        cur = self.view.decode(self.step, fe["path"], lt) if cur is None else cur.view(dt)
+        blob = compress(cur.reshape(-1).view(dt), reference=u8.view(dt), threads=self.threads)
+        del cur
+        self.done[(fe["path"], key)] = (self.w.add_section(blob), bool(blob_info(blob)["has_reference"]))
+
+    def finish(self, next_step):
+        used = False
+        for fe, ofe in zip(self.idx["files"], self.r.index["files"]):
+            fe.pop("ref_path", None)
+            for (_, sec, c), _o in zip(all_sections(fe), all_sections(ofe)):
+                if c is not None:
+                    c["sec"] = self.w.add_section(self.r.read(sec, fe["path"]))
+            file_used = False
+            for t, ot in zip(file_tensors(fe), file_tensors(ofe)):
+                new = self.done.get((fe["path"], t["key"]))
+                if new is not None:
+                    t["sec"], t["ref"] = new
+                elif not ot["ref"]:
+                    t["sec"] = self.w.add_section(self.r.read(ot["sec"], fe["path"]))
+                else:  # it referred to an older step (version 1): now coded alone
+                    arr = self.view.decode(self.step, fe["path"], ot)
+                    t["sec"] = self.w.add_section(compress(arr, threads=self.threads))
+                    t["ref"] = False
+                    del arr
+                file_used |= t["ref"]
+            npath = self.paths.get(fe["path"])
+            if file_used and npath != fe["path"]:
+                fe["ref_path"] = npath
+            used |= file_used
+        self.idx["prev"] = next_step if used else None
+        self.idx["keyframe"] = not used
+        return self.idx
 
 
 def _folder_time(folder):
@@ -271,14 +338,19 @@ class Archive:
             wl = None
             try:
                 with self._view(m) as view:
-                    files, nbytes = StepEncoder(view, w, None, self.threads).folder(folder)
+                    rec = None
+                    if recode:  # the last step's tensors re-coded as the new step's are coded
+                        wl = SegmentWriter(self.path, last["step"])
+                        rec = _NextRecoder(view, last["step"], wl, reference_folder, self.threads,
+                                           list_files(folder))
+                    enc = StepEncoder(view, w, None, self.threads,
+                                      on_tensor=None if rec is None else rec.on_tensor)
+                    files, nbytes = enc.folder(folder)
                     fname, ftime = _folder_name(folder, step), _folder_time(folder)
                     name = w.commit({"step": step, "prev": None, "keyframe": True, "files": files,
                                      "name": fname, "time": ftime})
                     if recode:
-                        wl = SegmentWriter(self.path, last["step"])
-                        idx = self._recode_against_next(view, last["step"], wl, folder, step, files,
-                                                        reference_folder)
+                        idx = rec.finish(step)
                         lname = wl.commit(idx)
             except BaseException:
                 w.abort()
@@ -296,53 +368,6 @@ class Archive:
             write_manifest(self.path, m)
             cleanup(self.path, m)  # the re-coded step's old segment
         return step
-
-    def _recode_against_next(self, view, step, w, next_folder, next_step, next_files, raw_folder):
-        """The index of `step` re-coded against `next_step` (just coded alone from next_folder):
-        each tensor with a same tensor in the next step is coded with it as the reference (its
-        bytes read back from next_folder, checksum-matched); the others are copied, or coded
-        alone where they referred to an older step; everything else is copied."""
-        r = view.reader(step)
-        idx = copy.deepcopy(r.index)
-        paths = reference_paths([fe["path"] for fe in idx["files"]], [fe["path"] for fe in next_files])
-        nfiles = {fe["path"]: fe for fe in next_files}
-        nraw, craw = RawSource(next_folder), RawSource(raw_folder)
-        used = False
-        for fe, ofe in zip(idx["files"], r.index["files"]):
-            fe.pop("ref_path", None)
-            for (_, sec, c), _o in zip(all_sections(fe), all_sections(ofe)):
-                if c is not None:
-                    c["sec"] = w.add_section(r.read(sec, fe["path"]))
-            npath = paths.get(fe["path"])
-            nfe = nfiles.get(npath) if npath is not None else None
-            nts = ({t["key"]: t for t in file_tensors(nfe)}
-                   if nfe is not None and nfe["kind"] == fe["kind"] else {})
-            file_used = False
-            for t, ot in zip(file_tensors(fe), file_tensors(ofe)):
-                nt = nts.get(t["key"])
-                ref = None
-                if nt is not None and same_identity(nt, t):
-                    ref = nraw.get(npath, nfe["kind"], t["key"], nt["sha"])
-                if ref is None and not ot["ref"]:
-                    t["sec"] = w.add_section(r.read(ot["sec"], fe["path"]))
-                    continue
-                dt = NP_DTYPES[t["np"]]
-                cur = craw.get(fe["path"], fe["kind"], t["key"], t["sha"])
-                cur = view.decode(step, fe["path"], ot) if cur is None else cur.view(dt)
-                if cur.reshape(-1).view(np.uint8).nbytes != t["n"]:
-                    raise ArchiveError(f"step {step}: {fe['path']}: tensor {t['key']}: size mismatch")
-                blob = compress(cur.reshape(-1).view(dt),
-                                reference=None if ref is None else ref.view(dt), threads=self.threads)
-                del cur, ref
-                t["sec"] = w.add_section(blob)
-                t["ref"] = bool(blob_info(blob)["has_reference"])
-                file_used |= t["ref"]
-            if file_used and npath != fe["path"]:
-                fe["ref_path"] = npath
-            used |= file_used
-        idx["prev"] = next_step if used else None
-        idx["keyframe"] = not used
-        return idx
 
     def _check_writable_path(self):
         """One line, before anything is created, for an archive path that cannot be meant: a URL,
