@@ -134,14 +134,15 @@ def measure(name: str, run: str, kind: str, threads: list[int], scratch: str) ->
     return rows
 
 
-def render(df, argv: list[str]) -> str:
+def render(df, argv: list[str], note: str | None = None) -> str:
     from ..report.header import cores, cpu_name, git_commit, library_versions
 
     lines = ["# The archive on real training layouts, beside the same tensors in the plain Trainer layout", "",
              "- command: `python -m lmcbench.store.layouts " + " ".join(argv) + "`",
              f"- machine: {cpu_name()}, {cores()} cores; lmcbench git {git_commit()}; "
              f"run {time.strftime('%Y-%m-%d %H:%M:%S')}",
-             "- libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(library_versions().items())), "",
+             "- libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(library_versions().items())),
+             *([f"- {note}"] if note else []), "",
              "Per run: bytes of the step folders, the archive of them (each tensor against the previous step), "
              "the opaque share (bytes stored as plain bytes: configs, RNG, pickles, zip directories), the same "
              "tensors in the plain Trainer layout archived the same way, and every file compressed alone with "
@@ -175,6 +176,7 @@ def main(argv=None):
     p.add_argument("--out", required=True)
     p.add_argument("--threads", default=f"1,{os.cpu_count()}")
     p.add_argument("--scratch", default=None, help="where archives are built (default: a temporary folder)")
+    p.add_argument("--note", default=None, help="a line for the report's header (e.g. how the runs were made)")
     a = p.parse_args(argv)
     threads = sorted({int(t) for t in a.threads.split(",")})
     os.makedirs(a.out, exist_ok=True)
@@ -192,7 +194,7 @@ def main(argv=None):
         shutil.rmtree(scratch, ignore_errors=True)
     df = pd.DataFrame(rows)
     df.to_csv(os.path.join(a.out, "layouts.csv"), index=False)
-    md = render(df, argv)
+    md = render(df, argv, a.note)
     with open(os.path.join(a.out, "layouts.md"), "w") as f:
         f.write(md + "\n")
     print(md)

@@ -10,5 +10,6 @@ python tests/deepspeed_train.py "$R/deepspeed_zero3" big-zero3         # DeepSpe
 python tests/fsdp_train.py train "$R/fsdp2_dcp_1.9M" --steps 10 --save-every 2                     # FSDP2 + dcp.save
 FSDP_TRAIN_DIM=768 python tests/fsdp_train.py train "$R/fsdp2_dcp_12.6M" --steps 8 --save-every 2  # the same, wider
 python -m lmcbench.store.layouts --out results/checkpoint_store \
+  --note "runs: made by results/checkpoint_store/layouts.sh (real training, CPU, 2 gloo ranks each)" \
   --run "deepspeed_zero2=$R/deepspeed_zero2:deepspeed" --run "deepspeed_zero3=$R/deepspeed_zero3:deepspeed" \
   --run "fsdp2_dcp_1.9M=$R/fsdp2_dcp_1.9M:dcp" --run "fsdp2_dcp_12.6M=$R/fsdp2_dcp_12.6M:dcp"
