@@ -57,7 +57,9 @@ class LMCArchiveCallback(TrainerCallback):
     """Append every saved checkpoint to an lmc archive in a worker thread.
 
     archive: path of the archive (or an lmc.archive.Archive).
-    keyframe_every: a keyframe every K steps (bounds the restore chain).
+    keyframe_every: at most K steps per chain (bounds a restore); None (the default) keeps what an
+        existing archive stores (a new one gets lmc.archive.DEFAULT_KEYFRAME_EVERY). A value that
+        differs from the stored one is used for new steps, with a warning.
     delete_raw: remove the raw checkpoint folder once it is appended and its
         archived copy verified (safe beside the Trainer's save_total_limit: the
         worker reads hard-linked staging copies, see the module docstring).
@@ -69,13 +71,18 @@ class LMCArchiveCallback(TrainerCallback):
     Only the main process (state.is_world_process_zero) archives.
     """
 
-    def __init__(self, archive, keyframe_every=10, delete_raw=False, max_queue=2, threads=None):
-        if isinstance(archive, Archive):
-            self.archive = archive
-            if keyframe_every is not None:
-                self.archive.keyframe_every = keyframe_every
-        else:
-            self.archive = Archive(archive, keyframe_every=keyframe_every, threads=threads)
+    def __init__(self, archive, keyframe_every=None, delete_raw=False, max_queue=2, threads=None):
+        if not isinstance(archive, Archive):
+            archive = Archive(archive, threads=threads)
+        self.archive = archive
+        if keyframe_every is not None:
+            stored = archive.stored_keyframe_every()
+            if stored is not None and stored != int(keyframe_every):
+                import warnings
+                warnings.warn(f"lmc-archive: {archive.path} stores keyframe_every={stored}; using "
+                              f"{int(keyframe_every)} for the steps added from now on, as asked "
+                              "(leave keyframe_every=None to keep the archive's)", stacklevel=2)
+            self.archive.keyframe_every = int(keyframe_every)
         self.delete_raw = bool(delete_raw)
         self.max_queue = int(max_queue)
         if self.max_queue < 1:

@@ -220,3 +220,23 @@ def test_real_trainer_run_with_save_total_limit(tmp_path, monkeypatch):
         assert_same_folder(copies[s], tmp_path / "r" / f"checkpoint-{s}")
     assert_same_folder(os.path.join(out, "checkpoint-6"), tmp_path / "r" / "checkpoint-6")
     assert not os.path.exists(os.path.join(out, ".lmc-archive-staging"))
+
+
+def test_callback_keeps_the_archives_stored_keyframe_every(tmp_path):
+    """The archive's stored setting is kept unless told otherwise; told otherwise, it warns."""
+    import warnings
+    run = str(tmp_path / "run")
+    folders = make_series(run, steps=(2, 4))
+    a = Archive(tmp_path / "arc", keyframe_every=3)
+    a.add(folders[0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cb = LMCArchiveCallback(tmp_path / "arc")  # no warning, and the stored 3 stays
+    cb.archive.add(folders[1])
+    assert Archive(tmp_path / "arc").stored_keyframe_every() == 3
+    with pytest.warns(UserWarning, match="stores keyframe_every=3; using 5"):
+        LMCArchiveCallback(tmp_path / "arc", keyframe_every=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LMCArchiveCallback(tmp_path / "arc", keyframe_every=3)  # the same value: no warning
+        LMCArchiveCallback(tmp_path / "new", keyframe_every=5)  # no archive yet: nothing to warn about

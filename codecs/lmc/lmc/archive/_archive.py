@@ -248,6 +248,11 @@ class Archive:
             raise ArchiveError(f"{self.path}: no such archive")
         return m
 
+    def stored_keyframe_every(self):
+        """The keyframe_every the archive stores (None: no archive yet)."""
+        m = read_manifest(self.path)
+        return None if m is None else m["keyframe_every"]
+
     def exists(self):
         return read_manifest(self.path) is not None
 
