@@ -2,31 +2,16 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
+from lmc.formats.dtypes import BFLOAT16, BY_NAME, DTYPES, dtype_name  # noqa: F401 - the one table, re-exported
 
 from .errors import ConfigError
 
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-
-# name -> numpy dtype, for configs and safetensors ("BF16") alike
-_BY_NAME = {
-    "float64": np.dtype(np.float64), "f64": np.dtype(np.float64), "F64": np.dtype(np.float64),
-    "float32": np.dtype(np.float32), "fp32": np.dtype(np.float32), "f32": np.dtype(np.float32),
-    "F32": np.dtype(np.float32),
-    "float16": np.dtype(np.float16), "fp16": np.dtype(np.float16), "f16": np.dtype(np.float16),
-    "F16": np.dtype(np.float16),
-    "bfloat16": BFLOAT16, "bf16": BFLOAT16, "BF16": BFLOAT16,
-    "int64": np.dtype(np.int64), "I64": np.dtype(np.int64),
-    "int32": np.dtype(np.int32), "I32": np.dtype(np.int32),
-    "int16": np.dtype(np.int16), "I16": np.dtype(np.int16),
-    "int8": np.dtype(np.int8), "I8": np.dtype(np.int8),
-    "uint64": np.dtype(np.uint64), "U64": np.dtype(np.uint64),
-    "uint32": np.dtype(np.uint32), "U32": np.dtype(np.uint32),
-    "uint16": np.dtype(np.uint16), "U16": np.dtype(np.uint16),
-    "uint8": np.dtype(np.uint8), "U8": np.dtype(np.uint8),
-    "bool": np.dtype(np.bool_), "BOOL": np.dtype(np.bool_),
-}
+# name -> numpy dtype, for configs and safetensors ("BF16") alike: the formats layer's table, plus short names
+_ALIASES = {"f64": "float64", "fp64": "float64", "fp32": "float32", "f32": "float32", "fp16": "float16",
+            "f16": "float16", "bf16": "bfloat16"}
+_BY_NAME = {**{d.name: d.numpy for d in DTYPES}, **{d.safetensors: d.numpy for d in DTYPES},
+            **{a: BY_NAME[n].numpy for a, n in _ALIASES.items()}}
 
 # (exponent bits, mantissa bits) of the IEEE-like float formats
 FLOAT_LAYOUT = {
@@ -48,12 +33,6 @@ def resolve(name) -> np.dtype:
             return _BY_NAME[name]
         raise ConfigError(f"unknown dtype {name!r}; known: bf16, fp16, fp32, fp64, int8, int16, int32, uint8")
     return np.dtype(name)
-
-
-def dtype_name(dt: np.dtype) -> str:
-    """The short name used in records: ``bfloat16``, ``float32``, ``int8``…"""
-    dt = np.dtype(dt)
-    return "bfloat16" if dt == BFLOAT16 else dt.name
 
 
 def uint_dtype(dt: np.dtype) -> np.dtype:

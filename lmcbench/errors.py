@@ -1,16 +1,11 @@
-"""User-facing errors: one clear line, no traceback unless asked for (``LMCBENCH_DEBUG=1``)."""
+"""User-facing errors: one clear line, no traceback unless asked for (``LMCBENCH_DEBUG=1``).
 
+The base and the two commonest ones are the formats layer's (:mod:`lmc.formats.errors`), which reads every
+checkpoint format for lmcbench as for the ``lmc`` product: a reader's error is an ``LmcbenchError`` here.
+"""
 
-class LmcbenchError(Exception):
-    """An error caused by the input or the configuration, reported to the user as one line."""
-
-
-class SourceError(LmcbenchError):
-    """A checkpoint file or folder that cannot be read."""
-
-
-class ConfigError(LmcbenchError):
-    """An unknown or invalid configuration value."""
+from lmc.formats.errors import ConfigError, SourceError  # noqa: F401 - re-exported
+from lmc.formats.errors import InputError as LmcbenchError  # noqa: F401
 
 
 class NotApplicable(Exception):

@@ -1,5 +1,5 @@
 """DeepSpeed ZeRO stage 1/2 checkpoint folders built by the tests with ``torch.save``, in the layout DeepSpeed's
-``engine.save_checkpoint`` writes (see :mod:`lmcbench.checkpoints.deepspeed`), so that the source is tested
+``engine.save_checkpoint`` writes (see :mod:`lmc.formats.deepspeed`), so that the source is tested
 where DeepSpeed is not installed. ``tests/deepspeed_train.py`` writes real ones with DeepSpeed itself.
 
 The numbers are a real training run: a small model trained with AdamW in fp32 (the master weights), the module

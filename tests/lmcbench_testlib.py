@@ -232,7 +232,7 @@ def make_hf_cache(cache: Path, repo_id: str, revisions: dict) -> dict[str, str]:
 
 
 def to_np(t) -> np.ndarray:
-    from lmcbench.checkpoints.torchfile import torch_to_numpy
+    from lmc.formats.torchfile import torch_to_numpy
 
     return torch_to_numpy(t)
 

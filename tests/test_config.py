@@ -302,9 +302,10 @@ def _imports(path) -> set[str]:
 
 
 def test_layers():
-    """Each layer imports only those below it: checkpoint formats nothing of the others, the tiny GPT only the
-    formats, sources and the lossy package those two (never each other), bench no report, report neither bench
-    nor the command line, transforms none of them; the lmc distribution nothing of lmcbench."""
+    """Each layer imports only those below it: the tiny GPT only the checkpoint formats (lmc.formats), sources and
+    the lossy package those two (never each other), bench no report, report neither bench nor the command line,
+    transforms none of them; the lmc distribution (its formats package too) nothing of lmcbench, and lmcbench has
+    no second copy of the formats."""
     from pathlib import Path
 
     root = Path(cli.REPO) / "lmcbench"
@@ -312,7 +313,6 @@ def test_layers():
     rules = {"bench": ("lmcbench.report", "lmcbench.cli", "lmcbench.lossy"),
              "report": ("lmcbench.bench", "lmcbench.cli", "lmcbench.lossy"),
              "transforms": ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.sources"),
-             "checkpoints": above + ("lmcbench.sources", "lmcbench.tinygpt", "lmcbench.transforms"),
              "tinygpt": above + ("lmcbench.sources", "lmcbench.transforms"),
              "sources": ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.lossy"),
              "lossy": ("lmcbench.sources", "lmcbench.report", "lmcbench.cli", "lmcbench.bench.runner"),
@@ -325,4 +325,6 @@ def test_layers():
             bad = [m for m in _imports(f) if m.startswith(banned)]
             assert not bad, f"{f.relative_to(root)} imports {bad}"
     lmc_files = list((Path(cli.REPO) / "codecs" / "lmc" / "lmc").rglob("*.py"))
+    assert any(f.parent.name == "formats" for f in lmc_files)
     assert lmc_files and not [f for f in lmc_files if _imports(f)]
+    assert not (root / "checkpoints").exists()  # every format lives once, in lmc.formats

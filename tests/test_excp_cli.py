@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from lmcbench.checkpoints.trainer_folder import load_triples
+from lmc.formats.trainer_folder import load_triples
 from lmcbench.errors import ConfigError
 from lmcbench.lossy import cli
 from lmcbench.lossy.chain import full_bytes

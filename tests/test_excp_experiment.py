@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from lmcbench import tinygpt
-from lmcbench.checkpoints.trainer_folder import load_triples
+from lmc.formats.trainer_folder import load_triples
 from lmcbench.errors import ConfigError
 from lmcbench.lossy.chain import Chain, full_bytes
 from lmcbench.lossy.excp import ExCPConfig, decode_checkpoint

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from lmcbench.checkpoints import safetensors as st_format
-from lmcbench.checkpoints import torchfile
+from lmc.formats import safetensors as st_format
+from lmc.formats import torchfile
 from lmcbench.errors import ConfigError, SourceError
 from lmcbench.sources import TensorRecord, get_source
 

@@ -49,9 +49,9 @@ import hashlib
 import os
 import sys
 
-from ..checkpoints.fileio import atomic_json, atomic_write, inside, install_dir, one_line, read_json, remove, tmp_name
-from ..checkpoints.trainer_folder import list_checkpoints, read_checkpoint, replaced_files
-from ..checkpoints.trainer_write import copy_files, write_checkpoint_folder
+from lmc.formats.fileio import atomic_json, atomic_write, inside, install_dir, one_line, read_json, remove, tmp_name
+from lmc.formats.trainer_folder import list_checkpoints, read_checkpoint, replaced_files
+from lmc.formats.trainer_write import copy_files, write_checkpoint_folder
 from ..errors import ConfigError, LmcbenchError, SourceError
 from .chain import Chain, ChainDecoder, full_bytes, mode_counts, summarize
 from .excp import ExCPConfig, ExCPFormatError
@@ -62,7 +62,7 @@ CHAIN_FORMAT = "lmcbench-excp-chain"
 CKPT_FORMAT = "lmcbench-excp-checkpoint"
 FORMAT_VERSION = 1
 # a checkpoint folder's files that the container replaces are the weight files actually read and optimizer.pt
-# (lmcbench.checkpoints.trainer_folder.replaced_files); everything else is copied as is
+# (lmc.formats.trainer_folder.replaced_files); everything else is copied as is
 _OWN_FILES = ("checkpoint-*.excp", "checkpoint-*.json", "checkpoint-*.files", CHAIN_FILE)
 
 _FIELD_HELP = {

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..bench.records import CsvAppender
-from ..checkpoints.trainer_folder import load_triples
+from lmc.formats.trainer_folder import load_triples
 from ..errors import ConfigError
 from ..tinygpt.series import Series, ensure_series
 from .chain import Chain, full_bytes, weights_of

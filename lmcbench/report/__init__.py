@@ -13,7 +13,7 @@ import os
 import pandas as pd
 
 from ..errors import LmcbenchError
-from ..checkpoints.tensors import KINDS as KIND_ORDER
+from lmc.formats.tensors import KINDS as KIND_ORDER
 from ..transforms import Pipeline
 from .sampling import describe as describe_sample
 from .sampling import estimated, fmt_ci, is_sampled, ratio_intervals

@@ -19,8 +19,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..checkpoints.tensors import KINDS, TensorRef, load_checked
-from ..checkpoints.trainer_folder import parse_steps
+from lmc.formats.tensors import KINDS, TensorRef, load_checked
+from lmc.formats.trainer_folder import parse_steps
 from ..dtypes import BFLOAT16, dtype_name, resolve
 from ..errors import ConfigError, SourceError
 from .shard import parse_shard, partition
@@ -39,7 +39,7 @@ class TensorEntry:
 
     @classmethod
     def of(cls, step: int, ref: TensorRef) -> "TensorEntry":
-        """The entry of a format reader's :class:`~lmcbench.checkpoints.TensorRef` at ``step``."""
+        """The entry of a format reader's :class:`~lmc.formats.tensors.TensorRef` at ``step``."""
         return cls(step, ref.name, ref.kind, ref.dtype, ref.shape, ref.load, ref.file)
 
     @property
@@ -120,7 +120,7 @@ class Source:
 
     def _index_steps(self, located, refs) -> list[TensorEntry]:
         """The entries of ``located`` (``[(step, file or folder)]``): ``refs(where)`` (format readers'
-        :class:`~lmcbench.checkpoints.TensorRef` s) for the selected steps; the other steps are listed with a
+        :class:`~lmc.formats.tensors.TensorRef` s) for the selected steps; the other steps are listed with a
         placeholder (name '') and never opened, so that a missing step can be named."""
         entries = []
         for step, where in located:

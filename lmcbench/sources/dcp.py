@@ -3,14 +3,14 @@
 
 ``source.path`` is a folder of checkpoint folders (``step-<N>/``, ``checkpoint-<N>/``, any subfolder with DCP
 metadata), one checkpoint folder, or a glob of checkpoint folders. The format (metadata, kinds from FQNs,
-reading a tensor) is :mod:`lmcbench.checkpoints.dcp`.
+reading a tensor) is :mod:`lmc.formats.dcp`.
 """
 
 from __future__ import annotations
 
 import re
 
-from ..checkpoints.dcp import LMC_METADATA, PLAIN_METADATA, dcp_format, dcp_refs
+from lmc.formats.dcp import LMC_METADATA, PLAIN_METADATA, dcp_format, dcp_refs
 from . import PatternSource, unique
 
 _CHECKPOINT_NAME = re.compile(r"^(step|checkpoint)[-_]?\d+$")

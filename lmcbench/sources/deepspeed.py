@@ -3,7 +3,7 @@ stages 0-3; GPT-NeoX's pipeline layout too), one step per folder, the step parse
 
 ``source.path`` is a folder of ``global_step<N>/`` folders (the ``latest`` file and anything that is not a
 checkpoint folder are ignored), one such folder, or a glob of them. The format (which file holds what, the flat
-fp32 partitions cut back into named parameters, the safe loading) is :mod:`lmcbench.checkpoints.deepspeed`;
+fp32 partitions cut back into named parameters, the safe loading) is :mod:`lmc.formats.deepspeed`;
 ``source.trust_pickle=true`` lets it unpickle files that need classes other than DeepSpeed's plain-value ones.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..checkpoints.deepspeed import NEEDS, DeepSpeedReader, deepspeed_format, deepspeed_refs
+from lmc.formats.deepspeed import NEEDS, DeepSpeedReader, deepspeed_format, deepspeed_refs
 from ..errors import ConfigError
 from . import PatternSource, unique
 

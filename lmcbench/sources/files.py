@@ -7,11 +7,11 @@ import glob
 import os
 import re
 
-from ..checkpoints.npz import npz_index, npz_load
-from ..checkpoints.safetensors import safetensors_refs
-from ..checkpoints.tensors import TensorRef
-from ..checkpoints.torchfile import is_optimizer_state, optimizer_refs, state_dict_refs, torch_load
-from ..checkpoints.trainer_folder import slot_names
+from lmc.formats.npz import npz_index, npz_load
+from lmc.formats.safetensors import safetensors_refs
+from lmc.formats.tensors import TensorRef
+from lmc.formats.torchfile import is_optimizer_state, optimizer_refs, state_dict_refs, torch_load
+from lmc.formats.trainer_folder import slot_names
 from ..errors import SourceError
 from . import PatternSource
 

@@ -1,7 +1,7 @@
 """A Hugging Face Hub repository's revisions as a series: ``source.repo_id`` at ``source.revisions`` (branches
 or tags, e.g. Pythia's ``step1000``), each revision a checkpoint folder as the Trainer writes it (the
 weights, and ``optimizer.pt`` with Adam's moments when the repository has one), read by
-:mod:`lmcbench.checkpoints.trainer_folder` as ``source=hf_trainer`` reads a local ``checkpoint-<step>/``.
+:mod:`lmc.formats.trainer_folder` as ``source=hf_trainer`` reads a local ``checkpoint-<step>/``.
 
 Each revision is fetched with ``huggingface_hub.snapshot_download`` into the Hugging Face cache (``cache_dir``,
 the usual one by default), one revision at a time, and only the files ``allow_patterns`` names: the weight
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..checkpoints.fileio import one_line
+from lmc.formats.fileio import one_line
 from ..errors import ConfigError, SourceError
 from . import STEP_REGEX, Source, TensorEntry, compile_step_regex, parse_step
 from .hf_trainer import checkpoint_refs
@@ -69,7 +69,7 @@ def _size(n: float) -> str:
 
 def read_files(names: list[str]) -> list[str]:
     """The files of ``names`` (a revision's, relative) worth fetching, as
-    :func:`~lmcbench.checkpoints.trainer_folder.weight_refs` chooses the weights: safetensors weights leave any
+    :func:`~lmc.formats.trainer_folder.weight_refs` chooses the weights: safetensors weights leave any
     ``pytorch_model*.bin`` out, one ``model.safetensors`` the shards too."""
     def st_shards(n):
         return n.startswith("model-") and n.endswith(".safetensors") or n == "model.safetensors.index.json"

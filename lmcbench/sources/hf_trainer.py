@@ -1,7 +1,7 @@
 """Hugging Face Trainer output folders as a source: ``checkpoint-<step>/`` with weights and ``optimizer.pt``.
 
 The format (weight files, shards, optimizer slots and their names) is read by
-:mod:`lmcbench.checkpoints.trainer_folder`; this turns it into a series of tensors. RNG, scheduler,
+:mod:`lmc.formats.trainer_folder`; this turns it into a series of tensors. RNG, scheduler,
 trainer-state and training-args files are skipped (``training_args.bin`` is a pickle and is never opened).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ..checkpoints.trainer_folder import OPTIMIZER_FILE, folder_optimizer_refs, list_checkpoints, weight_refs
+from lmc.formats.trainer_folder import OPTIMIZER_FILE, folder_optimizer_refs, list_checkpoints, weight_refs
 from ..errors import SourceError
 from . import Source
 

@@ -24,7 +24,7 @@ import sys
 import time
 
 from ..bench.records import CsvAppender
-from ..checkpoints.trainer_folder import list_checkpoints, parse_steps
+from lmc.formats.trainer_folder import list_checkpoints, parse_steps
 from ..errors import ConfigError, SourceError
 from ..tinygpt.series import Series
 from .methods import ALL, same_state, tensors_of, unavailable

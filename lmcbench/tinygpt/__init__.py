@@ -1,5 +1,5 @@
 """The embedded tinygpt: a small GPT trained here on the Python standard library's source, its trainer and its
-cached checkpoint series. It knows checkpoint formats (:mod:`lmcbench.checkpoints`), nothing of sources.
+cached checkpoint series. It knows checkpoint formats (:mod:`lmc.formats`), nothing of sources.
 
 - :mod:`.config` — :class:`TrainConfig`, the training options and their defaults.
 - :mod:`.corpus` — the training text.

@@ -13,7 +13,7 @@ import shutil
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..checkpoints.trainer_folder import list_checkpoints, parse_steps
+from lmc.formats.trainer_folder import list_checkpoints, parse_steps
 from .config import TrainConfig
 from .trainer import train
 

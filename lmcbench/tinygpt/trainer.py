@@ -1,7 +1,7 @@
 """The tinygpt trainer: AdamW with a linear warm-up and cosine decay, seeded, checkpointing as a Hugging Face
 Trainer does (``checkpoint-<step>/`` with ``model.safetensors``, ``optimizer.pt`` with parameter names in the
 param groups, ``scheduler.pt``, ``rng_state.pth``, ``trainer_state.json``, ``config.json``; written by
-:mod:`lmcbench.checkpoints.trainer_write`).
+:mod:`lmc.formats.trainer_write`).
 
 :class:`Trainer` is the run, resumable: from a checkpoint folder (``Trainer.from_checkpoint``; the data
 generator is put back by replaying its draws, so it works for series written before it existed), or with
@@ -18,9 +18,9 @@ import os
 import sys
 import time
 
-from ..checkpoints.safetensors import load_torch_weights
-from ..checkpoints.torchfile import load_torch_file
-from ..checkpoints.trainer_write import write_training_checkpoint
+from lmc.formats.safetensors import load_torch_weights
+from lmc.formats.torchfile import load_torch_file
+from lmc.formats.trainer_write import write_training_checkpoint
 from ..errors import ConfigError, SourceError
 from .config import TRAIN_DEFAULTS
 from .corpus import corpus

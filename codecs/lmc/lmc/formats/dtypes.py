@@ -62,6 +62,11 @@ BY_NUMPY = {d.numpy: d for d in DTYPES}
 BFLOAT16 = BY_NAME["bfloat16"].numpy
 
 
+def dtype_name(dt) -> str:
+    """The short name of a numpy dtype used in records and metadata: ``bfloat16``, ``float32``, ``int8``..."""
+    return np.dtype(dt).name
+
+
 def code_name(dt) -> str:
     """The name of a numpy coding dtype (numpy's and ml_dtypes' own names: ``bfloat16``, ``float32``)."""
     return np.dtype(dt).name

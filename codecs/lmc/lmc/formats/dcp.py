@@ -25,13 +25,13 @@ import warnings
 
 import numpy as np
 
-from ..errors import SourceError
+from .errors import SourceError
 from .fileio import one_line
 from .tensors import MOMENTS, TensorRef
 from .torchfile import torch_dtype_to_numpy, torch_to_numpy
 
 PLAIN_METADATA = ".metadata"
-LMC_METADATA = "lmc-metadata.json"  # lmc.dcp.METADATA_FILE (not imported: lmc is needed only for LMC folders)
+LMC_METADATA = "lmc-metadata.json"  # lmc.dcp.METADATA_FILE (not imported: lmc.dcp needs torch at import)
 
 _OPTIM_RE = re.compile(r"^(?:[^.]*optim[^.]*\.)?state\.(?P<param>.+)\.(?P<key>[^.]+)$", re.IGNORECASE)
 _MAX_METADATA = 1 << 30

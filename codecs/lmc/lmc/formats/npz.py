@@ -6,7 +6,7 @@ import zipfile
 
 import numpy as np
 
-from ..errors import SourceError
+from .errors import SourceError
 from .fileio import check_file
 
 

@@ -1,6 +1,6 @@
 """The archive on the layouts real training writes, beside the same tensors in the plain Trainer layout.
 
-``python -m lmcbench.store.layouts --run NAME=RUN_DIR[:SOURCE] ... --out DIR``
+``python -m lmcbench.archive_layouts --run NAME=RUN_DIR[:SOURCE] ... --out DIR``
 
 For each run folder (DeepSpeed ZeRO ``global_step<N>/``, a Trainer's ``checkpoint-<N>/`` around them, FSDP DCP
 shards, torchtitan ``step-<N>/``), in one process:
@@ -135,10 +135,10 @@ def measure(name: str, run: str, kind: str, threads: list[int], scratch: str) ->
 
 
 def render(df, argv: list[str], note: str | None = None) -> str:
-    from ..report.header import cores, cpu_name, git_commit, library_versions
+    from .report.header import cores, cpu_name, git_commit, library_versions
 
     lines = ["# The archive on real training layouts, beside the same tensors in the plain Trainer layout", "",
-             "- command: `python -m lmcbench.store.layouts " + " ".join(argv) + "`",
+             "- command: `python -m lmcbench.archive_layouts " + " ".join(argv) + "`",
              f"- machine: {cpu_name()}, {cores()} cores; lmcbench git {git_commit()}; "
              f"run {time.strftime('%Y-%m-%d %H:%M:%S')}",
              "- libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(library_versions().items())),
@@ -170,7 +170,7 @@ def main(argv=None):
     import pandas as pd
 
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(prog="python -m lmcbench.store.layouts", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lmcbench.archive_layouts", description=__doc__.split("\n\n")[0])
     p.add_argument("--run", action="append", required=True, metavar="NAME=DIR:SOURCE",
                    help="a run folder and the lmcbench source that reads its layout (deepspeed or dcp)")
     p.add_argument("--out", required=True)

@@ -1,6 +1,6 @@
 """Hugging Face Trainer checkpoint folders, written: from a live model, optimizer and scheduler (what a
 training run saves), or from arrays and the JSON record of a folder read earlier (what a restore gives back).
-Both write folders the Trainer, :mod:`lmcbench.checkpoints.trainer_folder` and the tinygpt trainer load."""
+Both write folders the Trainer, :mod:`lmc.formats.trainer_folder` and the tinygpt trainer load."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import os
 import shutil
 
-from ..dtypes import dtype_name
-from ..errors import SourceError
+from .dtypes import dtype_name
+from .errors import SourceError
 from .fileio import install_dir, remove, sha256_file, tmp_name
 from .optimizer_json import rebuild_optimizer
 from .safetensors import save_torch_weights
@@ -43,7 +43,7 @@ def write_training_checkpoint(out_dir: str, step: int, model, opt, sched, traine
 
 def copy_files(d: str, dest: str, exclude) -> tuple[list[dict], list[str]]:
     """Copy every file of ``d`` except the names in ``exclude`` (see
-    :func:`~lmcbench.checkpoints.trainer_folder.replaced_files`) into ``dest``; returns (copied files with
+    :func:`~lmc.formats.trainer_folder.replaced_files`) into ``dest``; returns (copied files with
     size and sha256, names left out)."""
     os.makedirs(dest)
     skipped = []
@@ -68,7 +68,7 @@ def copy_files(d: str, dest: str, exclude) -> tuple[list[dict], list[str]]:
 
 def write_checkpoint_folder(final: str, files_dir: str, files: list, layout: dict, skeleton: dict | None,
                             arrays: dict, rec: str, error=SourceError) -> None:
-    """Write ``final/`` from what :func:`~lmcbench.checkpoints.trainer_folder.read_checkpoint` and
+    """Write ``final/`` from what :func:`~lmc.formats.trainer_folder.read_checkpoint` and
     :func:`copy_files` kept: the copied files (each checked against its sha256), ``model.safetensors`` with
     ``arrays[name]["weight"]`` for every tensor of ``layout`` (same names, dtypes and shapes; sharded or
     ``.bin`` weights come back as one safetensors file) and ``optimizer.pt`` rebuilt from ``skeleton`` with

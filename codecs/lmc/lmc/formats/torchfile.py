@@ -14,8 +14,8 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
-from ..dtypes import BFLOAT16
-from ..errors import SourceError
+from .dtypes import BFLOAT16, of_torch
+from .errors import SourceError
 from .fileio import check_file
 from .tensors import MOMENTS, TensorRef
 
@@ -92,10 +92,9 @@ def torch_to_numpy(t) -> np.ndarray:
 def torch_dtype_to_numpy(dt) -> np.dtype:
     import torch
 
-    special = {torch.bfloat16: BFLOAT16, torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
-               torch.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2)}
-    if dt in special:
-        return special[dt]
+    row = of_torch(dt)
+    if row is not None:
+        return row.numpy
     return np.dtype(torch.empty((), dtype=dt).numpy().dtype)
 
 

@@ -16,7 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..errors import ConfigError, SourceError
+from .errors import ConfigError, SourceError
 from .safetensors import safetensors_metadata, safetensors_refs
 from .tensors import MOMENTS, TensorRef, load_checked
 from .torchfile import load_optimizer, optimizer_refs, state_dict_refs, torch_state_dict, torch_to_numpy
@@ -232,14 +232,14 @@ def load_triples(ckpt_dir: str) -> dict:
 
 def read_checkpoint(d: str) -> tuple[dict, dict, dict | None]:
     """``(tensors, weights_layout, optimizer_skeleton)`` of one checkpoint folder, for a writer that gives it
-    back (:func:`lmcbench.checkpoints.trainer_write.write_checkpoint_folder`).
+    back (:func:`lmc.formats.trainer_write.write_checkpoint_folder`).
 
     tensors: name -> {"weight", "exp_avg", "exp_avg_sq"} (numpy, read-only views where possible), the moments
     matched to parameters with :func:`slot_names`; layout: the weight files, their format, the shard index
     used, the safetensors metadata and every tensor's dtype, shape and file; skeleton: see
-    :mod:`lmcbench.checkpoints.optimizer_json` (None without an ``optimizer.pt``).
+    :mod:`lmc.formats.optimizer_json` (None without an ``optimizer.pt``).
     """
-    from ..dtypes import dtype_name
+    from .dtypes import dtype_name
     from .optimizer_json import split_optimizer
 
     d = _checkpoint_dir(d)

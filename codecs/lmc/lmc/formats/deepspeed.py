@@ -48,7 +48,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from ..errors import SourceError
+from .errors import SourceError
 from .fileio import one_line
 from .tensors import MOMENTS, TensorRef
 from .torchfile import flatten_tensors, is_refusal, load_error, torch_dtype_to_numpy, torch_to_numpy, zip_format

@@ -9,21 +9,14 @@ from __future__ import annotations
 import json
 import struct
 
-import ml_dtypes
 import numpy as np
 
-from ..dtypes import BFLOAT16
-from ..errors import SourceError
+from .dtypes import DTYPES
+from .errors import SourceError
 from .fileio import check_file, one_line
 from .tensors import TensorRef
 
-SAFETENSORS_DTYPES = {
-    "F64": np.dtype(np.float64), "F32": np.dtype(np.float32), "F16": np.dtype(np.float16), "BF16": BFLOAT16,
-    "I64": np.dtype(np.int64), "I32": np.dtype(np.int32), "I16": np.dtype(np.int16), "I8": np.dtype(np.int8),
-    "U64": np.dtype(np.uint64), "U32": np.dtype(np.uint32), "U16": np.dtype(np.uint16), "U8": np.dtype(np.uint8),
-    "BOOL": np.dtype(np.bool_),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn), "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-}
+SAFETENSORS_DTYPES = {d.safetensors: d.numpy for d in DTYPES if d.safetensors != "C64"}  # (the one table)
 _MAX_HEADER = 100 * 1024 * 1024
 
 

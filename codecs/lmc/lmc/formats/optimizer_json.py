@@ -9,7 +9,7 @@ loads. Nothing in a skeleton is ever unpickled: it is JSON.
 
 from __future__ import annotations
 
-from ..errors import SourceError
+from .errors import SourceError
 from .fileio import one_line
 from .tensors import MOMENTS
 from .torchfile import numpy_to_torch, torch_dtype, torch_to_numpy

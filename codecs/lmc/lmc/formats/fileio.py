@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 
-from ..errors import SourceError
+from .errors import SourceError
 
 
 def one_line(e: BaseException) -> str:

@@ -8,8 +8,8 @@ from typing import Callable
 
 import numpy as np
 
-from ..dtypes import dtype_name
-from ..errors import SourceError
+from .dtypes import dtype_name
+from .errors import SourceError
 
 KINDS = ("weight", "master_weight", "exp_avg", "exp_avg_sq", "other")  # master_weight: fp32 master copies
 MOMENTS = ("exp_avg", "exp_avg_sq")
