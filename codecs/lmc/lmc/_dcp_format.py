@@ -10,7 +10,6 @@ import re
 import zlib
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 import torch
 from torch.distributed.checkpoint.metadata import (
@@ -24,6 +23,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 
 from ._core import FormatError, decompress
+from .formats.dtypes import DTYPES
 
 METADATA_FILE = "lmc-metadata.json"
 FORMAT = "lmc-dcp"
@@ -36,16 +36,10 @@ _FILE_RE = re.compile(r"^__\d{1,9}_\d{1,9}\.lmc$")
 _MAX_METADATA = 1 << 30
 _CODECS = ("lmc", "raw", "zlib")
 
-# torch dtypes LMC codes with their own layout (the numpy dtype of the same bits)
-_LMC_DTYPES = {
-    torch.float32: np.float32, torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16,
-    torch.float64: np.float64, torch.int8: np.int8, torch.uint8: np.uint8, torch.int16: np.int16,
-    torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_, torch.complex64: np.complex64,
-    torch.float8_e4m3fn: ml_dtypes.float8_e4m3fn, torch.float8_e5m2: ml_dtypes.float8_e5m2,
-}
-for _n, _d in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
-    if isinstance(getattr(torch, _n, None), torch.dtype):
-        _LMC_DTYPES[getattr(torch, _n)] = _d
+# torch dtypes LMC codes with their own layout (the numpy dtype of the same bits): the one dtype table's rows
+# (lmc.formats.dtypes; bool is coded as numpy's bool here, as format 1 wrote it)
+_LMC_DTYPES = {getattr(torch, _d.name): _d.numpy for _d in DTYPES
+               if isinstance(getattr(torch, _d.name, None), torch.dtype)}
 # every torch dtype a tensor item may have (those LMC does not code are stored raw or zlib-compressed)
 _DTYPES = {str(d).removeprefix("torch."): d for d in _LMC_DTYPES}
 for _n in ("complex128", "complex32", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):

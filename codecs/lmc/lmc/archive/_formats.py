@@ -4,37 +4,18 @@ import json
 import re
 import struct
 
-import ml_dtypes
-import numpy as np
-
+from ..formats.dtypes import CODE_DTYPES, DTYPES, code_name
 from ._store import ArchiveError, _no_dupes, _bad_const
 
 MAX_ST_HEADER = 100 << 20
 
-# numpy dtypes lmc codes (by name, as stored in a tensor entry's "np")
-NP_DTYPES = {n: np.dtype(t) for n, t in [
-    ("float32", np.float32), ("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16),
-    ("float64", np.float64), ("int8", np.int8), ("uint8", np.uint8), ("int16", np.int16),
-    ("uint16", np.uint16), ("int32", np.int32), ("uint32", np.uint32), ("int64", np.int64),
-    ("uint64", np.uint64), ("complex64", np.complex64),
-    ("float8_e4m3fn", ml_dtypes.float8_e4m3fn), ("float8_e5m2", ml_dtypes.float8_e5m2)]}
-
+# the one dtype table (lmc.formats.dtypes), in the forms the archive index uses:
+# numpy dtypes lmc codes, by name (a tensor entry's "np")
+NP_DTYPES = dict(CODE_DTYPES)
 # safetensors dtype -> (item size, numpy coding dtype name); BOOL is coded as bytes
-ST_DTYPES = {
-    "F64": (8, "float64"), "F32": (4, "float32"), "F16": (2, "float16"),
-    "BF16": (2, "bfloat16"), "I64": (8, "int64"), "I32": (4, "int32"),
-    "I16": (2, "int16"), "I8": (1, "int8"), "U64": (8, "uint64"), "U32": (4, "uint32"),
-    "U16": (2, "uint16"), "U8": (1, "uint8"), "BOOL": (1, "uint8"),
-    "F8_E4M3": (1, "float8_e4m3fn"), "F8_E5M2": (1, "float8_e5m2"),
-}
-
+ST_DTYPES = {d.safetensors: (d.itemsize, code_name(d.code)) for d in DTYPES if d.safetensors != "C64"}
 # torch dtype name -> numpy coding dtype name (others are stored as bytes)
-TORCH_NP = {
-    "float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "float64": "float64",
-    "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32", "int64": "int64",
-    "uint16": "uint16", "uint32": "uint32", "uint64": "uint64", "bool": "uint8",
-    "complex64": "complex64", "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
-}
+TORCH_NP = {d.name: code_name(d.code) for d in DTYPES}
 
 
 def parse_safetensors(f, size):
