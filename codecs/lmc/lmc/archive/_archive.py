@@ -4,7 +4,6 @@ import collections
 import copy
 import hashlib
 import os
-import re
 import secrets
 import shutil
 
@@ -14,34 +13,22 @@ from .. import compress, info as blob_info
 from . import _torchio
 from ._add import RawSource, StepEncoder, canonical_path, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
+from ..formats.errors import SourceError
+from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
+from ..formats.trainer_folder import step_folders as _step_folders
+from ..formats.trainer_folder import step_of
 from ._backend import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
                      new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._view import View, inflate, same_identity, sha128
 
 DEFAULT_KEYFRAME_EVERY = 10
-# the step folders training tools write: the Trainer and Accelerate (checkpoint-<N>), DeepSpeed's engine
-# (global_step<N>), torchtitan (step-<N>), others (step<N>)
-STEP_RE = re.compile(r"^(checkpoint-|global_step|step-|step)(\d+)$")
-
-
-def step_of(folder):
-    m = STEP_RE.match(os.path.basename(os.path.normpath(folder)))
-    return int(m.group(2)) if m else None
-
-
 def step_folders(run_dir):
-    """[(step, name)] of the step folders directly under run_dir, ascending.  Two folders
-    for one step (checkpoint-4 and step-4) are an error: which one is the step is not clear."""
-    found = {}
-    for n in sorted(os.listdir(run_dir)):
-        m = STEP_RE.match(n)
-        if m and os.path.isdir(os.path.join(run_dir, n)):
-            s = int(m.group(2))
-            if s in found:
-                raise ArchiveError(f"{run_dir}: two folders for step {s}: {found[s]}, {n}")
-            found[s] = n
-    return sorted(found.items())
+    """lmc.formats.trainer_folder.step_folders, its error as an ArchiveError."""
+    try:
+        return _step_folders(run_dir)
+    except SourceError as e:
+        raise ArchiveError(str(e)) from None
 
 
 def opaque_bytes(files):

@@ -1,13 +1,11 @@
 """File formats inside a checkpoint folder: a strict safetensors header
 parser, dtype tables, and the schema check of a step index."""
-import json
 import re
-import struct
 
 from ..formats.dtypes import CODE_DTYPES, DTYPES, code_name
-from ._store import ArchiveError, _no_dupes, _bad_const
-
-MAX_ST_HEADER = 100 << 20
+from ..formats.errors import SourceError
+from ..formats.safetensors import parse_header
+from ._store import ArchiveError
 
 # the one dtype table (lmc.formats.dtypes), in the forms the archive index uses:
 # numpy dtypes lmc codes, by name (a tensor entry's "np")
@@ -19,61 +17,12 @@ TORCH_NP = {d.name: code_name(d.code) for d in DTYPES}
 
 
 def parse_safetensors(f, size):
-    """Parse a safetensors file's header strictly.  Returns (header_len,
-    [(name, dtype, shape, begin, end), ...] sorted by begin, absolute file
-    offsets) or None when the file is not a well-formed safetensors file
-    (the caller then keeps it as plain bytes)."""
-    if size < 8:
-        return None
-    f.seek(0)
-    head = f.read(8)
-    if len(head) != 8:
-        return None
-    (n,) = struct.unpack("<Q", head)
-    if n == 0 or n > MAX_ST_HEADER or n > size - 8:
-        return None
-    raw = f.read(n)
-    if len(raw) != n:
-        return None
+    """lmc.formats.safetensors.parse_header, or None when the file is not a well-formed safetensors file (the
+    archive then keeps it as plain bytes)."""
     try:
-        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_dupes,
-                         parse_constant=_bad_const)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        return parse_header(f, size)
+    except SourceError:
         return None
-    if not isinstance(obj, dict):
-        return None
-    base = 8 + n
-    data_len = size - base
-    out = []
-    for name, v in obj.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(v, dict) or set(v) != {"dtype", "shape", "data_offsets"}:
-            return None
-        dt, shape, offs = v["dtype"], v["shape"], v["data_offsets"]
-        if not isinstance(dt, str) or not isinstance(shape, list) or not isinstance(offs, list):
-            return None
-        if len(shape) > 64 or any(type(d) is not int or d < 0 for d in shape):
-            return None
-        if len(offs) != 2 or any(type(o) is not int for o in offs):
-            return None
-        b, e = offs
-        if not 0 <= b <= e <= data_len:
-            return None
-        numel = 1
-        for d in shape:
-            numel *= d
-        if dt in ST_DTYPES:
-            if numel * ST_DTYPES[dt][0] != e - b:
-                return None
-        out.append((name, dt, [int(d) for d in shape], base + b, base + e))
-    out.sort(key=lambda t: (t[3], t[4]))
-    pos = base
-    for t in out:
-        if t[3] < pos:  # overlapping tensors: keep the file as bytes
-            return None
-        pos = max(pos, t[4])
-    return base, out
 
 
 def layout(size, header_len, tensors):

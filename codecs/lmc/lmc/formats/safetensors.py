@@ -20,41 +20,86 @@ SAFETENSORS_DTYPES = {d.safetensors: d.numpy for d in DTYPES if d.safetensors !=
 _MAX_HEADER = 100 * 1024 * 1024
 
 
+def _no_dupes(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError(f"duplicate key {k!r}")
+        d[k] = v
+    return d
+
+
+def _bad_const(name):
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+def parse_header(f, size: int, where: str = "safetensors file"):
+    """A safetensors file's header, parsed strictly (the archive keeps a file that fails as bytes; lmcbench's
+    reader says why in one line): ``(header_len, [(name, dtype code, shape, begin, end), ...])`` sorted by
+    ``begin``, absolute offsets. Checked: the length, JSON without duplicate keys or NaN, each entry's fields and
+    types, offsets inside the file, byte size = shape x item size for the dtypes of the table (others, unknown
+    codes, are the caller's to refuse or keep), no two tensors overlapping. Raises :class:`SourceError`."""
+    def bad(msg):
+        raise SourceError(f"{where}: {msg}")
+
+    if size < 8:
+        bad("truncated safetensors file (no header length)")
+    f.seek(0)
+    head = f.read(8)
+    if len(head) != 8:
+        bad("truncated safetensors file (no header length)")
+    (n,) = struct.unpack("<Q", head)
+    if n == 0 or n > _MAX_HEADER or n > size - 8:
+        bad(f"not a safetensors file (header length {n} for a {size}-byte file)")
+    raw = f.read(n)
+    if len(raw) != n:
+        bad("truncated safetensors file (short header)")
+    try:
+        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_dupes, parse_constant=_bad_const)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        bad(f"not a safetensors file (header is not JSON: {one_line(e)[:80]})")
+    if not isinstance(obj, dict):
+        bad("not a safetensors file (header is not a JSON object)")
+    base = 8 + n
+    out = []
+    for name, v in obj.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(v, dict) or set(v) != {"dtype", "shape", "data_offsets"}:
+            bad(f"malformed safetensors entry for {name!r}")
+        dt, shape, offs = v["dtype"], v["shape"], v["data_offsets"]
+        if (not isinstance(dt, str) or not isinstance(shape, list) or len(shape) > 64
+                or any(type(d) is not int or d < 0 for d in shape) or not isinstance(offs, list)
+                or len(offs) != 2 or any(type(o) is not int for o in offs) or not 0 <= offs[0] <= offs[1]):
+            bad(f"malformed safetensors entry for {name!r}")
+        b, e = offs
+        if base + e > size:
+            bad(f"truncated: tensor {name!r} ends at byte {base + e}, file has {size}")
+        numel = 1
+        for d in shape:
+            numel *= d
+        if dt in SAFETENSORS_DTYPES and numel * SAFETENSORS_DTYPES[dt].itemsize != e - b:
+            bad(f"tensor {name!r} has {e - b} bytes for shape {tuple(shape)} of {dt}")
+        out.append((name, dt, [int(d) for d in shape], base + b, base + e))
+    out.sort(key=lambda t: (t[3], t[4]))
+    pos, prev = base, None
+    for t in out:
+        if t[3] < pos:
+            bad(f"tensors {prev!r} and {t[0]!r} overlap")
+        pos, prev = max(pos, t[4]), t[0]
+    return base, out
+
+
 def safetensors_index(path: str) -> dict[str, tuple[np.dtype, tuple, int, int]]:
     """``name -> (dtype, shape, begin, end)`` (absolute file offsets), validated against the file size."""
     size = check_file(path)
     with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise SourceError(f"{path}: truncated safetensors file (no header length)")
-        (n,) = struct.unpack("<Q", head)
-        if n == 0 or n > _MAX_HEADER or 8 + n > size:
-            raise SourceError(f"{path}: not a safetensors file (header length {n} for a {size}-byte file)")
-        raw = f.read(n)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise SourceError(f"{path}: not a safetensors file (header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise SourceError(f"{path}: not a safetensors file (header is not a JSON object)")
-    base = 8 + n
+        _, entries = parse_header(f, size, path)
     out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dt = SAFETENSORS_DTYPES[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            b, e = (int(v) for v in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise SourceError(f"{path}: malformed safetensors entry for {name!r}") from None
-        if any(d < 0 for d in shape) or not 0 <= b <= e:
-            raise SourceError(f"{path}: malformed safetensors entry for {name!r}")
-        if e - b != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
-            raise SourceError(f"{path}: tensor {name!r} has {e - b} bytes for shape {shape} of {info['dtype']}")
-        if base + e > size:
-            raise SourceError(f"{path}: truncated: tensor {name!r} ends at byte {base + e}, file has {size}")
-        out[name] = (dt, shape, base + b, base + e)
+    for name, dt, shape, b, e in entries:
+        if dt not in SAFETENSORS_DTYPES:
+            raise SourceError(f"{path}: malformed safetensors entry for {name!r} (dtype {dt!r})")
+        out[name] = (SAFETENSORS_DTYPES[dt], tuple(shape), b, e)
     return out
 
 

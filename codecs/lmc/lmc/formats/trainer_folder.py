@@ -22,6 +22,29 @@ from .tensors import MOMENTS, TensorRef, load_checked
 from .torchfile import load_optimizer, optimizer_refs, state_dict_refs, torch_state_dict, torch_to_numpy
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+# the step folders training tools write: the Trainer and Accelerate (checkpoint-<N>), DeepSpeed's engine
+# (global_step<N>), torchtitan (step-<N>), others (step<N>)
+STEP_FOLDER_RE = re.compile(r"^(checkpoint-|global_step|step-|step)(\d+)$")
+
+
+def step_of(folder) -> int | None:
+    """The step in a step folder's name (``checkpoint-400``, ``global_step400``, ``step-400``), or None."""
+    m = STEP_FOLDER_RE.match(os.path.basename(os.path.normpath(os.fspath(folder))))
+    return int(m.group(2)) if m else None
+
+
+def step_folders(run_dir) -> list[tuple[int, str]]:
+    """``[(step, name)]`` of the step folders directly under run_dir, ascending; two folders for one step
+    (``checkpoint-4`` and ``step-4``) are a one-line error: which one is the step is not clear."""
+    found = {}
+    for n in sorted(os.listdir(run_dir)):
+        m = STEP_FOLDER_RE.match(n)
+        if m and os.path.isdir(os.path.join(run_dir, n)):
+            s = int(m.group(2))
+            if s in found:
+                raise SourceError(f"{run_dir}: two folders for step {s}: {found[s]}, {n}")
+            found[s] = n
+    return sorted(found.items())
 OPTIMIZER_FILE = "optimizer.pt"
 _NO_DECAY = re.compile(r"(bias|norm|ln_\d*|ln_f|layernorm)", re.IGNORECASE)
 
