@@ -134,12 +134,12 @@ def measure(name: str, run: str, kind: str, threads: list[int], scratch: str) ->
     return rows
 
 
-def render(df, argv: list[str], note: str | None = None) -> str:
-    from .report.header import cores, cpu_name, git_commit, library_versions
+def render(df, argv: list[str], note: str | None = None, commit: str = "") -> str:
+    from .report.header import cores, cpu_name, library_versions
 
     lines = ["# The archive on real training layouts, beside the same tensors in the plain Trainer layout", "",
              "- command: `python -m lmcbench.archive_layouts " + " ".join(argv) + "`",
-             f"- machine: {cpu_name()}, {cores()} cores; lmcbench git {git_commit()}; "
+             f"- machine: {cpu_name()}, {cores()} cores; lmcbench git {commit}; "
              f"run {time.strftime('%Y-%m-%d %H:%M:%S')}",
              "- libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(library_versions().items())),
              *([f"- {note}"] if note else []), "",
@@ -178,6 +178,9 @@ def main(argv=None):
     p.add_argument("--scratch", default=None, help="where archives are built (default: a temporary folder)")
     p.add_argument("--note", default=None, help="a line for the report's header (e.g. how the runs were made)")
     a = p.parse_args(argv)
+    from .report.header import git_commit
+
+    commit = git_commit()  # before anything is written (the outputs may be tracked files)
     threads = sorted({int(t) for t in a.threads.split(",")})
     os.makedirs(a.out, exist_ok=True)
     scratch = tempfile.mkdtemp(dir=a.scratch, prefix="lmc-layouts-")
@@ -194,7 +197,7 @@ def main(argv=None):
         shutil.rmtree(scratch, ignore_errors=True)
     df = pd.DataFrame(rows)
     df.to_csv(os.path.join(a.out, "layouts.csv"), index=False)
-    md = render(df, argv, a.note)
+    md = render(df, argv, a.note, commit)
     with open(os.path.join(a.out, "layouts.md"), "w") as f:
         f.write(md + "\n")
     print(md)
