@@ -39,7 +39,7 @@ from ._dcp_format import (
     _item_json, _key, _metadata_json, _Plan, _tensor_bytes, is_lmc_checkpoint,
 )
 
-__all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint"]
+__all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save"]
 
 # -------------------------------------------------------------------------------------------------- writer
 class LMCStorageWriter(StorageWriter):
@@ -432,3 +432,55 @@ class LMCStorageReader(StorageReader):
         fut: Future = Future()
         fut.set_result(None)
         return fut
+
+
+# -------------------------------------------------------------------------------------------------- convert
+def lmc_to_torch_save(dcp_dir, torch_save_path, threads=None) -> None:
+    """An LMC DCP checkpoint folder as one ``torch.save`` file of the whole, unsharded state, as
+    ``torch.distributed.checkpoint.format_utils.dcp_to_torch_save`` does for plain DCP folders (one process, no
+    process group; memory: the whole state). The file loads with ``torch.load(..., weights_only=True)``.
+
+        python -m lmc.dcp to-torch CKPT_DIR OUT.pt
+    """
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    _Checkpoint(dcp_dir, threads)  # a missing or foreign folder: one clear error before DCP's machinery
+    sd: dict = {}
+    _load_state_dict(sd, storage_reader=LMCStorageReader(dcp_dir, threads=threads),
+                     planner=_EmptyStateDictLoadPlanner(), no_dist=True)
+    with atomic_file(os.fspath(torch_save_path)) as f:
+        torch.save(sd, f)
+
+
+def main(argv=None) -> int:
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m lmc.dcp", description="LMC DCP checkpoints: conversions.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("to-torch", help="one torch.save file of the whole state (like dcp_to_torch_save)")
+    t.add_argument("checkpoint")
+    t.add_argument("out")
+    a = p.parse_args(argv)
+    import warnings
+
+    from torch.distributed.checkpoint.api import CheckpointException  # (a BaseException)
+
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # one process, on purpose
+
+    try:
+        lmc_to_torch_save(a.checkpoint, a.out)
+    except (Exception, CheckpointException) as e:  # one line: the input's error (a missing folder, a damaged file)
+        text = str(e).strip()
+        if isinstance(e, CheckpointException) and text:
+            text = text.splitlines()[-1]  # the rank's error, not DCP's traceback
+        msg = " ".join(text.split()) or type(e).__name__
+        print(f"lmc.dcp: error: {msg[:2000]}", file=sys.stderr)
+        return 2
+    print(f"{a.checkpoint} -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -397,3 +397,44 @@ def test_max_chain_bounds_the_reference_chain(tmp_path):
     for bad in (0, -1, True, 2.5):
         with pytest.raises(ValueError, match="max_chain"):
             LMCStorageWriter(tmp_path / "x", max_chain=bad)
+
+
+def test_lmc_to_torch_save_like_dcp_to_torch_save(tmp_path):
+    """The LMC equivalent of torch's dcp_to_torch_save: the same file contents as a plain DCP folder converted
+    by torch itself, for a checkpoint coded against the next one; the CLI too."""
+    import subprocess
+    import sys
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    from lmc.dcp import lmc_to_torch_save
+
+    m, opt, step = train_state()
+    s1 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
+    save(s1, tmp_path / "step-1")
+    dcp.save(s1, storage_writer=dcp.FileSystemWriter(str(tmp_path / "plain-1")))
+    step()
+    save(snapshot(m, opt), tmp_path / "step-2", reference=tmp_path / "step-1")  # step 1 now decodes through 2
+    lmc_to_torch_save(tmp_path / "step-1", tmp_path / "lmc.pt")
+    dcp_to_torch_save(str(tmp_path / "plain-1"), str(tmp_path / "plain.pt"))
+    got = torch.load(tmp_path / "lmc.pt", weights_only=True)
+    want = torch.load(tmp_path / "plain.pt", weights_only=True)
+    assert set(got) == set(want)
+
+    def same(a, b):
+        if isinstance(a, torch.Tensor):
+            return a.dtype == b.dtype and a.shape == b.shape and a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, (list, tuple)):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a == b
+
+    assert same(got, want)
+    r = subprocess.run([sys.executable, "-m", "lmc.dcp", "to-torch", str(tmp_path / "step-2"), str(tmp_path / "2.pt")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and (tmp_path / "2.pt").exists(), r.stderr
+    r = subprocess.run([sys.executable, "-m", "lmc.dcp", "to-torch", str(tmp_path / "nope"), str(tmp_path / "x.pt")],
+                       capture_output=True, text=True)
+    errors = [line for line in r.stderr.splitlines() if line.startswith("lmc.dcp: error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "no such checkpoint folder" in errors[0]
+    assert not (tmp_path / "x.pt").exists()
