@@ -1,6 +1,7 @@
 """Save and restore cost along an archive's chain, for this lmc and an older one, in one run.
 
     python codecs/lmc/bench_chain.py RUN_DIR --out DIR [--before GIT_REV] [--keyframe-every 10] [--threads N]
+                                     [--dcp]
 
 RUN_DIR holds checkpoint folders (`checkpoint-<N>/`, `step-<N>/`...). For each implementation (this checkout's
 lmc, and with --before the lmc of that git revision, checked out into a temporary worktree), a child process
@@ -10,6 +11,11 @@ comes from the archive), timing each add and reading its peak resident memory (V
 through /proc/self/clear_refs); then restores every step, timing each. The children run one after the other on
 the same folders. Writes `chain.csv` (one row per implementation x step), `chain.md` and `chain.png` (add and
 restore seconds against the step's position).
+
+`--dcp`: the same for `lmc.dcp`: each Trainer folder's state (`model.safetensors` weights, `optimizer.pt` read
+with `weights_only=True`) saved with `dcp.save(..., LMCStorageWriter(step-<N>, reference=the previous one,
+max_chain=K))`, one process (`no_dist`); then each loaded back with `LMCStorageReader`, and the last one saved
+plain and loaded with DCP's own FileSystemReader for comparison.
 """
 import argparse
 import json
@@ -41,13 +47,7 @@ def _peak_mib():
 def worker(run_dir, out_json, keyframe_every, threads, scratch):
     import lmc
     from lmc.archive import Archive
-    folders = []
-    for name in os.listdir(run_dir):
-        digits = "".join(c for c in name if c.isdigit())
-        if digits and os.path.isdir(os.path.join(run_dir, name)) and name.rstrip("0123456789") in (
-                "checkpoint-", "step-", "global_step", "step"):
-            folders.append((int(digits), os.path.join(run_dir, name)))
-    folders.sort()
+    folders = _folders(run_dir)
     # warm-up (Numba compiles on first use; an older checkout has no cache): the first two
     # folders through a throwaway archive, added and restored
     w = Archive(os.path.join(scratch, "warm"), keyframe_every=keyframe_every, threads=threads)
@@ -87,6 +87,118 @@ def worker(run_dir, out_json, keyframe_every, threads, scratch):
         json.dump({"lmc": getattr(lmc, "__version__", "?"), "lmc_file": lmc.__file__, "rows": rows}, f)
 
 
+def _dcp_depth(path):
+    """How many checkpoints a load of `path` decodes through (its reference chain, itself excluded)."""
+    n, seen = 0, set()
+    while True:
+        with open(os.path.join(path, "lmc-metadata.json")) as f:
+            ref = json.load(f).get("reference")
+        if not ref or path in seen:
+            return n
+        seen.add(path)
+        path, n = os.path.normpath(os.path.join(path, ref["path"])), n + 1
+
+
+def worker_dcp(run_dir, out_json, keyframe_every, threads, scratch):
+    import warnings
+
+    import lmc
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from safetensors.torch import load_file
+
+    from lmc.dcp import LMCStorageReader, LMCStorageWriter
+    warnings.filterwarnings("ignore")
+    folders = _folders(run_dir)
+
+    def state_of(f):
+        return {"model": load_file(os.path.join(f, "model.safetensors")),
+                "optim": torch.load(os.path.join(f, "optimizer.pt"), weights_only=True, map_location="cpu")}
+
+    def blank(sd):
+        if isinstance(sd, torch.Tensor):
+            return torch.empty_like(sd)
+        if isinstance(sd, dict):
+            return {k: blank(v) for k, v in sd.items()}
+        if isinstance(sd, list):
+            return [blank(v) for v in sd]
+        return sd
+
+    def save(st, path, prev):
+        dcp.save(st, storage_writer=LMCStorageWriter(path, reference=prev, max_chain=keyframe_every,
+                                                     threads=threads), no_dist=True)
+
+    for i, (step, f) in enumerate(folders[:2]):  # warm-up (Numba compiles on first use)
+        save(state_of(f), os.path.join(scratch, f"warm-{i}"), os.path.join(scratch, "warm-0") if i else None)
+    for i in range(2):
+        dcp.load(blank(state_of(folders[0][1])), storage_reader=LMCStorageReader(os.path.join(scratch, f"warm-{i}")),
+                 no_dist=True)
+    for i in range(2):
+        shutil.rmtree(os.path.join(scratch, f"warm-{i}"))
+    rows, prev = [], None
+    for i, (step, f) in enumerate(folders):
+        st = state_of(f)
+        path = os.path.join(scratch, f"step-{step}")
+        _reset_peak()
+        t = time.perf_counter()
+        save(st, path, prev)
+        dt = time.perf_counter() - t
+        bytes_in = sum(t.numel() * t.element_size() for t in _tensors(st))
+        rows.append({"step": step, "index": i, "add_s": dt, "add_peak_mib": _peak_mib(), "bytes_in": bytes_in})
+        prev = path
+        del st
+    for r, (step, f) in zip(rows, folders):
+        path = os.path.join(scratch, f"step-{step}")
+        target = blank(state_of(f))
+        _reset_peak()
+        t = time.perf_counter()
+        dcp.load(target, storage_reader=LMCStorageReader(path), no_dist=True)
+        r["restore_s"] = time.perf_counter() - t
+        r["restore_peak_mib"] = _peak_mib()
+        r["depth"] = _dcp_depth(path)
+        r["keyframe"] = r["depth"] == 0
+        del target
+    total = 0
+    for r in rows:
+        d = os.path.join(scratch, f"step-{r['step']}")
+        r["archive_growth_bytes"] = sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d))
+        total += r["archive_growth_bytes"]
+        r["archive_total_bytes"] = total
+    # the last state saved plain and loaded with DCP's own reader
+    st = state_of(folders[-1][1])
+    plain = os.path.join(scratch, "plain")
+    dcp.save(st, storage_writer=dcp.FileSystemWriter(plain), no_dist=True)
+    target = blank(st)
+    t = time.perf_counter()
+    dcp.load(target, storage_reader=dcp.FileSystemReader(plain), no_dist=True)
+    plain_s = time.perf_counter() - t
+    with open(out_json, "w") as f:
+        json.dump({"lmc": getattr(lmc, "__version__", "?"), "lmc_file": lmc.__file__, "rows": rows,
+                   "plain_load_s": plain_s}, f)
+
+
+def _tensors(obj):
+    import torch
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _tensors(v)
+
+
+def _folders(run_dir):
+    folders = []
+    for name in os.listdir(run_dir):
+        digits = "".join(c for c in name if c.isdigit())
+        if digits and os.path.isdir(os.path.join(run_dir, name)) and name.rstrip("0123456789") in (
+                "checkpoint-", "step-", "global_step", "step"):
+            folders.append((int(digits), os.path.join(run_dir, name)))
+    return sorted(folders)
+
+
 def _git(*args, cwd):
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
@@ -99,6 +211,7 @@ def main(argv=None):
     p.add_argument("--keyframe-every", type=int, default=10)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--dcp", action="store_true", help="lmc.dcp's writer and reader instead of the archive")
     p.add_argument("--lmc-path", default=None, help=argparse.SUPPRESS)
     p.add_argument("--scratch", default=None)
     a = p.parse_args(argv)
@@ -107,7 +220,7 @@ def main(argv=None):
             sys.meta_path[:] = [f for f in sys.meta_path
                                 if "editable" not in (getattr(f, "__module__", "") or "").lower()]
             sys.path.insert(0, a.lmc_path)
-        worker(a.run_dir, a.worker, a.keyframe_every, a.threads, a.scratch)
+        (worker_dcp if a.dcp else worker)(a.run_dir, a.worker, a.keyframe_every, a.threads, a.scratch)
         return
     here = os.path.dirname(os.path.abspath(__file__))
     repo = _git("rev-parse", "--show-toplevel", cwd=here)
@@ -130,6 +243,8 @@ def main(argv=None):
                    "--scratch", scratch, "--keyframe-every", str(a.keyframe_every), "--lmc-path", path]
             if a.threads:
                 cmd += ["--threads", str(a.threads)]
+            if a.dcp:
+                cmd += ["--dcp"]
             subprocess.run(cmd, env=env, check=True)
             with open(js) as f:
                 results[label] = json.load(f)
@@ -154,12 +269,15 @@ def _write(a, results, argv):
         w.writeheader()
         w.writerows(rows)
     import platform
-    lines = ["# Save and restore cost along an archive's chain", "",
+    title = ("Save and load cost along an lmc.dcp chain" if a.dcp else "Save and restore cost along an archive's chain")
+    lines = [f"# {title}", "",
              f"- command: `python codecs/lmc/bench_chain.py {' '.join(argv)}`",
              f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
              f"run {time.strftime('%Y-%m-%d %H:%M:%S')}",
-             f"- keyframe every {a.keyframe_every}; every add with `reference_folder=None` (references from the "
-             "archive); peak memory: the process's VmHWM, reset before each add and restore", "",
+             (f"- max_chain {a.keyframe_every}; `dcp.save` with `LMCStorageWriter(reference=the previous checkpoint)`, "
+              "`dcp.load` with `LMCStorageReader`, one process; " if a.dcp else
+              f"- keyframe every {a.keyframe_every}; every add with `reference_folder=None` (references from the "
+              "archive); ") + "peak memory: the process's VmHWM, reset before each add and restore", "",
              "| implementation | steps | MiB in | archive MiB | add s (first / median / max) | add peak MiB (max) | "
              "restore s: latest | restore s: median over steps | restore s: max | max depth |",
              "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
@@ -173,6 +291,10 @@ def _write(a, results, argv):
             f"{max(adds):.2f} | {max(r['add_peak_mib'] for r in rs):.0f} | {rs[-1]['restore_s']:.2f} | "
             f"{st.median(r['restore_s'] for r in rs):.2f} | {max(r['restore_s'] for r in rs):.2f} | "
             f"{max(r['depth'] for r in rs)} |")
+    for label, res in results.items():
+        if "plain_load_s" in res:
+            lines.append(f"\n{label}: the last state saved plain and loaded with DCP's FileSystemReader: "
+                         f"{res['plain_load_s']:.2f} s (LMC, the same state: {res['rows'][-1]['restore_s']:.2f} s).")
     keyf = [r for r in rows if r["keyframe"]]
     if keyf:
         lines += ["", f"Restoring a keyframe (median over implementations and keyframes): "
