@@ -261,6 +261,8 @@ def _parse_metadata(doc, path: str):
                     bad(f"chunk {tuple(c.offsets)} of {fqn!r} has no stored item")
         elif (fqn, None) not in items:
             bad(f"bytes item {fqn!r} is not stored")
+    if "time" in doc and type(doc["time"]) is not int:
+        bad("time")
     group = doc.get("group")
     if group is not None and (type(group) is not int or group < 1):
         bad("group")

@@ -18,6 +18,7 @@ import contextlib
 import io
 import json
 import os
+import time
 import uuid
 import zlib
 from dataclasses import replace
@@ -39,7 +40,8 @@ from ._dcp_format import (
     _item_json, _key, _metadata_json, _Plan, _tensor_bytes, is_lmc_checkpoint,
 )
 
-__all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save"]
+__all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save",
+           "prune"]
 
 # -------------------------------------------------------------------------------------------------- writer
 class LMCStorageWriter(StorageWriter):
@@ -257,6 +259,7 @@ class LMCStorageWriter(StorageWriter):
             metadata.version = CURRENT_DCP_VERSION
         doc = _metadata_json(metadata, items, self.save_id, None, self.path,
                              group=1 if ref is None else self._group_of(ref))
+        doc["time"] = int(time.time())  # when it was saved (re-coding it later keeps this)
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
         with atomic_file(os.path.join(self.path, METADATA_FILE), sync=self.sync_files) as f:
             f.write(data)
@@ -432,6 +435,114 @@ class LMCStorageReader(StorageReader):
         fut: Future = Future()
         fut.set_result(None)
         return fut
+
+
+# ------------------------------------------------------------------------------------------------ retention
+def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_regex=r"(\d+)$", threads=None):
+    """Delete LMC DCP checkpoint folders under ``parent`` (``step-<N>/`` and the like: the step is the number
+    ``step_regex`` finds in the name), keeping every folder that any policy keeps, and always the newest:
+    ``keep_last`` K (the newest K), ``keep_every`` N (steps that are multiples of N, as Orbax's keep_period),
+    ``keep_within`` seconds (checkpoints saved within that long before the newest one: the save time the
+    metadata records, else its file's mtime). A kept checkpoint coded against one that goes is re-coded first, against the next
+    kept checkpoint along its chain (else alone), into a new data file of its own folder with its metadata
+    replaced atomically: no kept checkpoint is ever lost. Deleting only the oldest re-codes nothing (a plain
+    ``rm -rf`` does the same). Returns the deleted folders. One process; no save may run meanwhile."""
+    import re
+    import shutil
+
+    if keep_last is None and keep_every is None and keep_within is None:
+        raise ValueError("lmc.dcp.prune: give at least one of keep_last, keep_every, keep_within")
+    rx = re.compile(step_regex)
+    found = []
+    for name in os.listdir(parent):
+        path = os.path.join(parent, name)
+        m = rx.search(name)
+        if m and is_lmc_checkpoint(path):
+            found.append((int(m.group(1)), path))
+    found.sort()
+    if not found:
+        return []
+    keep = {found[-1][1]}
+    if keep_last is not None:
+        keep |= {p for _, p in found[-int(keep_last):]}
+    if keep_every is not None:
+        keep |= {p for s, p in found if s % int(keep_every) == 0}
+    if keep_within is not None:
+        times = {p: _saved_at(p) for _, p in found}
+        newest = max(times.values())
+        keep |= {p for p, t in times.items() if t >= newest - float(keep_within)}
+    drop = [p for _, p in found if p not in keep]
+    if not drop:
+        return []
+    gone = {os.path.realpath(p) for p in drop}
+    for _, path in found:
+        if path not in keep:
+            continue
+        ck = _Checkpoint(path, threads)
+        target, c = None, ck
+        while c.doc.get("reference") is not None:  # the first kept checkpoint along its chain
+            c = c.reference()
+            if os.path.realpath(c.path) not in gone:
+                target = c
+                break
+        if c is ck or (target is not None and os.path.realpath(ck.reference().path) == os.path.realpath(target.path)):
+            continue  # coded alone, or against a kept checkpoint already
+        _recode_against(ck, target, threads)
+    for p in drop:
+        shutil.rmtree(p)
+    return drop
+
+
+def _saved_at(path) -> float:
+    """When a checkpoint was saved: its metadata's "time" (format 2), else the metadata file's mtime."""
+    meta = os.path.join(path, METADATA_FILE)
+    try:
+        with open(meta, "rb") as f:
+            t = json.loads(f.read().decode("utf-8")).get("time")
+        if type(t) is int:
+            return float(t)
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        pass
+    return os.path.getmtime(meta)
+
+
+def _recode_against(ck: _Checkpoint, target, threads):
+    """Re-code every item of checkpoint ``ck`` against ``target``'s same item (None: alone), into one new data
+    file of its folder, then replace its metadata atomically and remove the data files it no longer names."""
+    gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ck.items.values())
+    rec = _Recoder(ck, f"__0_{gen}{SUFFIX}", threads, True)
+    new = {}
+    try:
+        for key, (_idx, old) in ck.items.items():
+            t = target.items.get(key) if target is not None else None
+            if old.codec == "lmc" and t is not None and t[1].dtype == old.dtype and t[1].shape == old.shape \
+                    and t[1].codec == "lmc":
+                npdt = np.dtype(_LMC_DTYPES[_DTYPE_BY_NAME[old.dtype]])
+                ref = np.asarray(target.decode(key)).view(npdt)
+                arr = np.asarray(ck.decode(key)).view(npdt)
+                blob = compress(arr, reference=ref, threads=threads)
+                use = bool(info(blob)["has_reference"])
+                new[key] = rec._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype,
+                                    shape=old.shape, ref=(target.save_id, t[1].crc32) if use else None)
+                del ref, arr
+            else:
+                new[key] = rec.carry(key)
+        rec.commit()
+    except BaseException:
+        rec.abort()
+        raise
+    doc = dict(ck.doc)
+    used = any(it.ref is not None for it in new.values())
+    doc["reference"] = ({"save_id": target.save_id, "path": os.path.relpath(target.path, ck.path),
+                         "abspath": target.path} if used else None)
+    doc["items"] = [_item_json(idx, new[k]) for k, (idx, _) in ck.items.items()]
+    with atomic_file(os.path.join(ck.path, METADATA_FILE)) as f:
+        f.write(json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+    named = {it.file for it in new.values()}
+    for name in os.listdir(ck.path):
+        if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(ck.path, name))
 
 
 # -------------------------------------------------------------------------------------------------- convert

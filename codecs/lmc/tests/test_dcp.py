@@ -438,3 +438,35 @@ def test_lmc_to_torch_save_like_dcp_to_torch_save(tmp_path):
     errors = [line for line in r.stderr.splitlines() if line.startswith("lmc.dcp: error:")]
     assert r.returncode == 2 and len(errors) == 1 and "no such checkpoint folder" in errors[0]
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_prune_keep_every_and_within_never_loses_a_kept_checkpoint(tmp_path):
+    """keep_every / keep_within / keep_last: a kept checkpoint whose chain went through a deleted one is
+    re-coded first; every kept one loads bit-exact; deleting only the oldest re-codes nothing."""
+    from lmc.dcp import prune
+
+    m, opt, step = train_state()
+    states = {}
+    for i in range(1, 10):
+        states[i] = snapshot(m, opt)
+        save(states[i], tmp_path / f"step-{i}", reference=tmp_path / f"step-{i - 1}" if i > 1 else None,
+             max_chain=4)
+        step()
+    for i in range(1, 10):  # one checkpoint an hour (the save time the metadata records)
+        p = tmp_path / f"step-{i}" / METADATA_FILE
+        doc = json.loads(p.read_text())
+        doc["time"] = 1_000_000 + 3600 * i
+        p.write_text(json.dumps(doc))
+    # groups: 1->2->3->4 | 5->6->7->8 | 9
+    gone = prune(tmp_path, keep_every=3, keep_within=1.5 * 3600)
+    assert sorted(os.path.basename(p) for p in gone) == ["step-1", "step-2", "step-4", "step-5", "step-7"]
+    assert sorted(os.listdir(tmp_path)) == ["step-3", "step-6", "step-8", "step-9"]
+    for i in (3, 6, 8, 9):
+        assert_same(states[i], load(states[i], tmp_path / f"step-{i}"))
+    assert meta(tmp_path / "step-6")["reference"]["path"] == "../step-8"  # was ../step-7
+    before = {n: sorted(os.listdir(tmp_path / n)) for n in os.listdir(tmp_path)}
+    assert [os.path.basename(p) for p in prune(tmp_path, keep_last=3)] == ["step-3"]
+    assert {n: sorted(os.listdir(tmp_path / n)) for n in os.listdir(tmp_path)} == \
+        {n: v for n, v in before.items() if n != "step-3"}  # the oldest went: nothing re-coded
+    with pytest.raises(ValueError, match="at least one"):
+        prune(tmp_path)
