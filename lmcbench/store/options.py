@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from lmc.archive import DEFAULT_KEYFRAME_EVERY
+
 from ..errors import ConfigError
 
 # every way of saving a checkpoint the task knows, in report order
@@ -25,7 +27,7 @@ class StoreConfig:
 
     methods: list = field(default_factory=lambda: list(METHODS))
     variants: list = field(default_factory=lambda: ["fp32", "bf16"])
-    keyframe_every: int = 10
+    keyframe_every: int = DEFAULT_KEYFRAME_EVERY  # (lmc's one default; the preset's yaml states it too)
     threads: int | None = None
     zstd_level: int = 3
     keep_checkpoints: bool = False

@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from ._core import FormatError, compress, info
+from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
 from ._dcp_format import (
     _DTYPES as _DTYPE_BY_NAME, _LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, _Checkpoint, _crc, _dtype_name, _Item,
@@ -63,7 +64,8 @@ class LMCStorageWriter(StorageWriter):
     Saving into a folder that another checkpoint beside it depends on is refused (it would become unloadable);
     a plain DCP checkpoint's ``.metadata`` and ``.distcp`` files left in the folder are removed."""
 
-    def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True, max_chain=10):
+    def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True,
+                 max_chain=DEFAULT_KEYFRAME_EVERY):
         super().__init__()
         if max_chain is not None and (isinstance(max_chain, bool) or not isinstance(max_chain, int) or max_chain < 1):
             raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")
