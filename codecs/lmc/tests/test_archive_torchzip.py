@@ -433,3 +433,23 @@ def test_repair_after_an_interrupted_add_and_with_a_damaged_segment(tmp_path, mo
     assert f"unreadable segment {victim}" in out and (tmp_path / "a" / f"damaged-{victim}").exists()
     assert "step 1: LOST" in out and "step 2: LOST" in out and "4 step(s) restorable, 2 lost" not in out
     assert "3 step(s) restorable, 2 lost" in out
+
+
+def test_restore_checks_free_space_first(ds_run, tmp_path, monkeypatch, capsys):
+    """Not enough room: one line saying how much is needed, and nothing written (no partial folder)."""
+    import collections
+    import shutil as sh
+    a = Archive(tmp_path / "a")
+    a.add(ds_run / "checkpoint-2")
+    need = a.entries()[0]["bytes_in"]
+    real = sh.disk_usage
+    monkeypatch.setattr(sh, "disk_usage", lambda p: collections.namedtuple("u", "total used free")(
+        real(p).total, real(p).used, need // 2))
+    out = tmp_path / "out"
+    assert archive_main(["restore", str(tmp_path / "a"), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "needs" in err and "bytes free" in err and err.count("\n") == 1
+    assert not out.exists() or not any(out.rglob("*"))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".lmc-restore-")]
+    monkeypatch.setattr(sh, "disk_usage", real)
+    assert archive_main(["restore", str(tmp_path / "a"), str(out)]) == 0
