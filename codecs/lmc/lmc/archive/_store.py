@@ -8,6 +8,7 @@ import secrets
 import struct
 import zlib
 
+from ..formats.fileio import strict_json
 from ._backend import TMP_PREFIX, ArchiveError, backend, fsync_dir  # noqa: F401 - re-exported
 
 MANIFEST = "lmc-archive.json"
@@ -33,24 +34,10 @@ def canon(obj):
                       allow_nan=False).encode()
 
 
-def _no_dupes(pairs):
-    d = {}
-    for k, v in pairs:
-        if k in d:
-            raise ValueError(f"duplicate key {k!r}")
-        d[k] = v
-    return d
-
-
-def _bad_const(name):
-    raise ValueError(f"invalid JSON constant {name}")
-
-
 def load_json(data, what):
     """Parse untrusted JSON (no NaN/Infinity, no duplicate keys)."""
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_dupes,
-                          parse_constant=_bad_const)
+        return strict_json(data)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         raise ArchiveError(f"{what}: invalid JSON ({e})") from None
 

@@ -11,6 +11,24 @@ import shutil
 from .errors import SourceError
 
 
+def strict_json(data: bytes):
+    """Untrusted JSON parsed strictly: UTF-8, no duplicate keys, no NaN/Infinity (ValueError otherwise)."""
+    return json.loads(data.decode("utf-8"), object_pairs_hook=_no_dupes, parse_constant=_bad_const)
+
+
+def _no_dupes(pairs):
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError(f"duplicate key {k!r}")
+        d[k] = v
+    return d
+
+
+def _bad_const(name):
+    raise ValueError(f"invalid JSON constant {name}")
+
+
 def one_line(e: BaseException) -> str:
     """An exception's message on one line (its type name when it has none)."""
     return " ".join(str(e).split()) or type(e).__name__

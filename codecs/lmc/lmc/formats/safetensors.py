@@ -6,31 +6,17 @@ still means the library: imports are absolute.)
 
 from __future__ import annotations
 
-import json
 import struct
 
 import numpy as np
 
 from .dtypes import DTYPES
 from .errors import SourceError
-from .fileio import check_file, one_line
+from .fileio import check_file, one_line, strict_json
 from .tensors import TensorRef
 
 SAFETENSORS_DTYPES = {d.safetensors: d.numpy for d in DTYPES if d.safetensors != "C64"}  # (the one table)
 _MAX_HEADER = 100 * 1024 * 1024
-
-
-def _no_dupes(pairs):
-    d = {}
-    for k, v in pairs:
-        if k in d:
-            raise ValueError(f"duplicate key {k!r}")
-        d[k] = v
-    return d
-
-
-def _bad_const(name):
-    raise ValueError(f"invalid JSON constant {name}")
 
 
 def parse_header(f, size: int, where: str = "safetensors file"):
@@ -55,7 +41,7 @@ def parse_header(f, size: int, where: str = "safetensors file"):
     if len(raw) != n:
         bad("truncated safetensors file (short header)")
     try:
-        obj = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_dupes, parse_constant=_bad_const)
+        obj = strict_json(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
         bad(f"not a safetensors file (header is not JSON: {one_line(e)[:80]})")
     if not isinstance(obj, dict):
