@@ -91,6 +91,19 @@ def load(sd, path):
     return out
 
 
+def save_series(root, n, max_chain, after_save=None):
+    """Checkpoints step-1..step-n of a training run, each saved with the one before as its reference."""
+    m, opt, step = train_state()
+    states = {}
+    for i in range(1, n + 1):
+        states[i] = snapshot(m, opt)
+        save(states[i], root / f"step-{i}", reference=root / f"step-{i - 1}" if i > 1 else None, max_chain=max_chain)
+        if after_save is not None:
+            after_save(i, states)
+        step()
+    return states
+
+
 def folder_bytes(path):
     return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
 
@@ -171,18 +184,14 @@ def test_training_state_and_reference(tmp_path):
 
 def test_rm_rf_of_the_oldest_keeps_every_newer_checkpoint(tmp_path):
     """What keep_latest_k and save_total_limit do: delete the oldest folders with a plain rm -rf."""
-    m, opt, step = train_state()
-    states = {}
-    for i in range(1, 8):
-        states[i] = snapshot(m, opt)
-        save(states[i], tmp_path / f"step-{i}", reference=tmp_path / f"step-{i - 1}" if i > 1 else None,
-             max_chain=3)
+    def after_save(i, states):
         if i > 2:
             shutil.rmtree(tmp_path / f"step-{i - 2}")  # keep the latest two
         for j in (i - 1, i):
             if j >= 1 and (tmp_path / f"step-{j}").exists():
                 assert_same(states[j], load(states[j], tmp_path / f"step-{j}"))
-        step()
+
+    save_series(tmp_path, 7, max_chain=3, after_save=after_save)
     assert sorted(os.listdir(tmp_path)) == ["step-6", "step-7"]
     assert meta(tmp_path / "step-7")["reference"] is None
 
@@ -445,13 +454,7 @@ def test_prune_keep_every_and_within_never_loses_a_kept_checkpoint(tmp_path):
     re-coded first; every kept one loads bit-exact; deleting only the oldest re-codes nothing."""
     from lmc.dcp import prune
 
-    m, opt, step = train_state()
-    states = {}
-    for i in range(1, 10):
-        states[i] = snapshot(m, opt)
-        save(states[i], tmp_path / f"step-{i}", reference=tmp_path / f"step-{i - 1}" if i > 1 else None,
-             max_chain=4)
-        step()
+    states = save_series(tmp_path, 9, max_chain=4)
     for i in range(1, 10):  # one checkpoint an hour (the save time the metadata records)
         p = tmp_path / f"step-{i}" / METADATA_FILE
         doc = json.loads(p.read_text())
