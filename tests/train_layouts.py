@@ -1,33 +1,42 @@
 """Real training runs on the CPU (two gloo ranks, two processes, no launcher) in the layouts large runs write.
 
-    python tests/train_layouts.py LAYOUT OUT_DIR [--steps 6] [--save-every 2]
-    python tests/train_layouts.py LAYOUT OUT_DIR --resume CKPT_DIR --out-json F [--more 2]
+    python tests/train_layouts.py LAYOUT OUT_DIR [--steps 6] [--save-every 2] [--out-json F]
+    python tests/train_layouts.py LAYOUT SCRATCH_DIR --resume CKPT_DIR --out-json F [--steps 6] [--more 2]
 
 LAYOUT:
 
-``ds_zero2`` / ``ds_zero3``: a Hugging Face ``Trainer`` with DeepSpeed ZeRO-2 / ZeRO-3 (``TrainingArguments(deepspeed=
-config)``, bf16 weights, a torch AdamW whose fp32 master weights and both moments DeepSpeed partitions over the
-ranks) trains a small GPT-2; every ``save-every`` steps the Trainer writes ``OUT/checkpoint-<N>/`` with
-``global_step<N>/`` (``mp_rank_00_model_states.pt``, ``bf16_zero_pp_rank_<r>_mp_rank_00_optim_states.pt``),
-``latest``, ``zero_to_fp32.py``, ``model.safetensors``, ``trainer_state.json`` and per-rank RNG states.
+``ds_zero2`` / ``ds_zero3``: a Hugging Face ``Trainer`` with DeepSpeed ZeRO-2 / ZeRO-3 (``TrainingArguments(
+deepspeed=config)``, bf16 weights, a torch AdamW whose fp32 master weights and both moments DeepSpeed partitions
+over the ranks) trains a small GPT-2 (5.1 M parameters); every ``save-every`` steps the Trainer writes
+``OUT/checkpoint-<N>/`` with ``global_step<N>/`` (ZeRO-2: ``mp_rank_00_model_states.pt``; ZeRO-3:
+``zero_pp_rank_<r>_mp_rank_00_model_states.pt``; both: ``bf16_zero_pp_rank_<r>_mp_rank_00_optim_states.pt``),
+``latest``, ``zero_to_fp32.py``, ``model.safetensors`` (ZeRO-3: gathered at save), ``trainer_state.json``,
+``scheduler.pt``, ``training_args.bin`` and ``rng_state_<r>.pth``.
 
 ``fsdp``: a ``Trainer`` with FSDP (Accelerate's FSDP plugin, FSDP2 ``fully_shard`` per GPT-2 block,
-``SHARDED_STATE_DICT``): ``OUT/checkpoint-<N>/pytorch_model_fsdp_0/`` and ``optimizer_0/`` DCP folders of
-``__<rank>_0.distcp`` shards, besides the Trainer's own files.
+``SHARDED_STATE_DICT``, fp32): ``OUT/checkpoint-<N>/pytorch_model_fsdp_0/`` and ``optimizer_0/`` DCP folders
+(``.metadata`` + ``__<rank>_0.distcp``), ``scheduler.pt``, ``trainer_state.json``, ``rng_state_<r>.pth``.
 
-``titan``: torchtitan-style: an FSDP2 ``fully_shard`` model and AdamW, ``dcp.save({"model": ..., "optim": ...})``
-into ``OUT/step-<N>/`` (``.metadata`` + ``__<rank>_0.distcp``); ``fsdp_train.py`` does the work.
+``titan``: torchtitan-style: a small Llama (3.7 M parameters) sharded with FSDP2 ``fully_shard`` per decoder
+layer, AdamW and a linear-decay LambdaLR; ``dcp.save({"model", "optim" (flattened, as torchtitan's),
+"lr_scheduler", "train_state"})`` into ``OUT/step-<N>/`` (``.metadata`` + ``__<rank>_0.distcp``).
 
 Resume (``--resume CKPT_DIR``): the framework's own way: ``Trainer.train(resume_from_checkpoint=CKPT_DIR)``
-(DeepSpeed's ``load_checkpoint`` / Accelerate's FSDP loader inside), ``dcp.load`` for titan; then ``more`` steps
-on the data the run would have seen next. ``--out-json`` gets the per-step losses of the resumed steps (each
-rank's, exact: ``float.hex``) and a SHA-256 of the final full weights (gathered over the ranks; for DeepSpeed
-also of the fp32 master weights), so two resumes can be compared bit for bit. OUT_DIR is the new run's output
-folder (the Trainer writes its later checkpoints there).
+(DeepSpeed's ``load_checkpoint`` / Accelerate's FSDP loader inside), ``dcp.load`` + ``set_state_dict`` for
+titan; then ``more`` steps on the data the run would have seen next, with the LR schedule of a ``--steps`` run
+(the step is read from the folder's name). ``--out-json`` gets the per-step losses of the steps trained (a list
+per rank, exact: ``float.hex``) and a SHA-256 of the final full weights (gathered over the ranks; for DeepSpeed
+also of the fp32 master weights, DeepSpeed's ``safe_get_full_fp32_param``), so two resumes can be compared bit
+for bit, and a resume from step N with N + more = steps with the run itself. A resume saves nothing (the Trainer
+gets SCRATCH_DIR as its output folder).
 
-Deterministic: fixed seeds, no dropout, a sequential sampler over seeded data, one thread per rank.
-DeepSpeed runs with ``DS_ACCELERATOR=cpu`` and its shared-memory collective op marked unavailable, so no
-extension is compiled. ``LAYOUTS_DIM`` sets the GPT-2 width (default 256: 3.2 M parameters).
+Deterministic: fixed seeds, no dropout, a sequential sampler over seeded data (titan: data seeded by step and
+rank), one thread per rank. The Trainer runs need three small patches to run on the CPU with gloo, applied in the
+worker processes only: DeepSpeed: Accelerate sees the gloo group DeepSpeed initialized (else the Trainer thinks
+each rank is alone) and TrainingArguments accepts bf16 without a GPU; FSDP: Accelerate treats the gloo run as a
+multi-device one whose device is the CPU (it enables FSDP for multi-GPU runs only). DeepSpeed runs with
+``DS_ACCELERATOR=cpu`` and its shared-memory collective op marked unavailable, so no extension is compiled.
+``LAYOUTS_DIM`` / ``LAYOUTS_TITAN_DIM`` set the widths (default 384 / 256).
 """
 from __future__ import annotations
 
@@ -40,10 +49,10 @@ import socket
 import sys
 import warnings
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
-DIM = int(os.environ.get("LAYOUTS_DIM", 384))
+DIM = int(os.environ.get("LAYOUTS_DIM", "384"))
 VOCAB, SEQ, BATCH, LAYERS = 4096, 32, 4, 2
+TITAN_DIM = int(os.environ.get("LAYOUTS_TITAN_DIM", "256"))
 
 
 def _env(rank: int, port: int):
@@ -192,11 +201,85 @@ def _weights_sha(trainer, layout: str) -> dict:
     return out
 
 
+def _titan_model():
+    """A small Llama (torchtitan's model family), untied embeddings, FSDP2-sharded per decoder layer and at the
+    root over the two ranks."""
+    import torch
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=TITAN_DIM, intermediate_size=TITAN_DIM * 11 // 4,
+                      num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=4,
+                      max_position_embeddings=SEQ, tie_word_embeddings=False, attention_dropout=0.0)
+    m = LlamaForCausalLM(cfg)
+    mesh = init_device_mesh("cpu", (WORLD,))
+    for layer in m.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    return m
+
+
+def _titan(rank: int, out: str, steps: int, every: int, resume: str | None, more: int, losses: list,
+           out_json: str | None) -> dict:
+    """torchtitan-style: dcp.save({"model", "optim", "lr_scheduler", "train_state"}) into OUT/step-<N>/ every
+    `every` steps; a resume dcp.load()s a step folder into a fresh model and optimizer (set_state_dict) and trains
+    `more` steps on the data the run would have seen next, with the same LR schedule."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    m = _titan_model()
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01, betas=(0.9, 0.95))
+    total = max(steps, 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total))
+    options = StateDictOptions(flatten_optimizer_state_dict=True)  # as torchtitan's OptimizersContainer
+
+    def state(step):
+        msd, osd = get_state_dict(m, opt, options=options)
+        return {"model": msd, "optim": osd, "lr_scheduler": sched.state_dict(),
+                "train_state": {"step": step}}
+
+    first, last = 1, steps
+    if resume:
+        done = int(re.search(r"(\d+)$", os.path.basename(os.path.normpath(resume))).group(1))
+        sd = state(0)
+        dcp.load(sd, checkpoint_id=resume)
+        set_state_dict(m, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"], options=options)
+        sched.load_state_dict(sd["lr_scheduler"])
+        assert sd["train_state"]["step"] == done, (sd["train_state"], done)
+        first, last = done + 1, done + more
+    for step in range(first, last + 1):
+        g = torch.Generator().manual_seed(1000 * step + rank)  # the data of a step, whatever ran before it
+        x = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+        loss = m(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+        if not resume and every and step % every == 0:
+            dcp.save(state(step), checkpoint_id=os.path.join(out, f"step-{step}"))
+    if not resume and not out_json:
+        return {}
+    h = hashlib.sha256()
+    for k, v in sorted(m.state_dict().items()):  # collective: every rank gathers the full tensors
+        t = v.full_tensor() if hasattr(v, "full_tensor") else v
+        h.update(k.encode() + t.detach().contiguous().view(torch.uint8).numpy().tobytes())
+    return {"weights_sha256": h.hexdigest()}
+
+
 def _worker(rank: int, port: int, layout: str, out: str, steps: int, every: int, resume: str | None,
             out_json: str | None, more: int):
     _env(rank, port)
     losses: list = []
-    if resume:
+    if layout == "titan":
+        res = _titan(rank, out, steps, every, resume, more, losses, out_json)
+    elif resume:
         done = int(re.search(r"(\d+)$", os.path.basename(os.path.normpath(resume))).group(1))
         trainer = _trainer(layout, out, max(steps, done + more), 0, losses, stop_at=done + more)
         trainer.train(resume_from_checkpoint=resume)
@@ -204,7 +287,7 @@ def _worker(rank: int, port: int, layout: str, out: str, steps: int, every: int,
     else:
         trainer = _trainer(layout, out, steps, every, losses)
         trainer.train()
-        res = {}
+        res = _weights_sha(trainer, layout) if out_json else {}
     import torch.distributed as dist
 
     every_rank = [None] * WORLD
@@ -229,16 +312,6 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.resume and not a.out_json:
         p.error("--resume needs --out-json")
-    if a.layout == "titan" and not a.resume and a.out_json:
-        p.error("titan: --out-json only with --resume")
-    if a.layout == "titan":
-        os.environ.setdefault("FSDP_TRAIN_DIM", str(DIM))  # 384: 3.9 M parameters (tensors >99% of a step)
-        sys.path.insert(0, HERE)
-        import fsdp_train
-
-        if a.resume:
-            return fsdp_train.main(["resume", a.resume, a.out_json, "--more", str(a.more)])
-        return fsdp_train.main(["train", a.out, "--steps", str(a.steps), "--save-every", str(a.save_every)])
     import torch.multiprocessing as mp
 
     with socket.socket() as s:
