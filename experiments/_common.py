@@ -57,10 +57,12 @@ def finish(run_dir: str, out_dir: str, lines: list[str], copy=("environment.json
 
 
 def main(render, name: str, doc: str) -> None:
-    """``python experiments/<name>.py RUN_DIR [OUT_DIR]``: re-render a run (default OUT_DIR: results/<name>)."""
+    """``python experiments/<name>.py RUN_DIR [OUT_DIR]``: re-render a run (default OUT_DIR: results/<name>: the
+    checkout's, or the working directory's from a non-editable install)."""
     import sys
 
     if len(sys.argv) < 2:
         sys.exit(doc)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(repo, "results", name)))
+    from lmcbench.paths import results_dir
+
+    print(render(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else os.path.join(results_dir(), name)))

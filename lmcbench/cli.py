@@ -15,21 +15,21 @@ import time
 
 from .errors import ConfigError, LmcbenchError
 
-CONF_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, "conf"))
-REPO = os.path.dirname(CONF_DIR)
+from .paths import CONF_DIR, results_dir
 
 
 def render_experiment(name: str, run_dir: str, out_dir: str) -> None:
-    """Render a run with ``experiments/<name>.py`` (its ``render(run_dir, out_dir)``) into ``out_dir``."""
+    """Render a run with ``experiments/<name>.py`` (the module ``lmcbench.experiments.<name>``, its
+    ``render(run_dir, out_dir)``) into ``out_dir``."""
+    import importlib
     import importlib.util
 
-    path = os.path.join(REPO, "experiments", f"{name}.py")
-    if not os.path.exists(path):
-        raise ConfigError(f"experiment {name!r} has no renderer ({path})")
-    spec = importlib.util.spec_from_file_location(f"lmcbench_experiment_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod.render(run_dir, out_dir)
+    from .paths import EXPERIMENTS_DIR
+
+    module = f"lmcbench.experiments.{name}"
+    if not name.isidentifier() or name.startswith("_") or importlib.util.find_spec(module) is None:
+        raise ConfigError(f"experiment {name!r} has no renderer ({os.path.join(EXPERIMENTS_DIR, name + '.py')})")
+    importlib.import_module(module).render(run_dir, out_dir)
 
 
 def _debug() -> bool:
@@ -207,7 +207,7 @@ def _render_preset(cfg, out_dir: str) -> None:
     """An experiment preset's run is rendered by experiments/<name>.py into <results_dir>/<name>/."""
     name = cfg.get("experiment_name")
     if name:
-        results = os.path.join(str(cfg.get("results_dir") or os.path.join(REPO, "results")), name)
+        results = os.path.join(str(cfg.get("results_dir") or results_dir()), name)
         render_experiment(name, out_dir, results)
         print(f"experiment {name}: {os.path.join(results, 'report.md')}")
 

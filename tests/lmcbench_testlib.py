@@ -27,7 +27,7 @@ from lmcbench.cli import CONF_DIR
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(np.float32), np.dtype(np.float16), BF16, np.dtype(np.int8)]
 LENGTHS = [0, 1, 7, 1001]
-REPO = Path(CONF_DIR).parent
+REPO = Path(__file__).resolve().parents[1]  # the checkout these tests are in
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -277,10 +277,7 @@ def assert_one_line_error(excinfo, *needles):
 
 
 def load_experiment(name: str):
-    """The renderer ``experiments/<name>.py`` as a module."""
-    import importlib.util
+    """The renderer ``experiments/<name>.py``, the module ``lmcbench.experiments.<name>``."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(f"lmcbench_experiment_{name}", REPO / "experiments" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"lmcbench.experiments.{name}")

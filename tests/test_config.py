@@ -12,12 +12,13 @@ from omegaconf import OmegaConf
 from lmcbench import cli
 from lmcbench.bench.options import BenchOptions
 from lmcbench.errors import ConfigError, LmcbenchError
+from lmcbench.paths import EXPERIMENTS_DIR
 from lmcbench.report.options import ReportOptions
 from lmcbench.sources import Source
 from lmcbench.transforms import Pipeline
 
-from lmcbench_testlib import (codec_configs, group_options, make_hf_cache, make_trainer_folder, option_content,
-                              pipeline_configs)
+from lmcbench_testlib import (REPO, codec_configs, group_options, make_hf_cache, make_trainer_folder,
+                              option_content, pipeline_configs)
 
 
 def composed(overrides):
@@ -280,8 +281,8 @@ def test_every_experiment_preset_composes_builds_and_has_a_renderer(name, tmp_pa
     source, pipelines, codecs, opts, notes, restrict = cli.build(cfg)
     for cname, plist in restrict.items():
         assert cname in cfg.codec and set(plist) <= set(pipelines)
-    assert os.path.exists(os.path.join(cli.REPO, "experiments", f"{name}.py"))
-    header = open(f"{cli.REPO}/conf/experiment/{name}.yaml").read().splitlines()[:15]
+    assert os.path.exists(os.path.join(EXPERIMENTS_DIR, f"{name}.py"))
+    header = open(f"{cli.CONF_DIR}/experiment/{name}.yaml").read().splitlines()[:15]
     assert any(f"lmcbench experiment={name}" in line for line in header), "the header comment names the command"
 
 
@@ -289,7 +290,7 @@ def _imports(path) -> set[str]:
     """The lmcbench modules a file imports, anywhere in it (absolute names)."""
     import ast
 
-    pkg = list(path.relative_to(cli.REPO).parts[:-1])  # the package the file is in (relative imports start there)
+    pkg = list(path.relative_to(REPO).parts[:-1])  # the package the file is in (relative imports start there)
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -308,7 +309,7 @@ def test_layers():
     no second copy of the formats."""
     from pathlib import Path
 
-    root = Path(cli.REPO) / "lmcbench"
+    root = REPO / "lmcbench"
     above = ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.lossy", "lmcbench.experiments")
     rules = {"bench": ("lmcbench.report", "lmcbench.cli", "lmcbench.lossy"),
              "report": ("lmcbench.bench", "lmcbench.cli", "lmcbench.lossy"),
@@ -324,7 +325,7 @@ def test_layers():
         for f in files:
             bad = [m for m in _imports(f) if m.startswith(banned)]
             assert not bad, f"{f.relative_to(root)} imports {bad}"
-    lmc_files = list((Path(cli.REPO) / "codecs" / "lmc" / "lmc").rglob("*.py"))
+    lmc_files = list((REPO / "codecs" / "lmc" / "lmc").rglob("*.py"))
     assert any(f.parent.name == "formats" for f in lmc_files)
     assert lmc_files and not [f for f in lmc_files if _imports(f)]
     assert not (root / "checkpoints").exists()  # every format lives once, in lmc.formats

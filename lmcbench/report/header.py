@@ -14,7 +14,8 @@ import platform
 import subprocess
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ..paths import SOURCE_TREE
+
 LIBRARIES = ("torch", "numba", "pandas", "ml_dtypes", "hydra", "safetensors")
 
 
@@ -37,8 +38,11 @@ def cores() -> int:
         return os.cpu_count()
 
 
-def git_commit(root: str = REPO) -> str:
-    """The short commit of ``root``, with ``+dirty`` when tracked files differ from it ("" outside git)."""
+def git_commit(root: str | None = SOURCE_TREE) -> str:
+    """The short commit of ``root`` (the checkout lmcbench runs from), with ``+dirty`` when tracked files differ
+    from it ("" outside git, and from a non-editable install)."""
+    if root is None:
+        return ""
     try:
         git = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              timeout=5).stdout.strip()
