@@ -68,23 +68,23 @@ every version must decode. Modules (each imports only those above it):
 * :mod:`.config` -- :class:`ExCPConfig` (every option, checked), the errors, the format constants;
 * :mod:`.prune` -- the weight and moment masks (steps 2 and 3);
 * :mod:`.kmeans` -- k-means and quantisation, centroid tables with their power-of-two scale, index packing (step 4);
-* :mod:`.archive` -- the header, both checksums and the archivers around the payload (step 5);
-* :mod:`.container` -- the payload: sections and JSON table of contents, :func:`encode_checkpoint` and the
+* :mod:`.container` -- the framing: the header, both checksums and the archivers around the payload (step 5);
+* :mod:`.payload` -- the payload: sections and JSON table of contents, :func:`encode_checkpoint` and the
   hostile-input-safe :func:`decode_checkpoint` (step 6).
 """
 
 # The public API is __all__; the other names are re-exported so that every name of the former single-file
 # module stays importable from here (the command line and the tests use some private ones). The k-means
 # module is ``kmeans``, not ``quantize``, so that no submodule is shadowed by the function of the same name.
-from .archive import _check_limit, _pack_container, _unarchive, _unlzma, _unpack_container
 from .config import (_ARCHIVER_NAMES, _ARCHIVERS, _CHUNK, _F32, _HEADER, _LEVELS, _LMC_CHUNK, _ZSTD_MAGIC,
                      EXPONENT_MAX, EXPONENT_MIN, HEADER_SIZE, KINDS, LZMA_MEMLIMIT, MAGIC, MAX_PAYLOAD_BYTES,
                      VERSION, ExCPConfig, ExCPError, ExCPFormatError, _short)
-from .container import (_BASE_KEYS, _DTYPES, _ENTRY_KEYS, _N_SECTIONS, _POSITION_WIDTH, _TOC_KEYS, _as_array,
-                        _as_float32_ref, _build_payload, _check_inputs, _check_toc, _decode_entry, _decode_payload,
-                        _dtype_name, _dtype_table, _encode_param, _entry_lossy, _entry_raw, _exact_positions,
-                        _fail, _le, _parse_toc, _PayloadWriter, _rel_err, _toc_int, _TocEntry, decode_checkpoint,
-                        encode_checkpoint)
+from .container import _check_limit, _pack_container, _unarchive, _unlzma, _unpack_container
+from .payload import (_BASE_KEYS, _DTYPES, _ENTRY_KEYS, _N_SECTIONS, _POSITION_WIDTH, _TOC_KEYS, _as_array,
+                      _as_float32_ref, _build_payload, _check_inputs, _check_toc, _decode_entry, _decode_payload,
+                      _dtype_name, _dtype_table, _encode_param, _entry_lossy, _entry_raw, _exact_positions,
+                      _fail, _le, _parse_toc, _PayloadWriter, _rel_err, _toc_int, _TocEntry, decode_checkpoint,
+                      encode_checkpoint)
 from .prune import _median_abs, prune_moment_mask, prune_weight_mask, weight_prune_scale
 from .kmeans import (Quantized, _centroid_table, _kmeans_1d_f64, _lloyd, _nearest, _reseed, _sse_table,
                      _swap_refine, dequantize, kmeans_1d, pack_bits, quantize, unpack_bits)
