@@ -372,7 +372,7 @@ class LMCArchive(Method):
         pass  # one archive; removed with the method's folder
 
 
-class LMCArchiveCallback(LMCArchive):
+class LMCArchiveInBackground(LMCArchive):
     """The same through ``lmc.hf.LMCArchiveCallback``: the Trainer writes the folder, ``on_save`` hands it to the
     callback's worker thread; blocked until ``on_save`` returns, complete when the worker has appended it."""
 
@@ -382,10 +382,10 @@ class LMCArchiveCallback(LMCArchive):
     def __init__(self, root, cfg):
         from types import SimpleNamespace
 
-        from lmc.hf import LMCArchiveCallback as Callback
+        from lmc.hf import LMCArchiveCallback
 
         super().__init__(root, cfg)
-        self.callback = Callback(self.archive, keyframe_every=cfg.keyframe_every, delete_raw=False)
+        self.callback = LMCArchiveCallback(self.archive, keyframe_every=cfg.keyframe_every, delete_raw=False)
         self._ns = SimpleNamespace
 
     def _archive(self, step, t0):
@@ -400,8 +400,8 @@ class LMCArchiveCallback(LMCArchive):
         self.callback.close()
 
 
-ALL = {m.name: m for m in (TorchSave, ZstdTorchSave, ZipNNPerTensor, DCP, DCPZstd, LMCArchive, LMCArchiveCallback,
-                           LMCDCP, LMCDCPAsync)}
+ALL = {m.name: m for m in (TorchSave, ZstdTorchSave, ZipNNPerTensor, DCP, DCPZstd, LMCArchive,
+                           LMCArchiveInBackground, LMCDCP, LMCDCPAsync)}
 
 
 def unavailable(name: str) -> str | None:
