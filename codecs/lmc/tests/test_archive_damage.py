@@ -2,7 +2,9 @@
 import json
 import os
 import struct
-import tracemalloc
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -184,26 +186,84 @@ def test_random_damage_never_restores_wrong_bytes(tmp_path):
     assert outcomes["error"] > 40
 
 
+# One job on an archive in a fresh interpreter; prints how far its resident set rose above where it stood
+# when the job began. Peak RSS (VmHWM) counts what tracemalloc misses: Numba's and the compressors' native
+# buffers and the pages of memory-mapped files. Before the job, the same calls run on a tiny run, so that
+# imports, JIT compilation and the allocator's first arenas are in the starting point, not in the job; then the
+# high-water mark is reset to the current RSS (/proc/self/clear_refs "5", Linux 4.0+). Where it cannot be reset,
+# the job's peak is reported whole and the caller subtracts the peak of a child that ran only the warm-up.
+_RSS_CHILD = r"""
+import json, sys
+from lmc.archive import Archive
+
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+job, arc, folder, out, warm_arc, warm_out, warm_folders = sys.argv[1:8]
+w = Archive(warm_arc, keyframe_every=10, threads=1)
+for d in warm_folders.split(","):
+    w.add(d)
+w.restore(10, warm_out)
+start = status("VmRSS")
+try:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    reset = status("VmHWM") <= start + (1 << 20)
+except OSError:
+    reset = False
+a = Archive(arc, keyframe_every=10, threads=1)
+if job == "add":
+    a.add(folder, reference_folder=None)
+elif job == "restore":
+    a.restore(10, out)
+print(json.dumps({"start": start, "peak": status("VmHWM"), "reset": reset}))
+"""
+
+
+def rss_growth(tmp_path, job, arc, folder="", out=""):
+    """How many bytes ``job`` ("add", "restore" or "none") raised a child's peak RSS above its start."""
+    warm = tmp_path / "warm"
+    if not warm.exists():
+        make_run(str(warm / "run"), nsteps=3, n=1 << 12, ntensors=2)
+    folders = ",".join(sorted(str(p) for p in (warm / "run").iterdir()))
+
+    def child(what):
+        scratch = tempfile.mkdtemp(dir=warm)
+        p = subprocess.run([sys.executable, "-c", _RSS_CHILD, what, str(arc), str(folder), str(out),
+                            os.path.join(scratch, "arc"), os.path.join(scratch, "out"), folders],
+                           capture_output=True, text=True, check=True)
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    r = child(job)
+    if r["reset"]:
+        return r["peak"] - r["start"]
+    return r["peak"] - child("none")["peak"]  # no reset: the warm-up's peak is in both
+
+
 def test_memory_bounded_by_tensor_not_checkpoint(tmp_path):
-    """Peak traced memory of add (decoding a depth-2 reference chain from the
-    archive) and restore stays below 4x the largest tensor, although the
-    checkpoint holds 6 such tensors."""
-    n = 1 << 21  # 8 MiB fp32 per tensor, 48 MiB per checkpoint
-    folders = make_run(str(tmp_path / "run"), nsteps=3, n=n, ntensors=6)
-    a = Archive(tmp_path / "arc", keyframe_every=10, threads=1)
+    """Peak RSS of add (decoding the previous step to re-code it against the new one) and of restore (decoding
+    a depth-2 reference chain), each in a child process and above where that process stood when the job began,
+    stays below 6x the largest tensor, half the checkpoint of 12 such tensors. RSS, not tracemalloc: it counts
+    Numba's and the compressors' buffers and the memory-mapped pages of the files read (add drops a region's
+    pages once it is coded: before that, a file's pages added up to the file). Measured: add 5.1x, restore
+    4.4x, the same with 6 tensors as with 12 (bounded by the tensor, not the checkpoint)."""
+    n = 1 << 21  # 8 MiB fp32 per tensor, 96 MiB per checkpoint
+    folders = make_run(str(tmp_path / "run"), nsteps=3, n=n, ntensors=12)
+    arc = tmp_path / "arc"
+    a = Archive(arc, keyframe_every=10, threads=1)
     big = 4 * n
     a.add(folders[0])
     a.add(folders[1])
-    tracemalloc.start()
-    try:
-        a.add(folders[2], reference_folder=None)
-        _, peak_add = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        a.restore(10, tmp_path / "r")  # through 20 and 30
-        _, peak_restore = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    peak_add = rss_growth(tmp_path, "add", arc, folder=folders[2])
+    peak_restore = rss_growth(tmp_path, "restore", arc, out=tmp_path / "r")  # through 20 and 30
+    peak_none = rss_growth(tmp_path, "none", arc)
     same_files(folders[0], tmp_path / "r")
-    assert a.entries()[0]["depth"] == 2
-    assert peak_add < 4 * big, peak_add / big
-    assert peak_restore < 4 * big, peak_restore / big
+    assert Archive(arc).entries()[0]["depth"] == 2
+    assert peak_none < big / 4, peak_none / big  # the measure itself: a job that does nothing raises nothing
+    assert peak_add < 6 * big, peak_add / big
+    assert peak_restore < 6 * big, peak_restore / big

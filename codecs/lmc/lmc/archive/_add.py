@@ -1,5 +1,6 @@
 """Write side: encode one checkpoint folder into a segment."""
 import hashlib
+import mmap
 import os
 import re
 import zlib
@@ -105,6 +106,18 @@ def list_files(folder):
 def _mmap(path, size):
     # (a plain ndarray over the map: slicing a np.memmap costs a Python-level __array_finalize__ per slice)
     return np.asarray(np.memmap(path, np.uint8, mode="r")) if size else np.zeros(0, np.uint8)
+
+
+def _release(mm, begin, end):
+    """Drop the pages of the file map ``mm`` (from :func:`_mmap`) that lie wholly inside bytes [begin, end) from
+    this process's resident set once they have been read; they stay in the page cache, and a later read of them
+    faults them in again. A file coded region by region then holds about one region's pages, not the file's."""
+    m = getattr(mm.base, "_mmap", None)
+    if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    a, b = -(-begin // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+    if b > a:
+        m.madvise(mmap.MADV_DONTNEED, a, b - a)
 
 
 class RawSource:
@@ -281,6 +294,7 @@ class StepEncoder:
                 piece = mm[reg[1]:reg[2]]
                 h.update(piece)
                 parts.append({"t": "raw", "chunks": self.put_bytes(piece)})
+                _release(mm, reg[1], reg[2])
                 continue
             if kind == "safetensors":
                 name, dt, shape, b, e = reg[1]
@@ -293,6 +307,7 @@ class StepEncoder:
             h.update(u8)
             t = self.put_tensor(rel, kind, name, dt, shape, npname, u8)
             parts.append({"t": "tensor", **t})
+            _release(mm, b, e)
         del mm
         return {"path": rel, "kind": kind, "size": size, "sha256": h.hexdigest(), "parts": parts}
 
