@@ -307,7 +307,6 @@ def test_layers():
     the lossy package those two (never each other), bench no report, report neither bench nor the command line,
     transforms none of them; the lmc distribution (its formats package too) nothing of lmcbench, and lmcbench has
     no second copy of the formats."""
-    from pathlib import Path
 
     root = REPO / "lmcbench"
     above = ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.lossy", "lmcbench.experiments")
