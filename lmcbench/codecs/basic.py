@@ -9,7 +9,8 @@ import sys
 import numpy as np
 
 from ..errors import ConfigError
-from . import Codec, register_codec
+from .base import Codec
+from .registry import register_codec
 
 
 def _check_int(codec, name, value, lo, hi):

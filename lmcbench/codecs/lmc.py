@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from . import Codec, register_codec
+from .base import Codec
+from .registry import register_codec
 
 
 @register_codec

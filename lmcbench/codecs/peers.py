@@ -31,7 +31,8 @@ import os
 import numpy as np
 
 from ..errors import ConfigError, NotApplicable
-from . import Codec, register_codec
+from .base import Codec
+from .registry import register_codec
 
 
 def _dist_version(dist: str) -> str:
