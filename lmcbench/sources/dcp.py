@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 from lmc.formats.dcp import LMC_METADATA, PLAIN_METADATA, dcp_format, dcp_refs
-from . import PatternSource, unique
+from .base import unique
+from .pattern import PatternSource
 
 _CHECKPOINT_NAME = re.compile(r"^(step|checkpoint)[-_]?\d+$")
 

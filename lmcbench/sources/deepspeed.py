@@ -13,7 +13,8 @@ import re
 
 from lmc.formats.deepspeed import NEEDS, DeepSpeedReader, deepspeed_format, deepspeed_refs
 from ..errors import ConfigError
-from . import PatternSource, unique
+from .base import unique
+from .pattern import PatternSource
 
 _CHECKPOINT_NAME = re.compile(r"^global_step\d+$")
 

@@ -13,7 +13,7 @@ from lmc.formats.tensors import TensorRef
 from lmc.formats.torchfile import is_optimizer_state, optimizer_refs, state_dict_refs, torch_load
 from lmc.formats.trainer_folder import slot_names
 from ..errors import SourceError
-from . import PatternSource
+from .pattern import PatternSource
 
 
 def kind_from_name(name: str) -> str:

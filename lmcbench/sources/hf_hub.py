@@ -39,7 +39,8 @@ from tqdm.auto import tqdm
 
 from lmc.formats.fileio import one_line
 from ..errors import ConfigError, SourceError
-from . import STEP_REGEX, Source, TensorEntry, compile_step_regex, parse_step
+from .base import Source, TensorEntry
+from .pattern import STEP_REGEX, compile_step_regex, parse_step
 from .hf_trainer import checkpoint_refs
 
 ALLOW_PATTERNS = ["model.safetensors", "model-*-of-*.safetensors", "model.safetensors.index.json",

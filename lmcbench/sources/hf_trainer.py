@@ -11,7 +11,7 @@ import os
 
 from lmc.formats.trainer_folder import OPTIMIZER_FILE, folder_optimizer_refs, list_checkpoints, weight_refs
 from ..errors import SourceError
-from . import Source
+from .base import Source
 
 
 def checkpoint_refs(d: str, kinds=None) -> list:
