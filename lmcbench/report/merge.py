@@ -16,7 +16,7 @@ def main(argv=None) -> int:
     ap.add_argument("--title", default="lmcbench report")
     ap.add_argument("--no-figures", action="store_true")
     a = ap.parse_args(argv)
-    from . import render
+    from .run_report import render
 
     out = a.out or (a.runs[0] if os.path.isdir(a.runs[0]) else os.path.dirname(a.runs[0]) or ".")
     try:

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from . import aggregate, comparable, kinds_in  # noqa: E402, F401 - kinds_in is used here and by experiments/
+from .records import aggregate, comparable, kinds_in  # noqa: E402, F401 - kinds_in is used here and by experiments/
 from .facets import facet_grid, save, where  # noqa: E402
 
 

@@ -36,7 +36,7 @@ def _label(env: dict) -> str:
 def check(run_dirs, df: pd.DataFrame) -> list[str]:
     """Report-header bullets for the sharded runs among ``run_dirs`` (none when there are none). Merging more
     than one run, each split series must be complete: a one-line :class:`LmcbenchError` names what is wrong."""
-    from . import record_files, run_names, size_text
+    from .records import record_files, run_names, size_text
 
     files = record_files(run_dirs)
     runs = run_names(files)
