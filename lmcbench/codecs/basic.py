@@ -19,6 +19,18 @@ def _check_int(codec, name, value, lo, hi):
     return value
 
 
+class _Stdlib(Codec):
+    """A codec of Python's standard library: always installed; its version is Python's."""
+
+    @classmethod
+    def check_installed(cls):
+        pass
+
+    @property
+    def version(self):
+        return f"python {sys.version.split()[0]}"
+
+
 @register_codec
 class Memcpy(Codec):
     """No compression: one copy each way. The bandwidth ceiling every other row is set against."""
@@ -51,23 +63,15 @@ class Memcpy(Codec):
 
 
 @register_codec
-class BZ2(Codec):
+class BZ2(_Stdlib):
     codec_id = "bz2"
 
     def __init__(self, level: int = 9):
         super().__init__(level=_check_int("bz2", "level", level, 1, 9))
 
-    @classmethod
-    def check_installed(cls):
-        pass
-
     @property
     def label(self):
         return f"bz2-{self._params['level']}"
-
-    @property
-    def version(self):
-        return f"python {sys.version.split()[0]}"
 
     def _encode(self, arr):
         return bz2.compress(arr, self._params["level"])
@@ -77,7 +81,7 @@ class BZ2(Codec):
 
 
 @register_codec
-class LZMA(Codec):
+class LZMA(_Stdlib):
     """xz/LZMA2, the 7-Zip stand-in."""
 
     codec_id = "lzma"
@@ -85,17 +89,9 @@ class LZMA(Codec):
     def __init__(self, preset: int = 6, extreme: bool = False):
         super().__init__(preset=_check_int("lzma", "preset", preset, 0, 9), extreme=bool(extreme))
 
-    @classmethod
-    def check_installed(cls):
-        pass
-
     @property
     def label(self):
         return f"lzma-{self._params['preset']}{'e' if self._params['extreme'] else ''}"
-
-    @property
-    def version(self):
-        return f"python {sys.version.split()[0]}"
 
     def _encode(self, arr):
         preset = self._params["preset"] | (lzma.PRESET_EXTREME if self._params["extreme"] else 0)

@@ -25,6 +25,7 @@ The third-party libraries are imported lazily (in methods), so this module impor
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import os
 
@@ -40,6 +41,22 @@ def _dist_version(dist: str) -> str:
         return f"{dist} {importlib.metadata.version(dist)}"
     except importlib.metadata.PackageNotFoundError:
         return dist
+
+
+class _Peer(Codec):
+    """A peer codec from a distribution of its own: installed when ``module`` imports; its version is the
+    distribution's, ``dist``."""
+
+    module = ""
+    dist = ""
+
+    @classmethod
+    def check_installed(cls):
+        importlib.import_module(cls.module)
+
+    @property
+    def version(self):
+        return _dist_version(self.dist)
 
 
 def _dtype_name(dt: np.dtype) -> str:
@@ -77,13 +94,14 @@ def _zipnn_dtypes() -> dict[np.dtype, str]:
 
 
 @register_codec
-class ZipNN(Codec):
+class ZipNN(_Peer):
     """ZipNN: byte grouping of the float's exponent/mantissa bytes, then Huffman / zstd per group.
 
     ``threads``: ZipNN's worker threads (0 lets ZipNN choose: min(cpu count, 16)).
     """
 
     codec_id = "zipnn"
+    module, dist = "zipnn", "zipnn"
 
     def __init__(self, threads: int = 1):
         if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= 256:
@@ -92,17 +110,9 @@ class ZipNN(Codec):
         self._enc: dict[str, object] = {}  # one ZipNN object per bytearray_dtype, made on first use
         self._dec = None
 
-    @classmethod
-    def check_installed(cls):
-        import zipnn  # noqa: F401
-
     @property
     def label(self):
         return "zipnn"
-
-    @property
-    def version(self):
-        return _dist_version("zipnn")
 
     @property
     def threads(self):
@@ -148,7 +158,7 @@ def _openzl_float_kind(dt: np.dtype) -> str | None:
 
 
 @register_codec
-class OpenZL(Codec):
+class OpenZL(_Peer):
     """OpenZL with a float graph: exponent / sign+fraction split (``*Deconstruct`` node), Huffman per stream.
 
     ``graph``: ``"deconstruct_huffman"`` (default; bfloat16, float16, float32) or ``"generic"`` (OpenZL's
@@ -156,6 +166,7 @@ class OpenZL(Codec):
     """
 
     codec_id = "openzl"
+    module, dist = "openzl.ext", "openzl"
 
     def __init__(self, graph: str = "deconstruct_huffman"):
         if graph not in _OPENZL_GRAPHS:
@@ -164,17 +175,9 @@ class OpenZL(Codec):
         self._cctx: dict[str, tuple] = {}  # float kind (or element width) -> (Compressor, CCtx), made on first use
         self._dctx = None
 
-    @classmethod
-    def check_installed(cls):
-        import openzl.ext  # noqa: F401
-
     @property
     def label(self):
         return "openzl" if self._params["graph"] == "deconstruct_huffman" else f"openzl-{self._params['graph']}"
-
-    @property
-    def version(self):
-        return _dist_version("openzl")
 
     def check_applicable(self, arr):
         dt = np.asarray(arr).dtype if not isinstance(arr, np.dtype) else arr
@@ -255,7 +258,7 @@ def _check_threads(codec, threads, lo=0):
 
 
 @register_codec
-class Z4AI(Codec):
+class Z4AI(_Peer):
     """z4ai (PyPI ``z4ai``): field split / byte planes, then zstd-LDM or rANS per plane; a codec-level XOR delta.
 
     ``threads``: z4ai's ``threads`` argument (0 = all cores, 1 = single-threaded, n = n workers). z4ai 0.2 honours
@@ -266,22 +269,15 @@ class Z4AI(Codec):
     """
 
     codec_id = "z4ai"
+    module, dist = "z4ai", "z4ai"
 
     def __init__(self, threads: int = 1):
         super().__init__(threads=_check_threads("z4ai", threads))
-
-    @classmethod
-    def check_installed(cls):
-        import z4ai  # noqa: F401
 
     @property
     def label(self):
         t = self._params["threads"]
         return "z4ai" if t == 1 else f"z4ai-{t or 'all'}t"
-
-    @property
-    def version(self):
-        return _dist_version("z4ai")
 
     @property
     def threads(self):
@@ -343,7 +339,7 @@ def _blosc2_filter(blosc2, shuffle: str):
 
 
 @register_codec
-class Blosc2(Codec):
+class Blosc2(_Peer):
     """python-blosc2's ``compress2``: a shuffle filter over ``typesize`` = the array's itemsize, then a codec.
 
     ``cname``: blosclz, lz4, lz4hc, zlib or zstd; ``clevel``: 0-9; ``shuffle``: ``noshuffle``, ``shuffle``
@@ -355,6 +351,7 @@ class Blosc2(Codec):
     """
 
     codec_id = "blosc2"
+    module, dist = "blosc2", "blosc2"
 
     def __init__(self, cname: str = "zstd", clevel: int = 5, shuffle: str = "shuffle", threads: int | None = 1):
         if cname not in _BLOSC2_CNAMES:
@@ -367,19 +364,11 @@ class Blosc2(Codec):
             _check_threads("blosc2", threads, lo=1)
         super().__init__(cname=cname, clevel=clevel, shuffle=shuffle, threads=threads)
 
-    @classmethod
-    def check_installed(cls):
-        import blosc2  # noqa: F401
-
     @property
     def label(self):
         p = self._params
         t = p["threads"]
         return f"blosc2-{p['shuffle']}-{p['cname']}-{p['clevel']}" + ("" if t == 1 else f"-{t or 'all'}t")
-
-    @property
-    def version(self):
-        return _dist_version("blosc2")
 
     @property
     def threads(self):
@@ -414,13 +403,14 @@ _PCODEC_DTYPES = (np.dtype("<f2"), np.dtype("<f4"), np.dtype("<f8"))
 
 
 @register_codec
-class Pcodec(Codec):
+class Pcodec(_Peer):
     """pcodec (PyPI ``pcodec``) standalone format: ``simple_compress(arr, ChunkConfig(compression_level=level))``.
 
     Numeric, single-threaded; float16, float32 and float64 here (pcodec has no bfloat16). ``level``: 0-12.
     """
 
     codec_id = "pcodec"
+    module, dist = "pcodec", "pcodec"
 
     def __init__(self, level: int = 8):
         if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 12:
@@ -428,17 +418,9 @@ class Pcodec(Codec):
         super().__init__(level=level)
         self._config = None
 
-    @classmethod
-    def check_installed(cls):
-        import pcodec  # noqa: F401
-
     @property
     def label(self):
         return f"pcodec-{self._params['level']}"
-
-    @property
-    def version(self):
-        return _dist_version("pcodec")
 
     def check_applicable(self, arr):
         _refuse("pcodec", arr, _PCODEC_DTYPES, " here; pcodec compresses little-endian float16, float32 and "
