@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import NotApplicable
+from ..errors import ConfigError, NotApplicable
 
 
 class Codec:
@@ -95,3 +95,10 @@ def _as_array(buf) -> np.ndarray:
     if isinstance(buf, np.ndarray):
         return np.ascontiguousarray(buf)
     return np.frombuffer(memoryview(buf).cast("B"), np.uint8)
+
+
+def check_int(codec: str, name: str, value, lo: int, hi: int) -> int:
+    """``value`` when it is an integer in ``[lo, hi]``, else a one-line error naming the codec's option."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{codec}: {name} must be an integer in [{lo}, {hi}], got {value!r}")
+    return value

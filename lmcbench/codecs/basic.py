@@ -8,15 +8,8 @@ import sys
 
 import numpy as np
 
-from ..errors import ConfigError
-from .base import Codec
+from .base import Codec, check_int
 from .registry import register_codec
-
-
-def _check_int(codec, name, value, lo, hi):
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ConfigError(f"{codec}: {name} must be an integer in [{lo}, {hi}], got {value!r}")
-    return value
 
 
 class _Stdlib(Codec):
@@ -67,7 +60,7 @@ class BZ2(_Stdlib):
     codec_id = "bz2"
 
     def __init__(self, level: int = 9):
-        super().__init__(level=_check_int("bz2", "level", level, 1, 9))
+        super().__init__(level=check_int("bz2", "level", level, 1, 9))
 
     @property
     def label(self):
@@ -87,7 +80,7 @@ class LZMA(_Stdlib):
     codec_id = "lzma"
 
     def __init__(self, preset: int = 6, extreme: bool = False):
-        super().__init__(preset=_check_int("lzma", "preset", preset, 0, 9), extreme=bool(extreme))
+        super().__init__(preset=check_int("lzma", "preset", preset, 0, 9), extreme=bool(extreme))
 
     @property
     def label(self):
@@ -108,8 +101,8 @@ class Zstd(Codec):
     codec_id = "zstd"
 
     def __init__(self, level: int = 3, threads: int = 0):
-        super().__init__(level=_check_int("zstd", "level", level, -131072, 22),
-                         threads=_check_int("zstd", "threads", threads, -1, 256))
+        super().__init__(level=check_int("zstd", "level", level, -131072, 22),
+                         threads=check_int("zstd", "threads", threads, -1, 256))
         import zstandard
 
         self._c = zstandard.ZstdCompressor(level=level, threads=threads)
@@ -150,7 +143,7 @@ class LZ4(Codec):
     codec_id = "lz4"
 
     def __init__(self, level: int = 0):
-        super().__init__(level=_check_int("lz4", "level", level, -64, 16))
+        super().__init__(level=check_int("lz4", "level", level, -64, 16))
 
     @classmethod
     def check_installed(cls):
@@ -180,8 +173,8 @@ class Brotli(Codec):
     codec_id = "brotli"
 
     def __init__(self, quality: int = 5, lgwin: int = 22):
-        super().__init__(quality=_check_int("brotli", "quality", quality, 0, 11),
-                         lgwin=_check_int("brotli", "lgwin", lgwin, 10, 24))
+        super().__init__(quality=check_int("brotli", "quality", quality, 0, 11),
+                         lgwin=check_int("brotli", "lgwin", lgwin, 10, 24))
 
     @classmethod
     def check_installed(cls):

@@ -32,7 +32,7 @@ import os
 import numpy as np
 
 from ..errors import ConfigError, NotApplicable
-from .base import Codec
+from .base import Codec, check_int
 from .registry import register_codec
 
 
@@ -104,9 +104,7 @@ class ZipNN(_Peer):
     module, dist = "zipnn", "zipnn"
 
     def __init__(self, threads: int = 1):
-        if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= 256:
-            raise ConfigError(f"zipnn: threads must be an integer in [0, 256], got {threads!r}")
-        super().__init__(threads=threads)
+        super().__init__(threads=_check_threads("zipnn", threads))
         self._enc: dict[str, object] = {}  # one ZipNN object per bytearray_dtype, made on first use
         self._dec = None
 
@@ -252,9 +250,7 @@ def _z4ai_dtypes() -> dict[np.dtype, str]:
 
 
 def _check_threads(codec, threads, lo=0):
-    if isinstance(threads, bool) or not isinstance(threads, int) or not lo <= threads <= 256:
-        raise ConfigError(f"{codec}: threads must be an integer in [{lo}, 256], got {threads!r}")
-    return threads
+    return check_int(codec, "threads", threads, lo, 256)
 
 
 @register_codec
@@ -356,8 +352,7 @@ class Blosc2(_Peer):
     def __init__(self, cname: str = "zstd", clevel: int = 5, shuffle: str = "shuffle", threads: int | None = 1):
         if cname not in _BLOSC2_CNAMES:
             raise ConfigError(f"blosc2: cname must be one of {', '.join(_BLOSC2_CNAMES)}, got {cname!r}")
-        if isinstance(clevel, bool) or not isinstance(clevel, int) or not 0 <= clevel <= 9:
-            raise ConfigError(f"blosc2: clevel must be an integer in [0, 9], got {clevel!r}")
+        check_int("blosc2", "clevel", clevel, 0, 9)
         if shuffle not in _BLOSC2_SHUFFLES:
             raise ConfigError(f"blosc2: shuffle must be one of {', '.join(_BLOSC2_SHUFFLES)}, got {shuffle!r}")
         if threads is not None:
@@ -413,9 +408,7 @@ class Pcodec(_Peer):
     module, dist = "pcodec", "pcodec"
 
     def __init__(self, level: int = 8):
-        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= 12:
-            raise ConfigError(f"pcodec: level must be an integer in [0, 12], got {level!r}")
-        super().__init__(level=level)
+        super().__init__(level=check_int("pcodec", "level", level, 0, 12))
         self._config = None
 
     @property
