@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 
 from ._core import FormatError, decompress
+from ._storage import backend, canonical, is_url, join
 from .formats.dtypes import DTYPES
 
 METADATA_FILE = "lmc-metadata.json"
@@ -57,8 +58,12 @@ def _dtype_name(dt: torch.dtype) -> str:
 
 
 def is_lmc_checkpoint(path) -> bool:
-    """Whether ``path`` is a complete LMC DCP checkpoint folder (it has the metadata file)."""
-    return os.path.isfile(os.path.join(os.fspath(path), METADATA_FILE))
+    """Whether ``path`` (a folder or an fsspec URL) is a complete LMC DCP checkpoint (it has the metadata
+    file)."""
+    try:
+        return backend(os.fspath(path), FormatError).isfile(METADATA_FILE)
+    except FormatError:  # a URL fsspec cannot open
+        return False
 
 
 @dataclass(frozen=True)
@@ -276,23 +281,26 @@ def _parse_metadata(doc, path: str):
 
 
 class _Checkpoint:
-    """A complete LMC DCP checkpoint folder, validated: its items decode one at a time (through its reference
-    checkpoint, opened on demand, for delta-coded items)."""
+    """A complete LMC DCP checkpoint folder (a path or an fsspec URL), validated: its items decode one at a time
+    (through its reference checkpoint, opened on demand, for delta-coded items)."""
 
     def __init__(self, path, threads=None):
-        self.path = os.path.abspath(os.fspath(path))
+        path = os.fspath(path)
+        self.path = str(path).rstrip("/") if is_url(path) else os.path.abspath(path)
+        self.fs = backend(self.path, FormatError)
         self.threads = threads
-        meta = os.path.join(self.path, METADATA_FILE)
-        if not os.path.isdir(self.path):
+        meta = self.where(METADATA_FILE)
+        if not self.fs.is_dir():
             raise FileNotFoundError(f"{self.path}: no such checkpoint folder")
-        if not os.path.isfile(meta):
+        try:
+            data = self.fs.read(METADATA_FILE, _MAX_METADATA)
+        except FormatError:
+            raise FormatError(f"{meta}: metadata file too large, or unreadable") from None
+        if data is None:
             raise FormatError(f"{self.path}: not a complete LMC DCP checkpoint (no {METADATA_FILE}; an "
                               "interrupted save, or a checkpoint written by another storage writer)")
-        if os.path.getsize(meta) > _MAX_METADATA:
-            raise FormatError(f"{meta}: metadata file too large")
         try:
-            with open(meta, "rb") as f:
-                self.doc = json.loads(f.read().decode("utf-8"))
+            self.doc = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
             raise FormatError(f"{meta}: metadata is not JSON ({e})") from None
         self.metadata, self.items = _parse_metadata(self.doc, meta)
@@ -303,16 +311,20 @@ class _Checkpoint:
             if it.file not in sizes:
                 sizes[it.file] = self._check_file(it.file)
             if it.offset + it.length > sizes[it.file]:
-                raise FormatError(f"{os.path.join(self.path, it.file)}: truncated: an item ends at byte "
+                raise FormatError(f"{self.where(it.file)}: truncated: an item ends at byte "
                                   f"{it.offset + it.length}, the file has {sizes[it.file]}")
 
+    def where(self, name) -> str:
+        """The path or URL of file ``name`` of this folder (for messages)."""
+        return f"{self.path}/{name}" if self.fs.url else os.path.join(self.path, name)
+
     def _check_file(self, name) -> int:
-        p = os.path.join(self.path, name)
-        if not os.path.isfile(p):
+        p = self.where(name)
+        if not self.fs.isfile(name):
             raise FormatError(f"{p}: missing (named by {METADATA_FILE})")
-        with open(p, "rb") as f:
+        with self.fs.open_read(name) as f:
             head = f.read(_HEADER_LEN)
-            size = os.fstat(f.fileno()).st_size
+        size = self.fs.size(name)
         if head[:len(MAGIC)] != MAGIC:
             raise FormatError(f"{p}: not an LMC DCP data file")
         if head[len(MAGIC):].decode("ascii", "replace") != self.save_id:
@@ -325,13 +337,13 @@ class _Checkpoint:
             if ref is None:
                 raise FormatError(f"{self.path}: an item is delta-coded but the checkpoint names no reference")
             tried = []
-            for i, p in enumerate((os.path.join(self.path, ref["path"]), ref.get("abspath"))):
-                if isinstance(p, str) and os.path.isdir(p):
+            for i, p in enumerate((join(self.path, ref["path"]), ref.get("abspath"))):
+                if isinstance(p, str) and backend(p, FormatError).is_dir():
                     if i == 1:
                         import warnings
                         warnings.warn(f"lmc.dcp: {self.path}: its reference is not at {ref['path']!r} "
                                       f"relative to it; using the recorded absolute path {p}", stacklevel=3)
-                    if os.path.realpath(p) == os.path.realpath(self.path):
+                    if canonical(p) == canonical(self.path):
                         raise FormatError(f"{self.path}: names itself as its reference")
                     ck = _Checkpoint(p, self.threads)
                     if ck.save_id != ref["save_id"]:
@@ -348,20 +360,20 @@ class _Checkpoint:
     def _read(self, it: _Item, f=None) -> bytearray:
         buf = bytearray(it.length)
         if f is None:
-            with open(os.path.join(self.path, it.file), "rb") as f:
+            with self.fs.open_read(it.file) as f:
                 f.seek(it.offset)
                 n = f.readinto(buf)
         else:
             f.seek(it.offset)
             n = f.readinto(buf)
         if n != it.length:
-            raise FormatError(f"{os.path.join(self.path, it.file)}: truncated (changed since it was opened)")
+            raise FormatError(f"{self.where(it.file)}: truncated (changed since it was opened)")
         return buf
 
     def decode(self, key, f=None, _seen=()) -> bytearray | np.ndarray:
         """The decoded bytes of item ``key`` (a flat uint8 array for tensors), checked against its CRC-32."""
         idx, it = self.items[key]
-        where = f"{os.path.join(self.path, it.file)}: item {idx.fqn!r}"
+        where = f"{self.where(it.file)}: item {idx.fqn!r}"
         blob = self._read(it, f)
         if it.codec == "raw":
             out = blob

@@ -14,7 +14,6 @@ save id and path are recorded too). The layout is described in ``DCP.md``. Needs
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -36,6 +35,7 @@ from torch.futures import Future
 from ._core import FormatError, compress, info
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
+from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._dcp_format import (
     _DTYPES as _DTYPE_BY_NAME, _LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, _Checkpoint, _crc, _dtype_name, _Item,
     _item_json, _key, _metadata_json, _Plan, _tensor_bytes, is_lmc_checkpoint,
@@ -70,8 +70,8 @@ class LMCStorageWriter(StorageWriter):
         if max_chain is not None and (isinstance(max_chain, bool) or not isinstance(max_chain, int) or max_chain < 1):
             raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")
         self.max_chain = max_chain
-        self.path = os.fspath(path)
-        self.reference = None if reference is None else os.fspath(reference)
+        self.path = _location(path)
+        self.reference = None if reference is None else _location(reference)
         self.keyframe = bool(keyframe)
         self.threads = threads
         self.sync_files = sync_files
@@ -84,7 +84,7 @@ class LMCStorageWriter(StorageWriter):
 
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id:
-            self.path = os.fspath(checkpoint_id)
+            self.path = _location(checkpoint_id)
         self.save_id = str(uuid.uuid4())
         self._ref = None
         self._all_keys = None
@@ -99,8 +99,8 @@ class LMCStorageWriter(StorageWriter):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        if "://" in str(checkpoint_id):
-            return False
+        if is_url(checkpoint_id):
+            return _url_ok(checkpoint_id)
         return any(p.exists() and os.access(p, os.W_OK) for p in Path(checkpoint_id).parents)
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
@@ -117,9 +117,9 @@ class LMCStorageWriter(StorageWriter):
         if self.reference is None or self.keyframe:
             return None
         if self._ref is None:
-            if os.path.realpath(self.reference) == os.path.realpath(self.path):
+            if canonical(self.reference) == canonical(self.path):
                 raise ValueError(f"lmc.dcp: {self.path}: a checkpoint cannot be its own reference")
-            if not os.path.isdir(self.reference):
+            if not backend(self.reference, FormatError).is_dir():
                 raise FileNotFoundError(f"lmc.dcp: reference checkpoint {self.reference}: no such folder")
             ref = _Checkpoint(self.reference, self.threads)
             self._ref = ref if self._group_of(ref) is not None else False
@@ -135,45 +135,38 @@ class LMCStorageWriter(StorageWriter):
     def _refuse_overwriting_a_reference(self):
         """A checkpoint in the target folder that a checkpoint beside it is coded against must not be
         replaced: that one would become unloadable."""
-        meta = os.path.join(self.path, METADATA_FILE)
-        if not os.path.isfile(meta):
-            return
-        try:
-            with open(meta, "rb") as f:
-                sid = json.loads(f.read().decode("utf-8")).get("save_id")
-        except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        sid = _metadata_field(self.path, "save_id")
+        if sid is None:
             return  # not a readable checkpoint: nothing can depend on it
-        parent = os.path.dirname(os.path.abspath(self.path))
-        for name in sorted(os.listdir(parent)):
-            other = os.path.join(parent, name)
-            if os.path.realpath(other) == os.path.realpath(self.path) or not is_lmc_checkpoint(other):
+        up = parent(self.path)
+        for name in sorted(backend(up, FormatError).listdir()):
+            other = join(up, name)
+            if canonical(other) == canonical(self.path):
                 continue
-            try:
-                with open(os.path.join(other, METADATA_FILE), "rb") as f:
-                    ref = json.loads(f.read().decode("utf-8")).get("reference")
-            except (OSError, ValueError, UnicodeDecodeError, AttributeError):
-                continue
+            ref = _metadata_field(other, "reference")
             if isinstance(ref, dict) and ref.get("save_id") == sid:
                 raise ValueError(f"lmc.dcp: {self.path}: the checkpoint there is the reference of {other}, "
                                  "which would become unloadable; save into another folder")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
-        os.makedirs(self.path, exist_ok=True)
+        fs = backend(self.path, FormatError)
+        fs.makedirs()
         ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is written
         if self.is_coordinator:
             self._refuse_overwriting_a_reference()
-            # an older checkpoint in this folder stops being complete before any of its files is replaced; a
-            # plain DCP checkpoint's files there would be read by dcp.load(checkpoint_id=...): removed
-            for name in os.listdir(self.path):
-                if name in (METADATA_FILE, ".metadata") or name.endswith(".distcp"):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(self.path, name))
+            # an older checkpoint in this folder stops being complete before any of its files is replaced (its
+            # metadata goes first); a plain DCP checkpoint's files there would be read by
+            # dcp.load(checkpoint_id=...), and a killed save's temporary files are garbage: removed
+            names = fs.listdir()
+            for name in sorted(names, key=lambda n: n != METADATA_FILE):
+                if name in (METADATA_FILE, PLAIN_METADATA) or name.endswith(".distcp") or name.startswith(TMP_PREFIX):
+                    fs.remove(name)
             if ref is not None:  # leftovers of an interrupted re-coding of the reference
                 named = {it.file for _, it in ref.items.values()}
-                for name in os.listdir(ref.path):
-                    if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.remove(os.path.join(ref.path, name))
+                for name in ref.fs.listdir():
+                    if (name.endswith(SUFFIX) and name.startswith("__") and name not in named) \
+                            or name.startswith(TMP_PREFIX):
+                        ref.fs.remove(name)
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
@@ -183,34 +176,37 @@ class LMCStorageWriter(StorageWriter):
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         sp: _Plan = plan.storage_data
         name = f"{sp.prefix}0{SUFFIX}"
-        final = os.path.join(self.path, name)
         ref = self._reference_checkpoint()
         results = []
         recoder = None
         if ref is not None:  # the reference's items re-coded against this save's, into a new data file of its own
             gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
             recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files)
+        f = None
         try:
-            with atomic_file(final, sync=self.sync_files) as f:
-                f.write(MAGIC + sp.save_id.encode("ascii"))
-                # bytes first, then tensors one at a time: one resolved tensor in memory at a time
-                order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
-                for wi in order:
-                    data = planner.resolve_data(wi)
-                    if wi.type == WriteItemType.BYTE_IO:
-                        raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
-                        blob, codec = self._code_bytes(raw)
-                        rec = dict(codec=codec, size=len(raw), crc32=_crc(raw))
-                        cur = None
-                    else:
-                        blob, rec, cur = self._code_tensor(wi, data)
-                    pos = f.tell()
-                    f.write(blob)
-                    item = _Item(name, pos, len(blob), **rec)
-                    if recoder is not None:
-                        item = replace(item, prev=recoder.recode(_key(wi.index), item, cur, sp.save_id))
-                    results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
-                    del data, blob, cur
+            # a local file appears by a rename when complete; an object when its upload completes
+            f = backend(self.path, FormatError).open_write(name, sync=self.sync_files)
+            f.write(MAGIC + sp.save_id.encode("ascii"))
+            # bytes first, then tensors one at a time: one resolved tensor in memory at a time
+            order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
+            for wi in order:
+                data = planner.resolve_data(wi)
+                if wi.type == WriteItemType.BYTE_IO:
+                    raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
+                    blob, codec = self._code_bytes(raw)
+                    rec = dict(codec=codec, size=len(raw), crc32=_crc(raw))
+                    cur = None
+                else:
+                    blob, rec, cur = self._code_tensor(wi, data)
+                pos = f.tell()
+                f.write(blob)
+                item = _Item(name, pos, len(blob), **rec)
+                if recoder is not None:
+                    item = replace(item, prev=recoder.recode(_key(wi.index), item, cur, sp.save_id))
+                results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
+                del data, blob, cur
+            f.commit()
+            f = None
             if recoder is not None:
                 if self.is_coordinator and self._all_keys is not None:
                     # the reference's items this save has not (a tensor dropped since): carried over as they are
@@ -220,6 +216,8 @@ class LMCStorageWriter(StorageWriter):
                 recoder.commit()
                 recoder = None
         finally:
+            if f is not None:
+                f.abort()
             if recoder is not None:
                 recoder.abort()
         fut: Future = Future()
@@ -263,9 +261,9 @@ class LMCStorageWriter(StorageWriter):
                              group=1 if ref is None else self._group_of(ref))
         doc["time"] = int(time.time())  # when it was saved (re-coding it later keeps this)
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
-        with atomic_file(os.path.join(self.path, METADATA_FILE), sync=self.sync_files) as f:
-            f.write(data)
-        _fsync_dir(self.path)
+        fs = backend(self.path, FormatError)
+        fs.put(METADATA_FILE, data, sync=self.sync_files)  # the commit point (a rename, or one PUT)
+        fs.put(PLAIN_METADATA, _SIGNPOST, sync=self.sync_files)
         if ref is None:
             return
         # this checkpoint is complete; now the reference's metadata names its re-coded items (one atomic
@@ -279,27 +277,70 @@ class LMCStorageWriter(StorageWriter):
         rdoc.pop("group", None)
         rdoc["format_version"] = doc["format_version"]
         used = any(it.ref is not None for it in prev.values())
-        me = os.path.abspath(self.path)
-        rdoc["reference"] = ({"save_id": self.save_id, "path": os.path.relpath(me, ref.path), "abspath": me}
+        me = self.path if is_url(self.path) else os.path.abspath(self.path)
+        rdoc["reference"] = ({"save_id": self.save_id, "path": relpath(me, ref.path), "abspath": me}
                              if used else None)
         rdoc["items"] = [_item_json(idx, prev[k]) for k, (idx, _) in ref.items.items()]
-        with atomic_file(os.path.join(ref.path, METADATA_FILE), sync=self.sync_files) as f:
-            f.write(json.dumps(rdoc, separators=(",", ":")).encode("utf-8"))
-        _fsync_dir(ref.path)
-        named = {it.file for it in prev.values()}
-        for name in os.listdir(ref.path):  # the data files the reference no longer names
-            if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(os.path.join(ref.path, name))
+        ref.fs.put(METADATA_FILE, json.dumps(rdoc, separators=(",", ":")).encode("utf-8"), sync=self.sync_files)
+        _remove_unnamed(ref, {it.file for it in prev.values()})
 
 
-def _fsync_dir(path):
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+def _location(path) -> str:
+    """A checkpoint folder as given: a local path, or an fsspec URL kept as it is (never taken as a path)."""
+    return str(path) if is_url(path) else os.fspath(path)
+
+
+def _url_ok(url) -> bool:
+    try:
+        import fsspec
+        fsspec.core.url_to_fs(str(url))
+        return True
+    except (ImportError, ValueError):
+        return False
+
+
+def _metadata_field(path, key):
+    """Field ``key`` of the LMC metadata in folder ``path``, None if there is none or it cannot be read."""
+    try:
+        data = backend(path, FormatError).read(METADATA_FILE, 1 << 30)
+        return None if data is None else json.loads(data.decode("utf-8")).get(key)
+    except (OSError, FormatError, ValueError, UnicodeDecodeError, AttributeError):
+        return None
+
+
+def _remove_unnamed(ck, named):
+    """Remove the data files of checkpoint ``ck`` that its (new) metadata no longer names."""
+    for name in ck.fs.listdir():
+        if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
+            ck.fs.remove(name)
+
+
+# A plain DCP reader (dcp.load(checkpoint_id=...), dcp_to_torch_save, torchtitan's resume) opens ".metadata"
+# and unpickles it. An LMC folder has one that says, when unpickled, which reader to use: a pickle of the call
+# ``lmc.dcp.refuse_plain_load(<message>)``, which raises that message (it runs nothing else). Its presence also
+# tells tools that look for ".metadata" (torchtitan finds the newest complete step that way) that the save is
+# complete: it is written after lmc-metadata.json.
+PLAIN_METADATA = ".metadata"
+_PLAIN_LOAD_MESSAGE = ("this is an LMC DCP checkpoint folder: load it with "
+                       "dcp.load(state, storage_reader=lmc.dcp.LMCStorageReader(path)), or convert it with "
+                       "`python -m lmc.dcp to-torch PATH OUT.pt`")
+
+
+class PlainDCPLoadError(ValueError):
+    """A plain DCP reader was pointed at an LMC DCP checkpoint."""
+
+
+def refuse_plain_load(message=_PLAIN_LOAD_MESSAGE):
+    """Called by unpickling an LMC folder's ``.metadata``: raises, naming the reader to use."""
+    raise PlainDCPLoadError(f"lmc.dcp: {message}")
+
+
+class _Signpost:
+    def __reduce__(self):
+        return refuse_plain_load, (_PLAIN_LOAD_MESSAGE,)
+
+
+_SIGNPOST = __import__("pickle").dumps(_Signpost(), protocol=2)
 
 
 class _Recoder:
@@ -308,10 +349,7 @@ class _Recoder:
 
     def __init__(self, ref: _Checkpoint, name: str, threads, sync):
         self.ref, self.name, self.threads = ref, name, threads
-        self.path = os.path.join(ref.path, name)
-        self.tmp = self.path + ".tmp-" + uuid.uuid4().hex[:12]
-        self.sync = sync
-        self.f = open(self.tmp, "wb")
+        self.f = ref.fs.open_write(name, sync=sync)
         self.f.write(MAGIC + ref.save_id.encode("ascii"))
 
     def _put(self, blob, **rec):
@@ -346,17 +384,10 @@ class _Recoder:
                          dtype=old.dtype, shape=old.shape)
 
     def commit(self):
-        self.f.flush()
-        if self.sync:
-            os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.path)
+        self.f.commit()
 
     def abort(self):
-        with contextlib.suppress(OSError):
-            self.f.close()
-        with contextlib.suppress(OSError):
-            os.remove(self.tmp)
+        self.f.abort()
 
 
 # -------------------------------------------------------------------------------------------------- reader
@@ -367,7 +398,7 @@ class LMCStorageReader(StorageReader):
 
     def __init__(self, path, threads=None):
         super().__init__()
-        self.path = os.fspath(path)
+        self.path = _location(path)
         self.threads = threads
         self.load_id = str(uuid.uuid4())
         self._ckpt = None
@@ -375,7 +406,7 @@ class LMCStorageReader(StorageReader):
 
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id:
-            self.path = os.fspath(checkpoint_id)
+            self.path = _location(checkpoint_id)
         self.load_id = str(uuid.uuid4())
         self._ckpt = None
         self.storage_data = {}
@@ -386,7 +417,7 @@ class LMCStorageReader(StorageReader):
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return "://" not in str(checkpoint_id) and is_lmc_checkpoint(checkpoint_id)
+        return is_lmc_checkpoint(checkpoint_id)
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
         if kwargs.get("rank") is not None:
@@ -417,7 +448,7 @@ class LMCStorageReader(StorageReader):
             per_file.setdefault(ck.items[key][1].file, []).append((key, req))
         for name, reqs in per_file.items():
             reqs.sort(key=lambda kr: ck.items[kr[0]][1].offset)
-            with open(os.path.join(ck.path, name), "rb") as f:
+            with ck.fs.open_read(name) as f:
                 cached = (None, None)  # several requests may cut one stored chunk (resharding)
                 for key, req in reqs:
                     if req.type == LoadItemType.BYTE_IO:
@@ -450,14 +481,14 @@ def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_reg
     replaced atomically: no kept checkpoint is ever lost. Deleting only the oldest re-codes nothing (a plain
     ``rm -rf`` does the same). Returns the deleted folders. One process; no save may run meanwhile."""
     import re
-    import shutil
 
     if keep_last is None and keep_every is None and keep_within is None:
         raise ValueError("lmc.dcp.prune: give at least one of keep_last, keep_every, keep_within")
     rx = re.compile(step_regex)
+    parent = _location(parent)
     found = []
-    for name in os.listdir(parent):
-        path = os.path.join(parent, name)
+    for name in backend(parent, FormatError).listdir():
+        path = join(parent, name)
         m = rx.search(name)
         if m and is_lmc_checkpoint(path):
             found.append((int(m.group(1)), path))
@@ -476,7 +507,7 @@ def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_reg
     drop = [p for _, p in found if p not in keep]
     if not drop:
         return []
-    gone = {os.path.realpath(p) for p in drop}
+    gone = {canonical(p) for p in drop}
     for _, path in found:
         if path not in keep:
             continue
@@ -484,28 +515,23 @@ def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_reg
         target, c = None, ck
         while c.doc.get("reference") is not None:  # the first kept checkpoint along its chain
             c = c.reference()
-            if os.path.realpath(c.path) not in gone:
+            if canonical(c.path) not in gone:
                 target = c
                 break
-        if c is ck or (target is not None and os.path.realpath(ck.reference().path) == os.path.realpath(target.path)):
+        if c is ck or (target is not None and canonical(ck.reference().path) == canonical(target.path)):
             continue  # coded alone, or against a kept checkpoint already
         _recode_against(ck, target, threads)
     for p in drop:
-        shutil.rmtree(p)
+        backend(p, FormatError).rmtree()
     return drop
 
 
 def _saved_at(path) -> float:
     """When a checkpoint was saved: its metadata's "time" (format 2), else the metadata file's mtime."""
-    meta = os.path.join(path, METADATA_FILE)
-    try:
-        with open(meta, "rb") as f:
-            t = json.loads(f.read().decode("utf-8")).get("time")
-        if type(t) is int:
-            return float(t)
-    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
-        pass
-    return os.path.getmtime(meta)
+    t = _metadata_field(path, "time")
+    if type(t) is int:
+        return float(t)
+    return backend(path, FormatError).mtime(METADATA_FILE)
 
 
 def _recode_against(ck: _Checkpoint, target, threads):
@@ -535,16 +561,11 @@ def _recode_against(ck: _Checkpoint, target, threads):
         raise
     doc = dict(ck.doc)
     used = any(it.ref is not None for it in new.values())
-    doc["reference"] = ({"save_id": target.save_id, "path": os.path.relpath(target.path, ck.path),
+    doc["reference"] = ({"save_id": target.save_id, "path": relpath(target.path, ck.path),
                          "abspath": target.path} if used else None)
     doc["items"] = [_item_json(idx, new[k]) for k, (idx, _) in ck.items.items()]
-    with atomic_file(os.path.join(ck.path, METADATA_FILE)) as f:
-        f.write(json.dumps(doc, separators=(",", ":")).encode("utf-8"))
-    named = {it.file for it in new.values()}
-    for name in os.listdir(ck.path):
-        if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(ck.path, name))
+    ck.fs.put(METADATA_FILE, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
+    _remove_unnamed(ck, {it.file for it in new.values()})
 
 
 # -------------------------------------------------------------------------------------------------- convert

@@ -3,6 +3,7 @@ every dtype, reference checkpoints (smaller, chained, moved, missing, wrong), ke
 corrupt or hostile files each failing with a clear error."""
 import json
 import os
+import re
 import shutil
 import warnings
 
@@ -133,7 +134,7 @@ def test_every_dtype_round_trip(tmp_path):
     sd = every_dtype()
     save(sd, tmp_path / "c")
     assert is_lmc_checkpoint(tmp_path / "c") and not is_lmc_checkpoint(tmp_path)
-    assert sorted(os.listdir(tmp_path / "c")) == ["__0_0.lmc", METADATA_FILE]
+    assert sorted(os.listdir(tmp_path / "c")) == [".metadata", "__0_0.lmc", METADATA_FILE]
     got = load(sd, tmp_path / "c")
     assert_same(sd, got)
     items = {i["fqn"]: i for i in meta(tmp_path / "c")["items"]}
@@ -158,7 +159,7 @@ def test_training_state_and_reference(tmp_path):
     assert md1["reference"]["path"] == "../step-2" and md1["reference"]["save_id"] == md2["save_id"]
     assert md1["save_id"] == meta(tmp_path / "step-1")["save_id"] and any(i["ref"] for i in md1["items"])
     assert folder_bytes(tmp_path / "step-1") < folder_bytes(tmp_path / "key-1")
-    assert sorted(os.listdir(tmp_path / "step-1")) == ["__0_1.lmc", "lmc-metadata.json"]
+    assert sorted(os.listdir(tmp_path / "step-1")) == [".metadata", "__0_1.lmc", "lmc-metadata.json"]
     assert_same(s2, load(s2, tmp_path / "step-2"))
     assert_same(s1, load(s1, tmp_path / "step-1"))
     # a chain: step 1 against step 2 against step 3, moved elsewhere as a whole (the relative path is used)
@@ -221,7 +222,26 @@ def test_save_over_a_plain_dcp_checkpoint_removes_its_metadata(tmp_path):
     dcp.save(s1, storage_writer=dcp.FileSystemWriter(str(tmp_path / "c")))
     assert (tmp_path / "c" / ".metadata").exists()
     save(s1, tmp_path / "c")
-    assert sorted(os.listdir(tmp_path / "c")) == ["__0_0.lmc", "lmc-metadata.json"]
+    assert sorted(os.listdir(tmp_path / "c")) == [".metadata", "__0_0.lmc", "lmc-metadata.json"]
+    assert (tmp_path / "c" / ".metadata").stat().st_size < 1000  # the signpost, not the old metadata
+
+
+def test_a_plain_dcp_reader_is_told_which_reader_to_use(tmp_path):
+    """dcp.load(checkpoint_id=...) picks FileSystemReader, which unpickles ".metadata": an LMC folder's says in one
+    line to use LMCStorageReader (so does dcp_to_torch_save), and the folder still loads with it."""
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    m, opt, _ = train_state()
+    s1 = snapshot(m, opt)
+    save(s1, tmp_path / "c")
+    for attempt in (lambda: dcp.load(blank(s1), checkpoint_id=str(tmp_path / "c")),
+                    lambda: dcp_to_torch_save(str(tmp_path / "c"), str(tmp_path / "out.pt"))):
+        with pytest.raises((ValueError, CheckpointException)) as e:
+            attempt()
+        assert re.search(r"LMC DCP checkpoint folder: load it with .*LMCStorageReader", str(e.value))
+    assert not (tmp_path / "out.pt").exists()
+    assert_same(s1, load(s1, tmp_path / "c"))
 
 
 def test_chunks_must_cover_the_tensor(tmp_path):

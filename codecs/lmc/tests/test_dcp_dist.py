@@ -181,7 +181,7 @@ def test_two_ranks_save_load_async_and_reference(two_rank_run):
     # the latest is coded alone; each earlier one was re-coded (by both ranks, into new files) against the next
     for n, gen in ((1, 1), (2, 1), (3, 0)):
         names = sorted(os.listdir(root / f"step-{n}"))
-        assert names == [f"__0_{gen}.lmc", f"__1_{gen}.lmc", "lmc-metadata.json"], names
+        assert names == [".metadata", f"__0_{gen}.lmc", f"__1_{gen}.lmc", "lmc-metadata.json"], names
     with open(root / "step-1" / "lmc-metadata.json") as f:
         md = json.load(f)
     assert md["reference"]["path"] == "../step-2"

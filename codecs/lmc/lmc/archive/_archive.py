@@ -17,7 +17,7 @@ from ..formats.errors import SourceError
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
 from ..formats.trainer_folder import step_folders as _step_folders
 from ..formats.trainer_folder import step_of
-from ._backend import is_url
+from .._storage import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
                      new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._view import View, inflate, same_identity, sha128

@@ -1,6 +1,6 @@
 """Storage of an lmc archive: manifest, segment files, checksums, atomic
 replacement and locking (format: ARCHIVE.md), on a local folder or an fsspec
-URL (_backend)."""
+URL (lmc._storage)."""
 import functools
 import json
 import re
@@ -9,7 +9,12 @@ import struct
 import zlib
 
 from ..formats.fileio import strict_json
-from ._backend import TMP_PREFIX, ArchiveError, backend, fsync_dir  # noqa: F401 - re-exported
+from .._storage import TMP_PREFIX, backend, fsync_dir  # noqa: F401 - re-exported
+
+
+class ArchiveError(Exception):
+    """A damaged or unusable archive, or a request it cannot serve."""
+
 
 MANIFEST = "lmc-archive.json"
 LOCK = ".lock"
@@ -45,7 +50,7 @@ def load_json(data, what):
 @functools.lru_cache(maxsize=64)
 def store(root):
     """The backend of the archive at root (a folder or a URL)."""
-    return backend(root)
+    return backend(root, ArchiveError)
 
 
 # ---------------------------------------------------------------- manifest

@@ -1,29 +1,33 @@
-"""Where an archive's files live: a local folder, or an fsspec URL (``s3://``, ``gs://``, ``memory://``,
-``file://``...).
+"""Where the files of an archive or of an LMC DCP checkpoint live: a local folder, or an fsspec URL (``s3://``,
+``gs://``, ``memory://``, ``file://``...).
 
-Both give the same few operations on the names inside the archive (the manifest, segments, the lock). What
-differs is how a write becomes visible, because object stores have no rename:
+Both give the same few operations on the names inside one folder (an archive's manifest, segments and lock; a
+DCP checkpoint's metadata and data files). What differs is how a write becomes visible, because object stores
+have no rename:
 
 - **local**: a segment is written to ``.tmp-<name>``, fsynced and renamed; the manifest is replaced by an
   fsynced temporary file and a rename, and the folder is fsynced; writers take an ``flock`` on ``.lock``.
-- **URL**: a segment is streamed to its final, never reused name (``seg-<step>-<random>.lmca``); an object store
-  shows an object only once its upload completes (one PUT, or a multipart upload's completion), so a killed
-  writer leaves no segment, or a whole one that no manifest names (the next writer deletes it). The manifest
-  is replaced by one PUT of the whole object, which readers see entirely or not at all: that PUT is the commit
-  point, as the rename is locally. There is no lock: one writer per archive at a time (readers are safe).
+- **URL**: a file is streamed to its final name (the archive's segments and the DCP writer's data files get
+  names no committed state uses); an object store shows an object only once its upload completes (one PUT, or
+  a multipart upload's completion), so a killed writer leaves no file, or a whole one that nothing names (the
+  next writer deletes it). A manifest or DCP metadata file is replaced by one PUT of the whole object, which
+  readers see entirely or not at all: that PUT is the commit point, as the rename is locally. There is no
+  lock: one writer per archive or checkpoint folder at a time (readers are safe).
 """
 import contextlib
 import os
+import posixpath
 import re
+import shutil
 
-from .._files import atomic_file
+from ._files import atomic_file
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 TMP_PREFIX = ".tmp-"
 
 
-class ArchiveError(Exception):
-    """A damaged or unusable archive, or a request it cannot serve."""
+class StorageError(Exception):
+    """A folder or URL that cannot be used (each user passes its own error class: the archive's ArchiveError)."""
 
 
 def is_url(path):
@@ -43,11 +47,39 @@ def fsync_dir(path):
         os.close(fd)
 
 
+def join(root, rel):
+    """``rel`` (a relative path, may go up with ``..``) resolved against the folder ``root`` (a path or URL)."""
+    if is_url(root):
+        scheme, rest = str(root).split("://", 1)
+        return f"{scheme}://{posixpath.normpath(posixpath.join(rest.rstrip('/'), rel))}"
+    return os.path.normpath(os.path.join(os.fspath(root), rel))
+
+
+def relpath(path, start):
+    """``path`` relative to the folder ``start`` (both paths, or both URLs of one scheme and bucket)."""
+    if is_url(path):
+        return posixpath.relpath(str(path).split("://", 1)[1], str(start).split("://", 1)[1])
+    return os.path.relpath(os.path.abspath(path), os.path.abspath(start))
+
+
+def canonical(path):
+    """One name per folder, to compare two: the real path, or the URL without a trailing slash."""
+    return str(path).rstrip("/") if is_url(path) else os.path.realpath(path)
+
+
+def parent(path):
+    if is_url(path):
+        scheme, rest = str(path).rstrip("/").split("://", 1)
+        return f"{scheme}://{posixpath.dirname(rest)}"
+    return os.path.dirname(os.path.abspath(path))
+
+
 class Local:
     url = False
 
-    def __init__(self, root):
+    def __init__(self, root, error=StorageError):
         self.root = os.fspath(root)
+        self.error = error
 
     def where(self, name):
         return os.path.join(self.root, name)
@@ -61,27 +93,29 @@ class Local:
     def listdir(self):
         return os.listdir(self.root)
 
+    def isfile(self, name):
+        return os.path.isfile(self.where(name))
+
     def read(self, name, limit):
-        """The whole file, None if it does not exist; ArchiveError beyond `limit` bytes."""
+        """The whole file, None if it does not exist; the error class beyond `limit` bytes."""
         path = self.where(name)
         try:
             with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 if size > limit:
-                    raise ArchiveError(f"{name}: too large")
+                    raise self.error(f"{name}: too large")
                 return f.read(size + 1)  # (read(n) allocates n bytes up front)
         except FileNotFoundError:
             return None
         except IsADirectoryError:
-            raise ArchiveError(f"cannot read {path}: a directory") from None
+            raise self.error(f"cannot read {path}: a directory") from None
         except OSError as e:
-            raise ArchiveError(f"cannot read {path}: {e.strerror}") from None
+            raise self.error(f"cannot read {path}: {e.strerror}") from None
 
-    def put(self, name, data):
-        """Replace `name` with `data` atomically and durably."""
-        with atomic_file(self.where(name), prefix=TMP_PREFIX) as f:
+    def put(self, name, data, sync=True):
+        """Replace `name` with `data` atomically (and durably: `sync`)."""
+        with atomic_file(self.where(name), prefix=TMP_PREFIX, sync=sync) as f:
             f.write(data)
-        fsync_dir(self.root)
 
     def size(self, name):
         return os.path.getsize(self.where(name))
@@ -99,8 +133,12 @@ class Local:
     def open_read(self, name):
         return open(self.where(name), "rb")
 
-    def open_write(self, name):
-        return _LocalWriter(self, name)
+    def open_write(self, name, sync=True):
+        """A writer whose file appears under `name`, whole, at ``commit()`` (``abort()``: never)."""
+        return _LocalWriter(self, name, sync)
+
+    def rmtree(self):
+        shutil.rmtree(self.root)
 
     @contextlib.contextmanager
     def lock(self):
@@ -117,20 +155,25 @@ class Local:
 
 
 class _LocalWriter:
-    def __init__(self, b, name):
-        self.b, self.name = b, name
+    def __init__(self, b, name, sync=True):
+        self.b, self.name, self.sync = b, name, sync
         self.tmp = b.where(TMP_PREFIX + name)
         self.f = open(self.tmp, "wb")
 
     def write(self, data):
         self.f.write(data)
 
+    def tell(self):
+        return self.f.tell()
+
     def commit(self):
         self.f.flush()
-        os.fsync(self.f.fileno())
+        if self.sync:
+            os.fsync(self.f.fileno())
         self.f.close()
         os.replace(self.tmp, self.b.where(self.name))
-        fsync_dir(self.b.root)
+        if self.sync:
+            fsync_dir(self.b.root)
 
     def abort(self):
         with contextlib.suppress(OSError):
@@ -144,16 +187,17 @@ class Remote:
     filesystem reads them (for S3: AWS_* variables, AWS_ENDPOINT_URL for a non-AWS endpoint)."""
     url = True
 
-    def __init__(self, url):
+    def __init__(self, url, error=StorageError):
+        self.error = error
         try:
             import fsspec
         except ImportError:
-            raise ArchiveError(f"{url}: a URL needs fsspec (pip install \"lmc[remote]\", "
+            raise error(f"{url}: a URL needs fsspec (pip install \"lmc[remote]\", "
                                "and s3fs or gcsfs for s3:// or gs://)") from None
         try:
             self.fs, self.root = fsspec.core.url_to_fs(str(url))
         except (ImportError, ValueError) as e:
-            raise ArchiveError(f"{url}: {e}") from None
+            raise error(f"{url}: {e}") from None
         self.root = self.root.rstrip("/")
         self.url_root = str(url).rstrip("/")
 
@@ -183,18 +227,25 @@ class Remote:
         except FileNotFoundError:
             return []
 
+    def isfile(self, name):
+        self._fresh(self.where(name))
+        try:
+            return self.fs.isfile(self.where(name))
+        except OSError:
+            return False
+
     def read(self, name, limit):
         self._fresh(self.where(name))
         try:
             if self.fs.size(self.where(name)) > limit:
-                raise ArchiveError(f"{name}: too large")
+                raise self.error(f"{name}: too large")
             return self.fs.cat_file(self.where(name))
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise ArchiveError(f"cannot read {self.url_root}/{name}: {e}") from None
+            raise self.error(f"cannot read {self.url_root}/{name}: {e}") from None
 
-    def put(self, name, data):
+    def put(self, name, data, sync=True):
         self.fs.pipe_file(self.where(name), bytes(data))
 
     def size(self, name):
@@ -216,8 +267,13 @@ class Remote:
     def open_read(self, name):
         return self.fs.open(self.where(name), "rb")
 
-    def open_write(self, name):
+    def open_write(self, name, sync=True):
         return _RemoteWriter(self, name)
+
+    def rmtree(self):
+        self._fresh(self.root)
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self.root, recursive=True)
 
     @contextlib.contextmanager
     def lock(self):
@@ -232,6 +288,9 @@ class _RemoteWriter:
     def write(self, data):
         self.f.write(data)
 
+    def tell(self):
+        return self.f.tell()
+
     def commit(self):
         self.f.close()  # the upload completes here: the object appears whole
 
@@ -245,5 +304,6 @@ class _RemoteWriter:
         self.b.remove(self.name)
 
 
-def backend(root):
-    return Remote(root) if is_url(root) else Local(root)
+def backend(root, error=StorageError):
+    """The folder or URL ``root``; its failures raise ``error``."""
+    return Remote(root, error) if is_url(root) else Local(root, error)
