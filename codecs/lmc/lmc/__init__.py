@@ -5,7 +5,7 @@
 >>> np.array_equal(lmc.decompress(lmc.compress(x)), x)
 True
 """
-from ._core import FormatError, compress, decompress, info
+from ._core import FormatError, OutputLimitError, compress, decompress, info
 
 __version__ = "0.2.0"
-__all__ = ["compress", "decompress", "info", "FormatError", "__version__"]
+__all__ = ["compress", "decompress", "info", "FormatError", "OutputLimitError", "__version__"]

@@ -25,6 +25,12 @@ class FormatError(ValueError):
     """Raised for malformed, corrupt or undecodable lmc blobs."""
 
 
+class OutputLimitError(FormatError):
+    """Raised by ``decompress(..., max_output_bytes=...)`` (and the numcodecs
+    codec's ``max_output_bytes``) for a blob whose header declares more
+    output bytes than allowed; raised before anything is allocated."""
+
+
 # dtype code -> (numpy dtype, unit size, layout)
 _DTYPES = {
     1: (np.dtype(np.float32), 4, K.LAYOUT_F32),
@@ -413,12 +419,35 @@ def info(blob):
                 nchunks=h["nch"], has_reference=h["refhash"] is not None)
 
 
-def decompress(blob, *, threads=None, reference=None, out=None):
-    """Decompress an lmc blob to a numpy array of the original dtype/shape."""
+def _raise_chunk_error(status):
+    bad = np.flatnonzero(status)
+    if bad.size:
+        c = int(bad[0])
+        msg = K.ERROR_MESSAGES.get(int(status[c]), "unknown error")
+        raise FormatError(f"lmc: chunk {c}: {msg}")
+
+
+def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes=None):
+    """Decompress an lmc blob to a numpy array of the original dtype/shape.
+
+    ``max_output_bytes``: refuse (``lmc.OutputLimitError``, a ``FormatError``)
+    a blob whose header declares more output bytes than this, before
+    anything is allocated; ``None`` means no limit.
+
+    Every chunk's structure (modes, lengths, tables) is checked before the
+    output is allocated, and decoding stops at the first failing chunk."""
     buf = _blob_view(blob)
     h = _parse_header(buf)
     dt, unit, layout = h["dtype"], h["unit"], h["layout"]
     shape, total = h["shape"], h["total"]
+    if max_output_bytes is not None:
+        if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, (int, np.integer)):
+            raise TypeError(f"lmc: max_output_bytes must be an int or None, got {max_output_bytes!r}")
+        if max_output_bytes < 0:
+            raise ValueError(f"lmc: max_output_bytes must be >= 0, got {max_output_bytes}")
+        if total * unit > max_output_bytes:
+            raise OutputLimitError(f"lmc: the blob decodes to {total * unit} bytes, more than "
+                                   f"max_output_bytes={int(max_output_bytes)}")
     ns = _nstreams(unit, layout)
     ref_u8 = _EMPTY
     has_ref = False
@@ -441,23 +470,27 @@ def decompress(blob, *, threads=None, reference=None, out=None):
             raise ValueError(f"lmc: out has {out.size} elements, {total} needed")
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("lmc: out must be C-contiguous and writeable")
-        result = out if out.shape == shape else out.reshape(shape)
-    else:
-        result = np.empty(shape, dt)
-    out_u8 = result.reshape(-1).view(np.uint8)
     nth = _nthreads(threads)
     if has_ref:
         if _ref_hash(ref_u8, total, h["chunk"], unit, nth) != h["refhash"]:
             raise FormatError("lmc: wrong reference (reference hash mismatch)")
     nch = h["nch"]
     if nch:
+        # the whole blob's structure first: a forged blob is refused before the
+        # output (sized from its header) is allocated or any chunk decoded
         status = np.zeros(nch, np.int64)
+        _run_chunks(K.check_range, (buf, h["offsets"], h["sizes"], h["chks"], total, h["chunk"],
+                                    unit, layout, ns, ref_u8, has_ref, status, h["version"]), nch, nth)
+        _raise_chunk_error(status)
+    if out is not None:
+        result = out if out.shape == shape else out.reshape(shape)
+    else:
+        result = np.empty(shape, dt)
+    out_u8 = result.reshape(-1).view(np.uint8)
+    if nch:
+        stop = np.zeros(1, np.int64)
         _run_chunks(K.decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,
                                      h["chunk"], unit, layout, ns, ref_u8, has_ref,
-                                     out_u8, status, h["version"]), nch, nth)
-        bad = np.flatnonzero(status)
-        if bad.size:
-            c = int(bad[0])
-            msg = K.ERROR_MESSAGES.get(int(status[c]), "unknown error")
-            raise FormatError(f"lmc: chunk {c}: {msg}")
+                                     out_u8, status, h["version"], stop), nch, nth)
+        _raise_chunk_error(status)
     return result

@@ -4,9 +4,22 @@ Under ``NUMBA_DISABLE_JIT=1`` pure-Python equivalents are used instead.
 ``ld``/``st`` index any 1-D array by element without Numba's
 negative-index wraparound.  These helpers do NO bounds checking: callers must guarantee that
 ``idx .. idx + width`` lies inside the array.
+
+Checked build (for the fuzzer, ``tests/fuzz_decoder.py``): with the environment variable
+``LMC_CHECKED=1`` (read at import) every helper raises ``IndexError`` for an index that is
+negative or whose ``width`` bytes do not lie inside the array, instead of truncating (no JIT) or
+reading past the buffer (JIT).  Under JIT the checked helpers are used automatically when
+``NUMBA_BOUNDSCHECK=1`` (which makes Numba check the kernels' plain indexing too); the checked
+kernels are then cached apart from the normal ones (``boundscheck`` below Numba's cache
+directory), so neither build ever loads the other.  Without either variable nothing changes: the
+normal build is the unchecked one below.
 """
+import os
+
 import numba
 import numpy as np
+
+CHECKED = os.environ.get("LMC_CHECKED", "") not in ("", "0") or bool(numba.config.BOUNDSCHECK)
 
 if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess test
 
@@ -44,6 +57,40 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
     store_u16 = _mk_store(2)
     store_u32 = _mk_store(4)
     store_u64 = _mk_store(8)
+
+    if CHECKED:
+        def _check(arr, idx, width, what):
+            idx = int(idx)
+            if arr.ndim != 1 or idx < 0 or idx + width > arr.shape[0]:
+                raise IndexError(f"lmc checked build: {what} at index {idx} (width {width}) "
+                                 f"outside an array of shape {arr.shape}")
+            return idx
+
+        def _mk_cload(nbytes, typ):
+            def _load(arr, idx):
+                idx = _check(arr, idx, nbytes, f"load_u{8 * nbytes}")
+                return typ(int.from_bytes(arr[idx:idx + nbytes].tobytes(), "little"))
+            return _load
+
+        def _mk_cstore(nbytes):
+            def _store(arr, idx, val):
+                idx = _check(arr, idx, nbytes, f"store_u{8 * nbytes}")
+                arr[idx:idx + nbytes] = np.frombuffer(
+                    (int(val) & ((1 << (8 * nbytes)) - 1)).to_bytes(nbytes, "little"), dtype=np.uint8)
+            return _store
+
+        def ld(arr, idx):
+            return arr[_check(arr, idx, 1, "ld")]
+
+        def st(arr, idx, val):
+            arr[_check(arr, idx, 1, "st")] = val
+
+        load_u16 = _mk_cload(2, np.uint16)
+        load_u32 = _mk_cload(4, np.uint32)
+        load_u64 = _mk_cload(8, np.uint64)
+        store_u16 = _mk_cstore(2)
+        store_u32 = _mk_cstore(4)
+        store_u64 = _mk_cstore(8)
 
 else:
     from llvmlite import ir
@@ -154,3 +201,37 @@ else:
     store_u16 = _mk_store(16)
     store_u32 = _mk_store(32)
     store_u64 = _mk_store(64)
+
+    if CHECKED:
+        # the same helpers behind a bounds check that raises IndexError (Numba raises from nopython
+        # code); compiled and cached apart from the normal kernels
+        from numba import njit
+
+        _base = numba.config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                       "__pycache__")
+        numba.config.CACHE_DIR = os.path.join(_base, "boundscheck")
+
+        def _mk_checked(raw, width, store):
+            if store:
+                @njit(nogil=True, inline="always")
+                def _cst(arr, idx, val):
+                    if idx < 0 or idx + width > arr.shape[0]:
+                        raise IndexError("lmc checked build: store outside the array")
+                    raw(arr, idx, val)
+                return _cst
+
+            @njit(nogil=True, inline="always")
+            def _cld(arr, idx):
+                if idx < 0 or idx + width > arr.shape[0]:
+                    raise IndexError("lmc checked build: load outside the array")
+                return raw(arr, idx)
+            return _cld
+
+        ld = _mk_checked(ld, 1, False)
+        st = _mk_checked(st, 1, True)
+        load_u16 = _mk_checked(load_u16, 2, False)
+        load_u32 = _mk_checked(load_u32, 4, False)
+        load_u64 = _mk_checked(load_u64, 8, False)
+        store_u16 = _mk_checked(store_u16, 2, True)
+        store_u32 = _mk_checked(store_u32, 4, True)
+        store_u64 = _mk_checked(store_u64, 8, True)

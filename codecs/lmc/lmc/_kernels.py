@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import load_u32
+from ._kbase import (_C1, _C3, _S29, _U0, _fold)
 from ._kbase import (CHUNK_ALONE, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERROR_MESSAGES, ERR_BITS, ERR_CHECKSUM,
                      ERR_CTX, ERR_FLAGS, ERR_FREQ, ERR_KRAFT, ERR_LEN, ERR_MODE, ERR_NOREF, ERR_PAD, ERR_RANS,
                      ERR_STREAM, ERR_TABLE, ERR_TRAIL, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
@@ -49,7 +50,7 @@ __all__ = ['CHUNK_ALONE', 'CHUNK_STORED', 'CHUNK_TEMPORAL', 'CHUNK_XOR', 'ERROR_
            'MODE_HUFF', 'MODE_RANS', 'MODE_RAW', 'NCTX', 'OK', 'PROB_BITS', 'PROB_SCALE', 'RANS_L',
            'RANS_MARGIN', 'RANS_SLACK', 'SAMPLE', 'TABSIZE', 'TEMPORAL_MARGIN', 'analyze_hist',
            'analyze_planes', 'build_decode_table', 'build_multi_table', 'build_rans_dtab', 'canonical_codes',
-           'checksum_range', 'checksum_units', 'copy_bytes', 'cum_freqs', 'decode_chunk',
+           'check_chunk', 'check_range', 'checksum_range', 'checksum_units', 'copy_bytes', 'cum_freqs', 'decode_chunk',
            'decode_huff_stream', 'decode_range', 'decode_rans_stream', 'encode_chunk', 'encode_range',
            'freq_table_bytes', 'gather_range', 'histo4', 'huff_decode4', 'huffman_lengths', 'merge_chunk',
            'merge_units', 'rans_cost_bits', 'rans_decode', 'rans_encode', 'rans_normalize', 'read_freq_table',
@@ -293,7 +294,10 @@ def gather_range(scratch, cap, sizes, offsets, out, c0, c1):
 
 @njit(nogil=True, cache=True)
 def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref,
-                 out, status, version, c0, c1):
+                 out, status, version, stop, c0, c1):
+    """Decode chunks c0..c1-1; stops (leaving their status 0) once stop[0]
+    is set, which it does on its first failing chunk: the other drivers
+    running in parallel stop too, so a refused blob is not decoded on."""
     planes = np.empty((ns, min(chunk, total) + 16), np.uint8)
     dec = np.empty(TABSIZE, np.uint16)
     dec3 = np.empty(TABSIZE, np.uint64)
@@ -306,11 +310,238 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
     cb = np.empty(min(chunk, total) + 16, np.uint16)
     syms = np.empty(min(chunk, total) + 16, np.uint8)
     for c in range(c0, c1):
+        if stop[0] != 0:
+            return
         start = c * chunk
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
                                  ref, has_ref, out, start, chks[c], planes, dec, dec3,
                                  dec1, lens, tmp, version, f, cm, dtab, cb, syms)
+        if status[c] != 0:
+            stop[0] = 1
+
+# ---------------------------------------------------------------------------
+# structural pre-pass: every chunk's layout is checked before the output is
+# allocated or any chunk is decoded (FORMAT.md, "Decoder obligations"), so a
+# forged blob is refused at the cost of its own bytes, not of the sizes its
+# header claims.  The checks are the decoder's own, done early; they only
+# reject blobs the decoder would reject too.
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def _csum_fill(r, n, v, use_ref):
+    """The chunk checksum of n units all equal to v (XORed with r[i] when
+    use_ref) without materialising them."""
+    s1 = _U0
+    s2 = _U0
+    ic = _U0
+    for i in range(n):
+        u = v
+        if use_ref:
+            u = np.uint64(r[i]) ^ v
+        s1 += u
+        x = (u ^ ic) * _C1
+        ic += _C3
+        s2 += x ^ (x >> _S29)
+    return _fold(s1, s2)
+
+
+@njit(nogil=True, cache=True)
+def checksum_fill(ref, use_ref, start, n, unit, v):
+    base = start * unit
+    if not use_ref:
+        return _csum_fill(ref[0:0], n, v, False)
+    if unit == 1:
+        return _csum_fill(ref[base:base + n], n, v, True)
+    if unit == 2:
+        return _csum_fill(ref[base:base + 2 * n].view(np.uint16), n, v, True)
+    if unit == 4:
+        return _csum_fill(ref[base:base + 4 * n].view(np.uint32), n, v, True)
+    return _csum_fill(ref[base:base + 8 * n].view(np.uint64), n, v, True)
+
+
+@njit(nogil=True, cache=True)
+def _check_huff(blob, pos, plen, n, lens):
+    """The Huffman stream record's table, jump table and sub-stream sizes
+    (each sub-stream of c symbols must have between c * minlen and
+    c * maxlen + 7 bits)."""
+    end = pos + plen
+    if plen < 2:
+        return ERR_TRUNC
+    lo = np.int64(blob[pos])
+    hi = np.int64(blob[pos + 1])
+    if hi < lo:
+        return ERR_TABLE
+    cnt = hi - lo + 1
+    nbt = (cnt + 1) // 2
+    if pos + 2 + nbt + 12 > end:
+        return ERR_TRUNC
+    for j in range(256):
+        lens[j] = 0
+    q = pos + 2
+    for j in range(cnt):
+        lens[lo + j] = (blob[q + (j >> 1)] >> (4 * (j & 1))) & 15
+    if cnt & 1:
+        if (blob[q + nbt - 1] >> 4) != 0:
+            return ERR_TABLE
+    if lens[lo] == 0 or lens[hi] == 0:
+        return ERR_TABLE
+    kraft = 0
+    mn = MAXLEN
+    mx = 0
+    for j in range(lo, hi + 1):
+        L = np.int64(lens[j])
+        if L > MAXLEN:
+            return ERR_KRAFT
+        if L > 0:
+            kraft += 1 << (MAXLEN - L)
+            mn = min(mn, L)
+            mx = max(mx, L)
+    if kraft != TABSIZE:
+        return ERR_KRAFT
+    q += nbt
+    rem = end - q - 12
+    acc = 0
+    for k in range(4):
+        if k < 3:
+            Lk = np.int64(load_u32(blob, q + 4 * k))
+            if Lk > rem - acc:
+                return ERR_TRUNC
+        else:
+            Lk = rem - acc
+        acc += Lk
+        c = (n + 3 - k) >> 2
+        if c * mn > 8 * Lk or 8 * Lk > c * mx + 7:
+            return ERR_STREAM
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expected, version,
+                lens, f, cm, one, ub):
+    """Check chunk blob[off:off+clen] as far as it goes without decoding:
+    modes, record lengths, Huffman and frequency tables, sub-stream and rANS
+    stream sizes.  A chunk whose every stream is constant (also a rANS
+    stream of one symbol) is verified completely: its checksum is computed
+    from the constant (and the reference) without writing anything.
+    Scratch: lens uint8[256], f, cm int64[NCTX * 256], one uint8[ns, 1],
+    ub uint8[8].  Returns a status."""
+    end = off + clen
+    if clen < 1:
+        return ERR_TRUNC
+    flags = blob[off]
+    if flags > 3:
+        return ERR_FLAGS
+    if flags == CHUNK_TEMPORAL:
+        if version < 2:
+            return ERR_VERSION
+        if layout == LAYOUT_PLANES:
+            return ERR_FLAGS
+        if not has_ref:
+            return ERR_NOREF
+        W = 32 if layout == LAYOUT_F32 else 16
+        pos = off + 1
+        if pos + 3 > end:
+            return ERR_TRUNC
+        cmask = np.int64(blob[pos + 1]) | (np.int64(blob[pos + 2]) << 8)
+        pos += 3
+        for c in range(NCTX):
+            if cmask & (1 << c):
+                pos = read_freq_table(blob, pos, end, 2 * W, f, 0, cm)
+                if pos < 0:
+                    return ERR_FREQ
+        if pos + 4 > end:
+            return ERR_TRUNC
+        R = np.int64(load_u32(blob, pos))
+        pos += 4
+        if R > end - pos:
+            return ERR_TRUNC
+        if R < 16:
+            return ERR_RANS
+        for k in range(4):
+            if np.int64(load_u32(blob, pos + 4 * k)) < RANS_L:
+                return ERR_RANS
+        return OK
+    if flags == CHUNK_STORED:
+        if clen != 1 + n * unit:
+            return ERR_LEN
+        return OK
+    delta = flags == CHUNK_XOR
+    if delta and not has_ref:
+        return ERR_NOREF
+    pos = off + 1
+    constant = True
+    for s in range(ns):
+        if pos + 5 > end:
+            return ERR_TRUNC
+        mode = blob[pos]
+        plen = np.int64(load_u32(blob, pos + 1))
+        pos += 5
+        if plen > end - pos:
+            return ERR_TRUNC
+        if mode == MODE_RAW:
+            if plen != n:
+                return ERR_LEN
+            constant = False
+        elif mode == MODE_CONST:
+            if plen != 1:
+                return ERR_LEN
+            one[s, 0] = blob[pos]
+        elif mode == MODE_HUFF:
+            st = _check_huff(blob, pos, plen, n, lens)
+            if st != OK:
+                return st
+            constant = False
+        elif mode == MODE_RANS:
+            if version < 2:
+                return ERR_VERSION
+            q = read_freq_table(blob, pos, pos + plen, 255, f, 0, cm)
+            if q < 0:
+                return ERR_FREQ
+            if pos + plen - q < 16:
+                return ERR_RANS
+            for k in range(4):
+                if np.int64(load_u32(blob, q + 4 * k)) < RANS_L:
+                    return ERR_RANS
+            lo = np.int64(blob[pos])
+            if f[lo] == PROB_SCALE:
+                # one symbol: the states never change and no word is read, so
+                # the stream is the 4 states, each 2^16 (else rans_decode fails)
+                if pos + plen - q != 16:
+                    return ERR_RANS
+                for k in range(4):
+                    if np.int64(load_u32(blob, q + 4 * k)) != RANS_L:
+                        return ERR_RANS
+                one[s, 0] = lo
+            else:
+                constant = False
+        else:
+            return ERR_MODE
+        pos += plen
+    if pos != end:
+        return ERR_TRAIL
+    if constant and n > 0:
+        merge_units(one, 1, unit, layout, ub)
+        v = _U0
+        for j in range(unit):
+            v |= np.uint64(ub[j]) << np.uint64(8 * j)
+        if checksum_fill(ref, delta, start, n, unit, v) != expected:
+            return ERR_CHECKSUM
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def check_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref,
+                status, version, c0, c1):
+    lens = np.empty(256, np.uint8)
+    f = np.empty(NCTX * 256, np.int64)
+    cm = np.empty(NCTX * 256, np.int64)
+    one = np.zeros((ns, 1), np.uint8)
+    ub = np.zeros(8, np.uint8)
+    for c in range(c0, c1):
+        start = c * chunk
+        n = min(chunk, total - start)
+        status[c] = check_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns, ref, has_ref,
+                                start, chks[c], version, lens, f, cm, one, ub)
 
 
 @njit(nogil=True, cache=True)
