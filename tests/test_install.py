@@ -54,7 +54,7 @@ def test_the_wheel_holds_every_package_config_and_renderer(installed):
             if "__pycache__" not in p.parts}
     want |= {f"lmcbench/conf/{p.relative_to(REPO / 'conf').as_posix()}" for p in (REPO / "conf").rglob("*.yaml")}
     want |= {f"lmcbench/experiments/{p.name}" for p in (REPO / "experiments").glob("*.py")}
-    assert want - names == set()
+    assert want - names == set(), "a package missing from [tool.setuptools] packages in pyproject.toml?"
     assert "lmcbench/conf/config.yaml" in names and "lmcbench/experiments/delta_gap.py" in names
 
 
