@@ -21,6 +21,7 @@ IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 def installed(tmp_path_factory):
     """The wheel (built from a copy of the package's files, so that nothing is written into the checkout) and
     the folder it is installed in."""
+    pytest.importorskip("pip", reason="builds and installs the wheel with pip")
     base = tmp_path_factory.mktemp("install")
     src = base / "src"
     for d in ("lmcbench", "conf", "experiments"):
