@@ -59,6 +59,9 @@ def method_table(df: pd.DataFrame) -> pd.DataFrame:
                      "restore s (last)": f"{at['last']['restore_s']:.4f}" if "last" in at else "",
                      "restore s (middle)": f"{at['middle']['restore_s']:.4f}" if "middle" in at else "",
                      "verified": "yes" if ok else "**NO**"})
+        for col, label in (("save_peak_mib", "save peak MiB (max)"), ("restore_peak_mib", "restore peak MiB (max)")):
+            if col in part and part[col].notna().any():
+                rows[-1][label] = f"{part[col].max():.0f}"
     return pd.DataFrame(rows).set_index("method")
 
 
@@ -103,7 +106,14 @@ def render(run_dir: str, out_dir: str) -> str:
         "until the checkpoint is complete and durable (files fsynced; for `dcp.async_save` until its future "
         "resolves, for the callback until its worker has appended the step). *Restore*: loading the step back as "
         "torch tensors right after saving it (files in the page cache), compared bit for bit with what was saved.")
-    lines += ["## Setup", "",
+    tile = summary.get("tile", 1)
+    lines += ["## Setup", ""] + [
+              (f"- **a tiled series**: each checkpoint is {tile} consecutive checkpoints of the series (steps "
+               f"{summary['series_steps'][0]}..{summary['series_steps'][-1]}) concatenated tensor by tensor along "
+               "the first dimension, named by the first one's step: the real tensors of a real training run, "
+               f"{tile} times the bytes, no repeated data, consecutive checkpoints still consecutive steps at every "
+               "position; the largest tensor is "
+               f"{max((summary.get('largest_tensor_bytes') or {}).values(), default=0) / MiB:.1f} MiB")] * (tile > 1) + [
               f"- series: {summary.get('n_params', 0) / 1e6:.2f}M parameters, {len(steps)} checkpoints, steps "
               f"{steps[0]}..{steps[-1]}; restored: step {summary['restored_steps']['middle']} (middle) and "
               f"{summary['restored_steps']['last']} (last)",
@@ -118,8 +128,12 @@ def render(run_dir: str, out_dir: str) -> str:
               "torch's `_state_dict_stager`; profiled: nearly all of its blocked time), whatever the StorageWriter; "
               "on a model this small that copy costs about as much as a synchronous save",
               "- bytes: apparent sizes of the files a checkpoint adds (for the archive: what `run.lmca` grew by; the "
-              "Trainer's raw folder it reads is not counted); peak memory is not measured (the process's maximum "
-              "RSS is shared by every method)"]
+              "Trainer's raw folder it reads is not counted)",
+              "- peak memory (where the columns show): how far the process's peak RSS rose above its RSS before the "
+              "call (the peak reset through `/proc/self/clear_refs` before each save and each restore; RSS counts "
+              "Numba's buffers and mapped file pages), until the save is complete (background work included); a "
+              "restore's includes the restored state itself; `dcp.async_save`'s includes DCP's staged copy of the "
+              "state"]
     for n in summary.get("notes") or []:
         lines.append(f"- note: {n}")
     lines.append("")

@@ -109,7 +109,8 @@ def test_the_report_holds_the_values_of_the_csv(run):
             middle = rows[rows["restore"] == "middle"]["restore_s"].iloc[0]
             assert cells == [m, f"{rows['bytes'].mean() / MiB:.3f}", f"{ref / rows['bytes'].mean():.3f}",
                              f"{rows['blocked_s'].mean():.4f}", f"{rows['total_s'].mean():.4f}", f"{last:.4f}",
-                             f"{middle:.4f}", "yes"]
+                             f"{middle:.4f}", "yes", f"{rows['save_peak_mib'].max():.0f}",
+                             f"{rows['restore_peak_mib'].max():.0f}"]
             # and summary.json's table holds the same numbers
             t = summary["table"][variant][m]
             assert t["mean_bytes"] == pytest.approx(rows["bytes"].mean())
@@ -158,3 +159,62 @@ def test_bad_options_on_the_command_line(tmp_path):
     p = run_cli(["experiment=checkpoint_store", "source=files", "source.path=/nonexistent",
                  f"hydra.run.dir={tmp_path / 'run2'}"], cwd=tmp_path, cache=tmp_path / "cache")
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_tiled_series_and_peak_memory(tmp_path):
+    """store.tile=2: each replayed checkpoint is two consecutive ones concatenated tensor by tensor (twice the
+    bytes, one checkpoint fewer), restored bit-exactly; every save and restore has its peak RSS rise recorded."""
+    import torch
+
+    from lmcbench.store.run import load_state, load_tiled
+
+    big_model_folder(tmp_path / "train")
+    a, b = load_state(str(tmp_path / "train" / "checkpoint-10"), "float32"), \
+        load_state(str(tmp_path / "train" / "checkpoint-20"), "float32")
+    t = load_tiled([str(tmp_path / "train" / "checkpoint-10"), str(tmp_path / "train" / "checkpoint-20")], "float32")
+    for k, v in a["model"].items():
+        assert torch.equal(t["model"][k], torch.cat([v, b["model"][k]]))
+    st = t["optimizer"]["state"][0]
+    assert torch.equal(st["exp_avg"], torch.cat([a["optimizer"]["state"][0]["exp_avg"],
+                                                 b["optimizer"]["state"][0]["exp_avg"]]))
+    assert torch.equal(st["step"], a["optimizer"]["state"][0]["step"])  # 0-dim: the first one's
+    assert t["optimizer"]["param_groups"] == a["optimizer"]["param_groups"]
+    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "experiment=checkpoint_store", "source=hf_trainer", f"source.path={tmp_path / 'train'}",
+            "store.tile=2", "store.variants=[fp32]", "store.methods=[torch_save,lmc_dcp]",
+            f"results_dir={tmp_path / 'results'}"])
+    summary = cli.run_task(cfg, str(tmp_path / "run"))
+    df = pd.read_csv(tmp_path / "run" / "store_checkpoints.csv", keep_default_na=False, na_values=[""])
+    assert summary["verified"] is True and summary["tile"] == 2 and summary["steps"] == [10, 20]
+    tiled_bytes = sum(x.numel() * x.element_size() for x in cli_tensors(t))
+    assert df[df["step"] == 10]["state_bytes"].iloc[0] == tiled_bytes
+    assert df["save_peak_mib"].notna().all() and (df["save_peak_mib"] >= 0).all()
+    restored = df[df["restore"].notna()]
+    assert len(restored) == 4 and (restored["restore_peak_mib"] >= 0).all()
+    report = (tmp_path / "results" / "checkpoint_store" / "report.md").read_text()
+    assert "a tiled series" in report and "save peak MiB (max)" in report
+    with pytest.raises(ConfigError, match="store.tile"):
+        StoreConfig.from_options({"tile": 0})
+
+
+def cli_tensors(state):
+    from lmcbench.store.methods import tensors_of
+    return tensors_of(state)
+
+
+def test_peak_rss_rise_sees_what_a_call_touches():
+    """The store's memory column: the peak RSS rise after a reset sees a 64 MiB buffer that was touched and freed
+    (RSS, not tracemalloc: memory Numba or mmap allocates counts as well), and not one freed before the reset."""
+    import numpy as np
+
+    from lmcbench.store.run import _peak_above, _reset_peak
+
+    base = _reset_peak()
+    if base is None:
+        pytest.skip("no /proc/self/clear_refs here")
+    a = np.ones(64 * MiB, np.uint8)  # touched
+    del a
+    assert _peak_above(base) >= 60
+    base = _reset_peak()
+    assert _peak_above(base) < 60

@@ -23,7 +23,10 @@ class StoreConfig:
     ``fp16``; moments stay fp32); ``keyframe_every``: the LMC methods code each checkpoint against the previous
     one and start a new chain every K checkpoints; ``threads``: LMC's and ZipNN's threads (null: all cores);
     ``zstd_level``: of ``zstd_torch_save``; ``keep_checkpoints``:
-    keep every method's files in the run directory (otherwise each is deleted once no later restore needs it)."""
+    keep every method's files in the run directory (otherwise each is deleted once no later restore needs it);
+    ``tile``: K > 1 makes a larger series of the same real tensors (checkpoint j is the series' checkpoints j to
+    j + K - 1 concatenated tensor by tensor along the first dimension: K times the bytes, consecutive checkpoints
+    still consecutive steps at every position, no repeated data; the report labels it so)."""
 
     methods: list = field(default_factory=lambda: list(METHODS))
     variants: list = field(default_factory=lambda: ["fp32", "bf16"])
@@ -31,6 +34,7 @@ class StoreConfig:
     threads: int | None = None
     zstd_level: int = 3
     keep_checkpoints: bool = False
+    tile: int = 1
 
     @classmethod
     def from_options(cls, opts: dict | None) -> "StoreConfig":
@@ -46,6 +50,7 @@ class StoreConfig:
         if c.threads is not None:
             _int("store.threads", c.threads, 1, "a positive integer or null (all cores)")
         _int("store.zstd_level", c.zstd_level, 1, "an integer in [1, 22]", hi=22)
+        _int("store.tile", c.tile, 1, "a positive integer (series checkpoints per tiled checkpoint)")
         if not isinstance(c.keep_checkpoints, bool):
             raise ConfigError(f"store.keep_checkpoints: expected true or false, got {c.keep_checkpoints!r}")
         return c

@@ -31,7 +31,7 @@ from .methods import ALL, same_state, tensors_of, unavailable
 from .options import VARIANTS, StoreConfig
 
 COLUMNS = ["variant", "method", "step", "index", "keyframe", "state_bytes", "bytes", "blocked_s", "total_s", "restore",
-           "restore_s", "verified"]
+           "restore_s", "verified", "save_peak_mib", "restore_peak_mib"]
 
 
 def checkpoints_of(source: dict) -> list[tuple[int, str]]:
@@ -86,6 +86,74 @@ def load_state(folder: str, weights_dtype: str) -> dict:
     return {"model": model, "optimizer": opt}
 
 
+def load_tiled(folders: list[str], weights_dtype: str) -> dict:
+    """The states of ``folders`` (consecutive checkpoints) as one: every tensor with a first dimension is the
+    concatenation of theirs along it; the others (0-dim step counters, param groups) are the first folder's."""
+    import torch
+
+    first = load_state(folders[0], weights_dtype)
+    if len(folders) == 1:
+        return first
+    leaves = _leaves(first)
+    parts = {p: [t] for p, t in leaves.items() if isinstance(t, torch.Tensor) and t.dim() > 0}
+    for folder in folders[1:]:
+        other = _leaves(load_state(folder, weights_dtype))
+        for path, ts in parts.items():
+            t = other.get(path)
+            if not isinstance(t, torch.Tensor) or t.shape[1:] != ts[0].shape[1:] or t.dtype != ts[0].dtype:
+                raise SourceError(f"{folder}: {'/'.join(map(str, path))} does not match the first checkpoint's "
+                                  "(store.tile needs checkpoints of one model)")
+            ts.append(t)
+        del other
+    for path, ts in parts.items():
+        leaves[path] = torch.cat(ts)
+        ts.clear()
+    return _rebuild(first, leaves)
+
+
+def _leaves(obj, prefix=()) -> dict:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_leaves(v, prefix + (k,)))
+        return out
+    return {prefix: obj}
+
+
+def _rebuild(obj, leaves, prefix=()):
+    if isinstance(obj, dict):
+        return {k: _rebuild(v, leaves, prefix + (k,)) for k, v in obj.items()}
+    return leaves[prefix]
+
+
+def _reset_peak() -> int | None:
+    """Reset this process's peak RSS (Linux: /proc/self/clear_refs) and return its RSS now, in bytes; None where
+    it cannot be measured. RSS counts Numba's buffers and mapped file pages, which tracemalloc does not see."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status("VmRSS")
+    except OSError:
+        return None
+
+
+def _status(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _peak_above(base: int | None):
+    """MiB the peak RSS rose above ``base`` since the reset (blank where not measured)."""
+    hwm = _status("VmHWM") if base is not None else None
+    return "" if hwm is None else round(max(0, hwm - base) / 2**20, 1)
+
+
 def _warm_up(names, state, root: str, cfg: StoreConfig, log) -> None:
     """Every method once on the first state, and LMC with a reference on both dtypes, outside the measurement
     (Numba loads its compiled kernels on first use; ZipNN and DCP set themselves up)."""
@@ -118,7 +186,11 @@ def run_store(cfg, out_dir: str, log=print) -> dict:
 
     c = OmegaConf.to_container(cfg, resolve=True) if not isinstance(cfg, dict) else cfg
     sc = StoreConfig.from_options(c.get("store"))
-    ckpts = checkpoints_of(c["source"])
+    series = checkpoints_of(c["source"])
+    if sc.tile > len(series):
+        raise ConfigError(f"store.tile: {sc.tile} is more than the {len(series)} checkpoints of the series")
+    # tiled: checkpoint j is series checkpoints j..j+tile-1 (labelled by the first one's step)
+    ckpts = [(series[j][0], [d for _, d in series[j:j + sc.tile]]) for j in range(len(series) - sc.tile + 1)]
     notes, names = [], []
     for n in sc.methods:
         why = unavailable(n)
@@ -136,13 +208,16 @@ def run_store(cfg, out_dir: str, log=print) -> dict:
     t_start = time.time()
     summary = {"steps": [s for s, _ in ckpts], "methods": names, "variants": sc.variants, "notes": notes,
                "keyframe_every": sc.keyframe_every, "threads": sc.threads, "zstd_level": sc.zstd_level,
+               "tile": sc.tile, "series_steps": [s for s, _ in series],
                "restored_steps": {"middle": ckpts[mid][0], "last": ckpts[last][0]}, "state_bytes": {}, "table": {}}
-    log(f"store: {len(ckpts)} checkpoints ({ckpts[0][1]} ...), methods {', '.join(names)}, "
+    log(f"store: {len(ckpts)} checkpoints ({ckpts[0][1][0]} ...{f', each {sc.tile} tiled' if sc.tile > 1 else ''}), methods {', '.join(names)}, "
         f"variants {', '.join(sc.variants)}")
     try:
         for variant in sc.variants:
-            rows = _variant(variant, ckpts, names, sc, work, out, (mid, last), log, warm=variant == sc.variants[0])
+            rows, largest = _variant(variant, ckpts, names, sc, work, out, (mid, last), log,
+                                     warm=variant == sc.variants[0])
             summary["state_bytes"][variant] = rows[0]["state_bytes"]
+            summary.setdefault("largest_tensor_bytes", {})[variant] = largest
             summary["table"][variant] = table(rows, names)
             if not sc.keep_checkpoints:
                 shutil.rmtree(os.path.join(work, variant), ignore_errors=True)
@@ -150,7 +225,7 @@ def run_store(cfg, out_dir: str, log=print) -> dict:
         out.close()
         if not sc.keep_checkpoints:
             shutil.rmtree(work, ignore_errors=True)
-    summary["n_params"] = _n_params(ckpts[0][1])
+    summary["n_params"] = _n_params(ckpts[0][1][0]) * sc.tile
     summary["seconds"] = round(time.time() - t_start, 1)
     summary["verified"] = all(r["verified"] for t in summary["table"].values() for r in t.values())
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
@@ -167,26 +242,31 @@ def _variant(variant, ckpts, names, sc, work, out, restore_at, log, warm) -> lis
     root = os.path.join(work, variant)
     shutil.rmtree(root, ignore_errors=True)
     if warm:
-        _warm_up(names, load_state(ckpts[0][1], dtype), os.path.join(work, "warmup"), sc, log)
+        _warm_up(names, load_state(ckpts[0][1][0], dtype), os.path.join(work, "warmup"), sc, log)
     methods = {n: ALL[n](root, sc) for n in names}
     rows = []
     try:
-        for i, (step, folder) in enumerate(ckpts):
-            state = load_state(folder, dtype)
-            state_bytes = sum(t.numel() * t.element_size() for t in tensors_of(state))
+        for i, (step, folders) in enumerate(ckpts):
+            state = load_tiled(folders, dtype)
+            sizes = [t.numel() * t.element_size() for t in tensors_of(state)]
+            state_bytes = sum(sizes)
             keyframe = i % sc.keyframe_every == 0
             order = names[i % len(names):] + names[:i % len(names)]
             done = []
             for n in order:
                 m = methods[n]
-                blocked, total, nbytes = m.save(state, step, keyframe)
+                base = _reset_peak()
+                blocked, total, nbytes = m.save(state, step, keyframe)  # (returns once the save is complete)
                 row = {"variant": variant, "method": n, "step": step, "index": i, "keyframe": keyframe,
                        "state_bytes": state_bytes, "bytes": nbytes, "blocked_s": round(blocked, 5),
-                       "total_s": round(total, 5), "restore": "", "restore_s": "", "verified": ""}
+                       "total_s": round(total, 5), "restore": "", "restore_s": "", "verified": "",
+                       "save_peak_mib": _peak_above(base), "restore_peak_mib": ""}
                 if i in restore_at:
+                    base = _reset_peak()
                     t0 = time.perf_counter()
                     got = m.restore(step, state)
                     row["restore_s"] = round(time.perf_counter() - t0, 5)
+                    row["restore_peak_mib"] = _peak_above(base)  # (the restored state itself included)
                     row["verified"] = same_state(got, state)
                     row["restore"] = "last" if i == restore_at[1] else "middle"
                     del got
@@ -197,6 +277,7 @@ def _variant(variant, ckpts, names, sc, work, out, restore_at, log, warm) -> lis
                 done.append(row)
             done.sort(key=lambda r: names.index(r["method"]))
             out.write(done)
+            largest = max(sizes)
             rows.extend(done)
             ts = rows_for(done, "torch_save")
             log(f"store: {variant} step {step}: " + ", ".join(
@@ -206,7 +287,7 @@ def _variant(variant, ckpts, names, sc, work, out, restore_at, log, warm) -> lis
     finally:
         for m in methods.values():
             m.close()
-    return rows
+    return rows, largest
 
 
 def rows_for(rows, method):
