@@ -9,6 +9,7 @@ import ml_dtypes
 import numba
 import numpy as np
 
+from . import _intrinsics
 from . import _kernels as K
 
 MAGIC = b"LMC1"
@@ -19,6 +20,10 @@ MAX_CHUNK = 1 << 27
 MAX_NDIM = 32
 FLAG_REF = 1
 ENTRY = struct.Struct("<IQ")  # per chunk: compressed size, checksum
+
+
+# the fuzzer's checked pure-Python build (lmc._intrinsics): the decoder's buffers as checked arrays
+_CHECKED_PY = _intrinsics.CHECKED and numba.config.DISABLE_JIT
 
 
 class FormatError(ValueError):
@@ -438,6 +443,8 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
     output is allocated, and decoding stops at the first failing chunk."""
     buf = _blob_view(blob)
     h = _parse_header(buf)
+    if _CHECKED_PY:
+        buf = _intrinsics.checked(buf)
     dt, unit, layout = h["dtype"], h["unit"], h["layout"]
     shape, total = h["shape"], h["total"]
     if max_output_bytes is not None:
@@ -460,6 +467,8 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         except ValueError as e:
             raise FormatError(f"lmc: wrong reference: {e}") from None
         ref_u8 = _ro_bytes(r)
+        if _CHECKED_PY:
+            ref_u8 = _intrinsics.checked(ref_u8)
         has_ref = True
     if out is not None:
         if not isinstance(out, np.ndarray):
@@ -487,6 +496,8 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
     else:
         result = np.empty(shape, dt)
     out_u8 = result.reshape(-1).view(np.uint8)
+    if _CHECKED_PY:
+        out_u8 = _intrinsics.checked(out_u8)
     if nch:
         stop = np.zeros(1, np.int64)
         _run_chunks(K.decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,

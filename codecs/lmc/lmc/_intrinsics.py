@@ -92,6 +92,60 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
         store_u32 = _mk_cstore(4)
         store_u64 = _mk_cstore(8)
 
+        class CheckedArray(np.ndarray):
+            """An ndarray whose integer indexes must be in range (no negative
+            wraparound) and whose slices must lie inside it (no silent
+            truncation): the kernels' plain indexing, checked."""
+
+            @staticmethod
+            def _key(self, key):
+                keys = key if isinstance(key, tuple) else (key,)
+                for ax, k in enumerate(keys):
+                    size = self.shape[ax] if ax < self.ndim else 0
+                    if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+                        if not 0 <= k < size:
+                            raise IndexError(f"lmc checked build: index {k} outside axis of {size}")
+                    elif isinstance(k, slice):
+                        for v in (k.start, k.stop):
+                            if v is not None and not 0 <= v <= size:
+                                raise IndexError(f"lmc checked build: slice {k} outside axis of {size}")
+
+            def __getitem__(self, key):
+                if type(key) is int and self.ndim == 1:  # the common case, fast
+                    if not 0 <= key < self.shape[0]:
+                        raise IndexError(f"lmc checked build: index {key} outside axis of {self.shape[0]}")
+                else:
+                    CheckedArray._key(self, key)
+                return np.ndarray.__getitem__(self, key)
+
+            def __setitem__(self, key, val):
+                if type(key) is int and self.ndim == 1:
+                    if not 0 <= key < self.shape[0]:
+                        raise IndexError(f"lmc checked build: index {key} outside axis of {self.shape[0]}")
+                else:
+                    CheckedArray._key(self, key)
+                np.ndarray.__setitem__(self, key, val)
+
+        def checked(a):
+            return a.view(CheckedArray)
+
+        class _CheckedNumpy:
+            """numpy for the kernels of the checked pure-Python build: the
+            arrays they allocate are CheckedArray too."""
+
+            def __getattr__(self, name):
+                return getattr(np, name)
+
+            @staticmethod
+            def empty(*a, **k):
+                return np.empty(*a, **k).view(CheckedArray)
+
+            @staticmethod
+            def zeros(*a, **k):
+                return np.zeros(*a, **k).view(CheckedArray)
+
+        checked_numpy = _CheckedNumpy()
+
 else:
     from llvmlite import ir
     from numba import types

@@ -552,3 +552,16 @@ def checksum_range(data, total, chunk, unit, chks, c0, c1):
         chks[c] = checksum_units(data, start, n, unit)
 
 
+def _checked_pure_python():
+    """LMC_CHECKED=1 with NUMBA_DISABLE_JIT=1: the kernels allocate checked
+    arrays (lmc._core passes its buffers as checked arrays too)."""
+    from . import _intrinsics, _kbase, _khuffman, _krans, _kstreams, _ktemporal
+    import sys
+    for m in (_kbase, _khuffman, _krans, _kstreams, _ktemporal, sys.modules[__name__]):
+        m.np = _intrinsics.checked_numpy
+
+
+from ._intrinsics import CHECKED as _CHECKED  # noqa: E402
+from numba import config as _ncfg  # noqa: E402
+if _CHECKED and _ncfg.DISABLE_JIT:  # pragma: no cover - the fuzzer's checked build
+    _checked_pure_python()

@@ -44,14 +44,21 @@ class LMC(Codec):
         Elements per independent chunk.
     threads : int, optional
         Threads used (default: all).
+    max_output_bytes : int, optional
+        ``decode`` refuses (``lmc.OutputLimitError``, a ``FormatError``) a blob whose header declares more
+        decoded bytes than this, before allocating anything (see ``lmc.decompress``). Without it, and
+        when ``decode`` gets an ``out`` buffer, the limit is at most that buffer's size.
     """
 
     codec_id = "lmc"
 
-    def __init__(self, dtype=None, chunk_size=None, threads=None):
+    def __init__(self, dtype=None, chunk_size=None, threads=None, max_output_bytes=None):
         self.dtype = None if dtype is None else str(np.dtype(_core._as_dtype(dtype)))
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.threads = None if threads is None else int(threads)
+        if max_output_bytes is not None and (isinstance(max_output_bytes, bool) or int(max_output_bytes) < 0):
+            raise ValueError(f"lmc: max_output_bytes must be an int >= 0 or None, got {max_output_bytes!r}")
+        self.max_output_bytes = None if max_output_bytes is None else int(max_output_bytes)
 
     def encode(self, buf):
         is_array = isinstance(buf, np.ndarray)
@@ -81,7 +88,11 @@ class LMC(Codec):
         if isinstance(buf, np.ndarray) and buf.dtype.hasobject:
             raise TypeError("lmc: cannot decode an object array")
         blob = ensure_contiguous_ndarray(buf).view(np.uint8)
-        dec = _core.decompress(blob, threads=self.threads)
+        limit = self.max_output_bytes
+        if out is not None:   # a blob that cannot fit out is refused before it is decoded
+            nb = ensure_ndarray(out).nbytes
+            limit = nb if limit is None else min(limit, nb)
+        dec = _core.decompress(blob, threads=self.threads, max_output_bytes=limit)
         if out is None:
             return dec
         if ensure_ndarray(out).nbytes != dec.nbytes:
@@ -96,6 +107,8 @@ class LMC(Codec):
             cfg["chunk_size"] = self.chunk_size
         if self.threads is not None:
             cfg["threads"] = self.threads
+        if self.max_output_bytes is not None:
+            cfg["max_output_bytes"] = self.max_output_bytes
         return cfg
 
     @classmethod
@@ -105,5 +118,6 @@ class LMC(Codec):
         return cls(**config)
 
     def __repr__(self):
+        lim = "" if self.max_output_bytes is None else f", max_output_bytes={self.max_output_bytes!r}"
         return (f"LMC(dtype={self.dtype!r}, chunk_size={self.chunk_size!r}, "
-                f"threads={self.threads!r})")
+                f"threads={self.threads!r}{lim})")

@@ -108,7 +108,7 @@ def build_corpus(seed=0, small=False):
         def cut(a, m):
             return None if a is None else a.reshape(-1)[:m]
         specs = [(nm, cut(x, max(x.size // 5, 256)), cut(r, max(x.size // 5, 256)), max(c // 5, 64))
-                 for nm, x, r, c in specs]
+                 if nm != "int32_xor" else (nm, x, r, c) for nm, x, r, c in specs]   # (its rANS needs n)
     return [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c))
             for nm, x, r, c in specs]
 
@@ -132,6 +132,12 @@ def selftest():
         K._slow_load(a, 8, 16, 0)
     except IndexError:
         caught.append("kernel_index")
+    # a negative offset: Python and Numba wrap it around unless checked
+    c = I.checked if hasattr(I, "checked") and I.CHECKED else (lambda v: v)
+    try:
+        K.copy_bytes(c(np.zeros(8, np.uint8)), -4, c(np.ones(8, np.uint8)), 0, 4)
+    except IndexError:
+        caught.append("kernel_negative")
     return caught
 
 

@@ -1,0 +1,225 @@
+"""Hostile input (issue 21, item 4): the structure-aware fuzzer (fuzz_decoder.py) in
+the normal build and in two checked builds (pure Python with every load/store and
+index checked; JIT with NUMBA_BOUNDSCHECK=1 and checked helpers), memory touched
+before a forged blob is refused (peak RSS of child processes), and the output-size
+limit of lmc.decompress and the numcodecs codec."""
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lmc
+import fuzz_decoder as FZ
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal",
+         "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const"]
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return FZ.build_corpus(0)
+
+
+def _check_summary(d, min_cases):
+    assert d["failures"] == 0, d
+    assert d["cases"] >= min_cases
+    assert set(d["outcome"]) == {"FormatError", "exact"}, d["outcome"]
+    assert d["outcome"]["FormatError"] > d["cases"] // 2
+    for owner in ("alone/huffman", "alone/rans", "xor/rans", "temporal", "stored", "xor/huffman"):
+        assert d["by_owner"].get(owner, 0) >= 5, (owner, d["by_owner"])
+
+
+def test_corpus_uses_every_mode(corpus):
+    cov = FZ.coverage(corpus)
+    for m in MODES:
+        assert cov[m] > 0, (m, cov)
+    assert any(c["ref"] is not None for c in corpus) and any(c["ref"] is None for c in corpus)
+    for c in corpus:   # the corpus itself decodes
+        assert lmc.decompress(c["blob"], reference=c["ref"]).tobytes() == c["x"].tobytes()
+
+
+def test_fuzz_normal_build(corpus):
+    stats, failures = FZ.run(corpus, 4000, seed=1)
+    assert not failures, failures[:3]
+    by_owner = stats["by_owner"]
+    assert stats["outcome"]["exact"] > 0 and stats["outcome"]["FormatError"] > 3000
+    for owner in ("alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman",
+                  "xor/rans", "xor/const", "temporal", "stored"):
+        assert by_owner[owner] >= 20, (owner, by_owner)
+    for kind in ("table:huff_swap", "table:freq_move", "table:huff_jump_shift", "truncate",
+                 "ref:forged_hash", "hdr:dtype", "hdr:shape"):
+        assert stats["by_kind"][kind] > 0, kind
+
+
+def test_fuzzer_catches_a_wrong_output(corpus, monkeypatch):
+    """The oracle is not blind: a decoder that returns damaged data is reported."""
+    real = lmc.decompress
+
+    def bad(blob, **kw):
+        y = real(blob, **kw)
+        y.reshape(-1).view(np.uint8)[0] ^= 1
+        return y
+    monkeypatch.setattr(lmc, "decompress", bad)
+    stats, failures = FZ.run(corpus[:2], 40, seed=2)
+    assert failures and failures[0]["error"] == "wrong output returned"
+
+
+def _child(env, args, timeout):
+    e = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", **env)
+    return subprocess.run([sys.executable, "-W", "ignore", os.path.join(HERE, "fuzz_decoder.py")] + args,
+                          env=e, capture_output=True, text=True, timeout=timeout, cwd=HERE)
+
+
+@pytest.mark.parametrize("build", ["nojit_checked", "jit_boundscheck"])
+def test_fuzz_checked_build(build, tmp_path):
+    """The fuzzer in a child under a checked build: an out-of-bounds read or write
+    raises IndexError there (the self-test shows it does), and the fuzzer fails on
+    any exception other than FormatError."""
+    env = ({"LMC_CHECKED": "1", "NUMBA_DISABLE_JIT": "1"} if build == "nojit_checked"
+           else {"NUMBA_BOUNDSCHECK": "1"})
+    p = _child(env, ["--selftest"], 600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    caught = p.stdout.split()
+    assert {"load_u64", "ld", "store_u32", "kernel_index", "kernel_negative"} <= set(caught), p.stdout
+    small = build == "nojit_checked"
+    corpus_file = str(tmp_path / "corpus.npz")
+    FZ.save_corpus(FZ.build_corpus(3, small=small), corpus_file)
+    cases = 200 if small else 6000
+    out = str(tmp_path / "summary.json")
+    p = _child(env, ["--corpus", corpus_file, "--cases", str(cases), "--seed", "3", "--json", out], 900)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    with open(out) as f:
+        d = json.load(f)
+    assert d["build"]["checked_helpers"] and d["build"]["jit"] == (not small)
+    assert d["build"]["numba_boundscheck"] == (not small)
+    _check_summary(d, cases)
+
+
+# ---------------------------------------------------------------------------
+# memory before refusal
+# ---------------------------------------------------------------------------
+MEM_CHILD = r"""
+import sys, struct, zlib, numpy as np, lmc
+def hwm():
+    for line in open('/proc/self/status'):
+        if line.startswith('VmHWM'):
+            return int(line.split()[1]) * 1024
+x = np.arange(4096, dtype=np.float32)
+assert lmc.decompress(lmc.compress(x, chunk_size=1024), threads=2).tobytes() == x.tobytes()
+kind = sys.argv[1]
+res = "baseline"
+if kind != "baseline":
+    total, chunk = 1 << 31, 1 << 27          # bf16: 4 GiB claimed, 16 chunks
+    nch = total // chunk
+    rng = np.random.default_rng(0)
+    pays = []
+    for c in range(nch):
+        if kind == "garbage":                 # mode byte fine, garbage after it
+            p = bytes([c % 2]) + rng.integers(0, 256, 40, dtype=np.uint8).tobytes()
+        elif kind == "const":                 # two constant streams: 2^27 units each, wrong checksum
+            p = bytes([0]) + (bytes([1]) + struct.pack('<I', 1) + bytes([c])) * 2
+        elif kind == "rans1":                 # one-symbol rANS streams (expand like constants)
+            st = bytes([3]) + struct.pack('<I', 2 + 2 + 16) + bytes([7, 7, 0x90, 0x00]) + struct.pack('<4I', *[1 << 16] * 4)
+            p = bytes([0]) + st * 2
+        elif kind == "last_bad":              # 15 valid chunks of zeros (checksums right), the last one broken
+            p = bytes([0]) + (bytes([1]) + struct.pack('<I', 1) + bytes([0])) * 2
+            if c == nch - 1:
+                p = bytes([0, 2]) + rng.integers(0, 256, 30, dtype=np.uint8).tobytes()
+        pays.append(p)
+    from lmc import _kernels as K
+    zero_chk = int(K.checksum_fill(np.zeros(0, np.uint8), False, 0, chunk, 2, np.uint64(0)))
+    head = bytearray(b'LMC1') + struct.pack('<BBBB', 2, 3, 0, 1) + struct.pack('<Q', total)
+    head += struct.pack('<II', chunk, nch)
+    for p in pays:
+        head += struct.pack('<IQ', len(p), zero_chk if kind == "last_bad" else 12345)
+    head += struct.pack('<I', zlib.crc32(head))
+    blob = bytes(head) + b''.join(pays)
+    assert len(blob) < 1200, len(blob)
+    try:
+        lmc.decompress(blob, threads=2)
+        res = "decoded"
+    except lmc.FormatError as e:
+        res = "FormatError: " + str(e)
+print(res)
+print(hwm())
+"""
+
+
+def _peak(kind):
+    p = subprocess.run([sys.executable, "-c", MEM_CHILD, kind], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))
+    assert p.returncode == 0, p.stderr[-2000:]
+    res, peak = p.stdout.strip().splitlines()[-2:]
+    return res, int(peak)
+
+
+def test_forged_1kb_blob_refused_within_a_few_mib():
+    """A ~1 KB blob whose valid-CRC header claims 2^31 bf16 elements (4 GiB) in
+    chunks of 2^27 is refused with a peak RSS at most a few MiB above a child that
+    only decodes a small valid blob (before: ~512 MiB per chunk decoded, and every
+    chunk was decoded even after the first failed; "last_bad": 15 chunks that are
+    valid, 3.75 GiB of zeros, were decoded before the broken 16th was seen)."""
+    _, base = _peak("baseline")
+    for kind in ("garbage", "const", "rans1", "last_bad"):
+        res, peak = _peak(kind)
+        assert res.startswith("FormatError"), (kind, res)
+        assert peak - base < 8 << 20, (kind, res, (peak - base) / 2**20)
+
+
+# ---------------------------------------------------------------------------
+# output-size limit
+# ---------------------------------------------------------------------------
+def test_max_output_bytes():
+    x = (np.arange(10000) % 97).astype(np.float32)
+    blob = lmc.compress(x, chunk_size=4096)
+    assert lmc.decompress(blob, max_output_bytes=x.nbytes).tobytes() == x.tobytes()
+    assert lmc.decompress(blob, max_output_bytes=None).tobytes() == x.tobytes()
+    with pytest.raises(lmc.OutputLimitError, match="40000 bytes"):
+        lmc.decompress(blob, max_output_bytes=x.nbytes - 1)
+    assert issubclass(lmc.OutputLimitError, lmc.FormatError)
+    with pytest.raises(ValueError):
+        lmc.decompress(blob, max_output_bytes=-1)
+    with pytest.raises(TypeError):
+        lmc.decompress(blob, max_output_bytes=True)
+
+
+def test_max_output_bytes_refuses_before_allocating():
+    """A header claiming 2^40 float64 elements: refused by the limit at once (an
+    attempt to allocate 8 TiB would raise MemoryError instead)."""
+    total, chunk = 1 << 40, 1 << 27
+    nch = total // chunk   # 8192 chunk entries: a ~100 KB table of 1-byte chunks
+    head = bytearray(b"LMC1") + struct.pack("<BBBB", 1, 4, 0, 1) + struct.pack("<Q", total)
+    head += struct.pack("<II", chunk, nch) + struct.pack("<IQ", 1, 0) * nch
+    head += struct.pack("<I", zlib.crc32(head))
+    blob = bytes(head) + bytes([9]) * nch
+    with pytest.raises(lmc.OutputLimitError):
+        lmc.decompress(blob, max_output_bytes=1 << 30)
+    with pytest.raises(lmc.FormatError, match="flags"):   # without a limit: refused by the structure check
+        lmc.decompress(blob)
+
+
+def test_numcodecs_max_output_bytes():
+    pytest.importorskip("numcodecs")
+    from lmc.numcodecs_codec import LMC
+    x = np.arange(5000, dtype=np.float32).astype(ml_dtypes.bfloat16)
+    enc = LMC().encode(x)
+    codec = LMC(max_output_bytes=x.nbytes)
+    assert np.asarray(codec.decode(enc)).tobytes() == x.tobytes()
+    assert codec.get_config()["max_output_bytes"] == x.nbytes
+    assert LMC.from_config(codec.get_config()).max_output_bytes == x.nbytes
+    assert eval(repr(codec), {"LMC": LMC}).max_output_bytes == x.nbytes
+    with pytest.raises(lmc.OutputLimitError):
+        LMC(max_output_bytes=x.nbytes - 2).decode(enc)
+    # an out buffer bounds the output too: refused before decoding
+    with pytest.raises(lmc.OutputLimitError):
+        LMC().decode(enc, out=np.empty(100, ml_dtypes.bfloat16))
+    with pytest.raises(ValueError):
+        LMC(max_output_bytes=-5)
