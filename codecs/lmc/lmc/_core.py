@@ -20,6 +20,7 @@ MAX_CHUNK = 1 << 27
 MAX_NDIM = 32
 FLAG_REF = 1
 ENTRY = struct.Struct("<IQ")  # per chunk: compressed size, checksum
+_MAX_BYTES = (1 << 63) - 1     # numpy's limit on an array's bytes (and on the product of its nonzero dims)
 
 
 # the fuzzer's checked pure-Python build (lmc._intrinsics): the decoder's buffers as checked arrays
@@ -379,8 +380,13 @@ def _parse_header(buf):
     if zlib.crc32(buf[:tab_end]) != crc:
         raise FormatError("lmc: header checksum mismatch (corrupt header)")
     total = 1
+    nonzero = 1
     for s in shape:
         total *= s
+        nonzero *= max(s, 1)
+    if nonzero * _DTYPES[code][1] > _MAX_BYTES:
+        # numpy refuses such a shape even with a zero dimension ("array is too big")
+        raise FormatError(f"lmc: shape {tuple(shape)} is too large")
     if not 1 <= chunk <= MAX_CHUNK:
         raise FormatError(f"lmc: invalid chunk size {chunk}")
     if nch != (-(-total // chunk) if total else 0):

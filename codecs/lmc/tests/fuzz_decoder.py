@@ -375,7 +375,12 @@ def mutations(b, rng, ref):
         chks[c] ^= 1 << int(rng.integers(64))
         return "checksum", owner, b.pack(chks=chks), ref, None
     # header fields, CRC recomputed
-    sub = int(rng.integers(6))
+    sub = int(rng.integers(7))
+    if sub == 6:             # a shape numpy cannot allocate, with a zero dimension (so nch = 0 fits)
+        big = [[0, 2**64 - 1], [0, 2**63], [2**62, 0, 4], [0] * 31 + [2**63 - 1], [3, 0, 2**61]]
+        shp = big[int(rng.integers(len(big)))]
+        # (numpy allows some with 1-byte units: then an empty array of that shape is right)
+        return "hdr:huge_shape", owner, b.pack(shape=shp, payloads=[], nch=0), None, ("empty", shp, None)
     if sub == 0:             # version 1 (v2 modes then invalid)
         return "hdr:version", owner, b.pack(version=1 if b.version == 2 else 2), ref, None
     if sub == 1:             # another chunk size with the same chunk count
@@ -500,6 +505,8 @@ def _expected(x, spec):
     what, arg, _ = spec
     if what == "reshape":
         return x.reshape(arg)
+    if what == "empty":
+        return np.empty(arg, x.dtype)
     return x.view(_core._DTYPES[arg][0])
 
 

@@ -134,8 +134,10 @@ if kind != "baseline":
             if c == nch - 1:
                 p = bytes([0, 2]) + rng.integers(0, 256, 30, dtype=np.uint8).tobytes()
         pays.append(p)
-    from lmc import _kernels as K
-    zero_chk = int(K.checksum_fill(np.zeros(0, np.uint8), False, 0, chunk, 2, np.uint64(0)))
+    zero_chk = 0
+    if kind == "last_bad":
+        from lmc import _kernels as K
+        zero_chk = int(K.checksum_fill(np.zeros(0, np.uint8), False, 0, chunk, 2, np.uint64(0)))
     head = bytearray(b'LMC1') + struct.pack('<BBBB', 2, 3, 0, 1) + struct.pack('<Q', total)
     head += struct.pack('<II', chunk, nch)
     for p in pays:
