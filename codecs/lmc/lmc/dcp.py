@@ -36,9 +36,9 @@ from ._core import FormatError, compress, info
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
 from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
-from ._dcp_format import (
-    _DTYPES as _DTYPE_BY_NAME, _LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, _Checkpoint, _crc, _dtype_name, _Item,
-    _item_json, _key, _metadata_json, _Plan, _tensor_bytes, is_lmc_checkpoint,
+from ._dcp_folder import (  # the folder's format and its validated reader
+    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, Plan, checksum, dtype_name,
+    is_lmc_checkpoint, item_json, item_key, metadata_json, tensor_bytes,
 )
 
 __all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save",
@@ -121,7 +121,7 @@ class LMCStorageWriter(StorageWriter):
                 raise ValueError(f"lmc.dcp: {self.path}: a checkpoint cannot be its own reference")
             if not backend(self.reference, FormatError).is_dir():
                 raise FileNotFoundError(f"lmc.dcp: reference checkpoint {self.reference}: no such folder")
-            ref = _Checkpoint(self.reference, self.threads)
+            ref = CheckpointFolder(self.reference, self.threads)
             self._ref = ref if self._group_of(ref) is not None else False
         return None if self._ref is False else self._ref
 
@@ -170,11 +170,11 @@ class LMCStorageWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        self._all_keys = {_key(wi.index) for p in plans for wi in p.items}
-        return [replace(p, storage_data=_Plan(f"__{i}_", self.save_id)) for i, p in enumerate(plans)]
+        self._all_keys = {item_key(wi.index) for p in plans for wi in p.items}
+        return [replace(p, storage_data=Plan(f"__{i}_", self.save_id)) for i, p in enumerate(plans)]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        sp: _Plan = plan.storage_data
+        sp: Plan = plan.storage_data
         name = f"{sp.prefix}0{SUFFIX}"
         ref = self._reference_checkpoint()
         results = []
@@ -194,15 +194,15 @@ class LMCStorageWriter(StorageWriter):
                 if wi.type == WriteItemType.BYTE_IO:
                     raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
                     blob, codec = self._code_bytes(raw)
-                    rec = dict(codec=codec, size=len(raw), crc32=_crc(raw))
+                    rec = dict(codec=codec, size=len(raw), crc32=checksum(raw))
                     cur = None
                 else:
                     blob, rec, cur = self._code_tensor(wi, data)
                 pos = f.tell()
                 f.write(blob)
-                item = _Item(name, pos, len(blob), **rec)
+                item = Item(name, pos, len(blob), **rec)
                 if recoder is not None:
-                    item = replace(item, prev=recoder.recode(_key(wi.index), item, cur, sp.save_id))
+                    item = replace(item, prev=recoder.recode(item_key(wi.index), item, cur, sp.save_id))
                 results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
                 del data, blob, cur
             f.commit()
@@ -233,14 +233,14 @@ class LMCStorageWriter(StorageWriter):
 
     def _code_tensor(self, wi, t: torch.Tensor):
         """(blob, record, the tensor's bytes as its coding dtype or None) of a tensor item, coded alone."""
-        dtype = _dtype_name(t.dtype)
+        dtype = dtype_name(t.dtype)
         shape = tuple(t.shape)
         if wi.tensor_data is not None and tuple(wi.tensor_data.chunk.sizes) != shape:
             raise ValueError(f"lmc.dcp: {wi.index.fqn}: resolved tensor {shape} is not the chunk "
                              f"{tuple(wi.tensor_data.chunk.sizes)}")
-        u8 = _tensor_bytes(t)
-        rec = dict(size=u8.size, crc32=_crc(u8), dtype=dtype, shape=shape)
-        npdt = _LMC_DTYPES.get(t.dtype)
+        u8 = tensor_bytes(t)
+        rec = dict(size=u8.size, crc32=checksum(u8), dtype=dtype, shape=shape)
+        npdt = LMC_DTYPES.get(t.dtype)
         if npdt is None:
             blob, codec = self._code_bytes(u8)
             return blob, dict(rec, codec=codec), None
@@ -253,11 +253,11 @@ class LMCStorageWriter(StorageWriter):
             for wr in rl:
                 items[wr.index] = wr.storage_data
                 if wr.storage_data.prev is not None:
-                    prev[_key(wr.index)] = wr.storage_data.prev
+                    prev[item_key(wr.index)] = wr.storage_data.prev
         ref = self._reference_checkpoint()
         if metadata.version is None:
             metadata.version = CURRENT_DCP_VERSION
-        doc = _metadata_json(metadata, items, self.save_id, None, self.path,
+        doc = metadata_json(metadata, items, self.save_id, None, self.path,
                              group=1 if ref is None else self._group_of(ref))
         doc["time"] = int(time.time())  # when it was saved (re-coding it later keeps this)
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
@@ -280,7 +280,7 @@ class LMCStorageWriter(StorageWriter):
         me = self.path if is_url(self.path) else os.path.abspath(self.path)
         rdoc["reference"] = ({"save_id": self.save_id, "path": relpath(me, ref.path), "abspath": me}
                              if used else None)
-        rdoc["items"] = [_item_json(idx, prev[k]) for k, (idx, _) in ref.items.items()]
+        rdoc["items"] = [item_json(idx, prev[k]) for k, (idx, _) in ref.items.items()]
         ref.fs.put(METADATA_FILE, json.dumps(rdoc, separators=(",", ":")).encode("utf-8"), sync=self.sync_files)
         _remove_unnamed(ref, {it.file for it in prev.values()})
 
@@ -347,7 +347,7 @@ class _Recoder:
     """Writes the previous checkpoint's items, re-coded against this save's, into a new data file of the
     previous checkpoint's folder (with its save id, so its metadata, replaced at the end, names it)."""
 
-    def __init__(self, ref: _Checkpoint, name: str, threads, sync):
+    def __init__(self, ref: CheckpointFolder, name: str, threads, sync):
         self.ref, self.name, self.threads = ref, name, threads
         self.f = ref.fs.open_write(name, sync=sync)
         self.f.write(MAGIC + ref.save_id.encode("ascii"))
@@ -355,9 +355,9 @@ class _Recoder:
     def _put(self, blob, **rec):
         pos = self.f.tell()
         self.f.write(blob)
-        return _Item(self.name, pos, len(blob), **rec)
+        return Item(self.name, pos, len(blob), **rec)
 
-    def recode(self, key, item: _Item, cur, save_id) -> _Item | None:
+    def recode(self, key, item: Item, cur, save_id) -> Item | None:
         """The reference's item `key` coded against this save's same item (`cur`: its bytes as the coding
         dtype; None for bytes items), or carried over (bytes items, other dtypes or shapes)."""
         r = self.ref.items.get(key)
@@ -373,13 +373,13 @@ class _Recoder:
         return self._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape,
                          ref=(save_id, item.crc32) if use else None)
 
-    def carry(self, key) -> _Item:
+    def carry(self, key) -> Item:
         """The reference's item `key` as it is (decoded and coded alone where it had a reference itself)."""
         _, old = self.ref.items[key]
         if old.ref is None:
             return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, crc32=old.crc32,
                              dtype=old.dtype, shape=old.shape)
-        arr = np.asarray(self.ref.decode(key)).view(np.dtype(_LMC_DTYPES[_DTYPE_BY_NAME[old.dtype]]))
+        arr = np.asarray(self.ref.decode(key)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
         return self._put(compress(arr, threads=self.threads), codec="lmc", size=old.size, crc32=old.crc32,
                          dtype=old.dtype, shape=old.shape)
 
@@ -422,14 +422,14 @@ class LMCStorageReader(StorageReader):
     def read_metadata(self, *args, **kwargs) -> Metadata:
         if kwargs.get("rank") is not None:
             raise FileNotFoundError("lmc.dcp writes no rank-local metadata")
-        self._ckpt = _Checkpoint(self.path, self.threads)
+        self._ckpt = CheckpointFolder(self.path, self.threads)
         md = self._ckpt.metadata
         md.storage_meta.load_id = self.load_id
         return md
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
         if self._ckpt is None:
-            self._ckpt = _Checkpoint(self.path, self.threads)
+            self._ckpt = CheckpointFolder(self.path, self.threads)
         self.storage_data = metadata.storage_data
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
@@ -442,7 +442,7 @@ class LMCStorageReader(StorageReader):
         ck = self._ckpt
         per_file: dict[str, list] = {}
         for req in plan.items:
-            key = _key(req.storage_index)
+            key = item_key(req.storage_index)
             if key not in ck.items:
                 raise FormatError(f"{ck.path}: no item {req.storage_index.fqn!r} at {key[1]}")
             per_file.setdefault(ck.items[key][1].file, []).append((key, req))
@@ -511,7 +511,7 @@ def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_reg
     for _, path in found:
         if path not in keep:
             continue
-        ck = _Checkpoint(path, threads)
+        ck = CheckpointFolder(path, threads)
         target, c = None, ck
         while c.doc.get("reference") is not None:  # the first kept checkpoint along its chain
             c = c.reference()
@@ -534,7 +534,7 @@ def _saved_at(path) -> float:
     return backend(path, FormatError).mtime(METADATA_FILE)
 
 
-def _recode_against(ck: _Checkpoint, target, threads):
+def _recode_against(ck: CheckpointFolder, target, threads):
     """Re-code every item of checkpoint ``ck`` against ``target``'s same item (None: alone), into one new data
     file of its folder, then replace its metadata atomically and remove the data files it no longer names."""
     gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ck.items.values())
@@ -545,7 +545,7 @@ def _recode_against(ck: _Checkpoint, target, threads):
             t = target.items.get(key) if target is not None else None
             if old.codec == "lmc" and t is not None and t[1].dtype == old.dtype and t[1].shape == old.shape \
                     and t[1].codec == "lmc":
-                npdt = np.dtype(_LMC_DTYPES[_DTYPE_BY_NAME[old.dtype]])
+                npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]])
                 ref = np.asarray(target.decode(key)).view(npdt)
                 arr = np.asarray(ck.decode(key)).view(npdt)
                 blob = compress(arr, reference=ref, threads=threads)
@@ -563,7 +563,7 @@ def _recode_against(ck: _Checkpoint, target, threads):
     used = any(it.ref is not None for it in new.values())
     doc["reference"] = ({"save_id": target.save_id, "path": relpath(target.path, ck.path),
                          "abspath": target.path} if used else None)
-    doc["items"] = [_item_json(idx, new[k]) for k, (idx, _) in ck.items.items()]
+    doc["items"] = [item_json(idx, new[k]) for k, (idx, _) in ck.items.items()]
     ck.fs.put(METADATA_FILE, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
     _remove_unnamed(ck, {it.file for it in new.values()})
 
@@ -579,7 +579,7 @@ def lmc_to_torch_save(dcp_dir, torch_save_path, threads=None) -> None:
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-    _Checkpoint(dcp_dir, threads)  # a missing or foreign folder: one clear error before DCP's machinery
+    CheckpointFolder(dcp_dir, threads)  # a missing or foreign folder: one clear error before DCP's machinery
     sd: dict = {}
     _load_state_dict(sd, storage_reader=LMCStorageReader(dcp_dir, threads=threads),
                      planner=_EmptyStateDictLoadPlanner(), no_dist=True)

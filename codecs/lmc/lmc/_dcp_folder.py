@@ -1,6 +1,7 @@
-"""The on-disk format of :mod:`lmc.dcp` (see ``DCP.md``): dtype tables, the JSON metadata written and read back
-(every field checked, nothing unpickled), and :class:`_Checkpoint`, a validated checkpoint folder whose items
-decode one at a time, through their reference checkpoint when delta-coded."""
+"""An LMC DCP checkpoint folder (see ``DCP.md``), what :mod:`lmc.dcp`'s writer and reader share: the dtype tables,
+the JSON metadata written and read back (every field checked, nothing unpickled), and :class:`CheckpointFolder`,
+a validated folder (a path or an fsspec URL) whose items decode one at a time, through their reference
+checkpoint when delta-coded. A private module: its names are lmc.dcp's, not a public API."""
 from __future__ import annotations
 
 import json
@@ -39,20 +40,20 @@ _CODECS = ("lmc", "raw", "zlib")
 
 # torch dtypes LMC codes with their own layout (the numpy dtype of the same bits): the one dtype table's rows
 # (lmc.formats.dtypes; bool is coded as numpy's bool here, as format 1 wrote it)
-_LMC_DTYPES = {getattr(torch, _d.name): _d.numpy for _d in DTYPES
+LMC_DTYPES = {getattr(torch, _d.name): _d.numpy for _d in DTYPES
                if isinstance(getattr(torch, _d.name, None), torch.dtype)}
 # every torch dtype a tensor item may have (those LMC does not code are stored raw or zlib-compressed)
-_DTYPES = {str(d).removeprefix("torch."): d for d in _LMC_DTYPES}
+TORCH_DTYPES = {str(d).removeprefix("torch."): d for d in LMC_DTYPES}
 for _n in ("complex128", "complex32", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
     if isinstance(getattr(torch, _n, None), torch.dtype):
-        _DTYPES[_n] = getattr(torch, _n)
+        TORCH_DTYPES[_n] = getattr(torch, _n)
 _MEMORY_FORMATS = {"contiguous_format": torch.contiguous_format, "channels_last": torch.channels_last,
                    "preserve_format": torch.preserve_format}
 
 
-def _dtype_name(dt: torch.dtype) -> str:
+def dtype_name(dt: torch.dtype) -> str:
     name = str(dt).removeprefix("torch.")
-    if _DTYPES.get(name) != dt:
+    if TORCH_DTYPES.get(name) != dt:
         raise TypeError(f"lmc.dcp: tensors of dtype {dt} cannot be stored")
     return name
 
@@ -67,7 +68,7 @@ def is_lmc_checkpoint(path) -> bool:
 
 
 @dataclass(frozen=True)
-class _Item:
+class Item:
     """Where and how one item (a tensor chunk or a bytes object) is stored: ``WriteResult.storage_data`` and
     the values of ``Metadata.storage_data``."""
 
@@ -80,22 +81,22 @@ class _Item:
     dtype: str | None = None  # None: a bytes item
     shape: tuple | None = None
     ref: tuple | None = None  # (reference save id, CRC-32 of the reference item) when delta-coded
-    prev: "_Item | None" = None  # the same item of the previous checkpoint, re-coded against this one
+    prev: "Item | None" = None  # the same item of the previous checkpoint, re-coded against this one
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """``SavePlan.storage_data`` from the coordinator: the rank's file prefix and the save id."""
 
     prefix: str
     save_id: str
 
 
-def _crc(buf) -> int:
+def checksum(buf) -> int:
     return zlib.crc32(buf) & 0xFFFFFFFF
 
 
-def _tensor_bytes(t: torch.Tensor) -> np.ndarray:
+def tensor_bytes(t: torch.Tensor) -> np.ndarray:
     """The bytes of a tensor (its projection only, row-major) as a flat uint8 array."""
     t = t.detach().cpu()
     if t.is_complex():
@@ -105,7 +106,7 @@ def _tensor_bytes(t: torch.Tensor) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------------ metadata
-def _key(index: MetadataIndex) -> tuple:
+def item_key(index: MetadataIndex) -> tuple:
     return (index.fqn, None if index.offset is None else tuple(index.offset))
 
 
@@ -115,7 +116,7 @@ def _ints(v, what, path) -> tuple:
     return tuple(v)
 
 
-def _metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | None, checkpoint_id,
+def metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | None, checkpoint_id,
                    group: int | None = None) -> dict:
     sdm = {}
     for fqn, m in md.state_dict_metadata.items():
@@ -126,7 +127,7 @@ def _metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | No
             if p.layout != torch.strided:
                 raise TypeError(f"lmc.dcp: {fqn}: layout {p.layout} cannot be stored")
             mf = next(k for k, v in _MEMORY_FORMATS.items() if v == p.memory_format)
-            sdm[fqn] = {"type": "tensor", "dtype": _dtype_name(p.dtype), "size": list(m.size),
+            sdm[fqn] = {"type": "tensor", "dtype": dtype_name(p.dtype), "size": list(m.size),
                         "requires_grad": bool(p.requires_grad), "memory_format": mf,
                         "pin_memory": bool(p.pin_memory),
                         "chunks": [[list(c.offsets), list(c.sizes)] for c in m.chunks]}
@@ -147,19 +148,19 @@ def _metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | No
         "modules": list(sm.modules) if sm is not None and sm.modules else [],
         "reference": reference, **({} if group is None else {"group": group}),
         "state_dict_metadata": sdm, "planner_data": pd,
-        "items": [_item_json(idx, it) for idx, it in items.items()],
+        "items": [item_json(idx, it) for idx, it in items.items()],
     }
 
 
-def _item_json(idx: MetadataIndex, it: _Item) -> dict:
+def item_json(idx: MetadataIndex, it: Item) -> dict:
     return {"fqn": idx.fqn, "offset": None if idx.offset is None else list(idx.offset), "index": idx.index,
             "file": it.file, "pos": it.offset, "length": it.length, "codec": it.codec, "size": it.size,
             "crc32": it.crc32, "dtype": it.dtype, "shape": None if it.shape is None else list(it.shape),
             "ref": None if it.ref is None else list(it.ref)}
 
 
-def _parse_metadata(doc, path: str):
-    """``(Metadata, {key: (MetadataIndex, _Item)})`` from the JSON document, every field checked."""
+def parse_metadata(doc, path: str):
+    """``(Metadata, {key: (MetadataIndex, Item)})`` from the JSON document, every field checked."""
     def bad(msg):
         raise FormatError(f"{path}: malformed metadata: {msg}")
 
@@ -181,7 +182,7 @@ def _parse_metadata(doc, path: str):
         if m["type"] == "bytes":
             sdm[fqn] = BytesStorageMetadata()
             continue
-        if m.get("dtype") not in _DTYPES or m.get("memory_format") not in _MEMORY_FORMATS:
+        if m.get("dtype") not in TORCH_DTYPES or m.get("memory_format") not in _MEMORY_FORMATS:
             bad(f"dtype or memory format of {fqn!r}")
         chunks = m.get("chunks")
         if not isinstance(chunks, list) or not all(isinstance(c, list) and len(c) == 2 for c in chunks):
@@ -193,7 +194,7 @@ def _parse_metadata(doc, path: str):
         if any(len(c.offsets) != len(size) or len(c.sizes) != len(size) or
                any(o + s > n for o, s, n in zip(c.offsets, c.sizes, size)) for c in cl):
             bad(f"a chunk of {fqn!r} lies outside the tensor")
-        props = TensorProperties(dtype=_DTYPES[m["dtype"]], requires_grad=bool(m.get("requires_grad")),
+        props = TensorProperties(dtype=TORCH_DTYPES[m["dtype"]], requires_grad=bool(m.get("requires_grad")),
                                  memory_format=_MEMORY_FORMATS[m["memory_format"]],
                                  pin_memory=bool(m.get("pin_memory")))
         vol = sum(math.prod(c.sizes) for c in cl)
@@ -246,8 +247,8 @@ def _parse_metadata(doc, path: str):
             if dtype != str(m.properties.dtype).removeprefix("torch.") or off is None or not any(
                     tuple(c.offsets) == off and tuple(c.sizes) == shape for c in m.chunks):
                 bad(f"item {fqn!r} at {off} is not a chunk of the tensor's metadata")
-            tdt = _DTYPES[dtype]
-            if r["size"] != math.prod(shape) * tdt.itemsize or (r["codec"] == "lmc" and tdt not in _LMC_DTYPES):
+            tdt = TORCH_DTYPES[dtype]
+            if r["size"] != math.prod(shape) * tdt.itemsize or (r["codec"] == "lmc" and tdt not in LMC_DTYPES):
                 bad(f"size or codec of {fqn!r}")
         if item_ref is not None and r["codec"] != "lmc":
             bad(f"item {fqn!r} has a reference but is not lmc-coded")
@@ -255,9 +256,9 @@ def _parse_metadata(doc, path: str):
             bad(f"length of raw item {fqn!r}")
         index = r.get("index")
         idx = MetadataIndex(fqn, off, index if type(index) is int else None)
-        if _key(idx) in items:
+        if item_key(idx) in items:
             bad(f"item {fqn!r} at {off} appears twice")
-        items[_key(idx)] = (idx, _Item(r["file"], r["pos"], r["length"], r["codec"], r["size"], r["crc32"],
+        items[item_key(idx)] = (idx, Item(r["file"], r["pos"], r["length"], r["codec"], r["size"], r["crc32"],
                                        dtype, shape, item_ref))
     for fqn, m in sdm.items():  # every chunk the metadata declares is stored
         if isinstance(m, TensorStorageMetadata):
@@ -280,7 +281,7 @@ def _parse_metadata(doc, path: str):
     return md, items
 
 
-class _Checkpoint:
+class CheckpointFolder:
     """A complete LMC DCP checkpoint folder (a path or an fsspec URL), validated: its items decode one at a time
     (through its reference checkpoint, opened on demand, for delta-coded items)."""
 
@@ -303,7 +304,7 @@ class _Checkpoint:
             self.doc = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
             raise FormatError(f"{meta}: metadata is not JSON ({e})") from None
-        self.metadata, self.items = _parse_metadata(self.doc, meta)
+        self.metadata, self.items = parse_metadata(self.doc, meta)
         self.save_id = self.doc["save_id"]
         self._reference = None
         sizes = {}
@@ -331,7 +332,7 @@ class _Checkpoint:
             raise FormatError(f"{p}: written by another save than {METADATA_FILE} describes (a stale file)")
         return size
 
-    def reference(self) -> "_Checkpoint":
+    def reference(self) -> "CheckpointFolder":
         if self._reference is None:
             ref = self.doc["reference"]
             if ref is None:
@@ -345,7 +346,7 @@ class _Checkpoint:
                                       f"relative to it; using the recorded absolute path {p}", stacklevel=3)
                     if canonical(p) == canonical(self.path):
                         raise FormatError(f"{self.path}: names itself as its reference")
-                    ck = _Checkpoint(p, self.threads)
+                    ck = CheckpointFolder(p, self.threads)
                     if ck.save_id != ref["save_id"]:
                         raise FormatError(f"{self.path}: wrong reference checkpoint: {p} is save "
                                           f"{ck.save_id}, this checkpoint was coded against {ref['save_id']}")
@@ -357,7 +358,7 @@ class _Checkpoint:
                                         f"missing: tried {', '.join(map(str, tried))}")
         return self._reference
 
-    def _read(self, it: _Item, f=None) -> bytearray:
+    def _read(self, it: Item, f=None) -> bytearray:
         buf = bytearray(it.length)
         if f is None:
             with self.fs.open_read(it.file) as f:
@@ -386,7 +387,7 @@ class _Checkpoint:
             if len(out) != it.size or not d.eof:
                 raise FormatError(f"{where}: zlib stream does not decode to {it.size} bytes")
         else:
-            npdt = np.dtype(_LMC_DTYPES[_DTYPES[it.dtype]])
+            npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[it.dtype]])
             ref = None
             if it.ref is not None:
                 if self.save_id in _seen:
@@ -405,7 +406,7 @@ class _Checkpoint:
             except ValueError as e:  # the blob's header does not match the item (e.g. another dtype or size)
                 raise FormatError(f"{where}: blob does not match its metadata ({e})") from None
             out = arr.view(np.uint8)
-        if _crc(out) != it.crc32:
+        if checksum(out) != it.crc32:
             raise FormatError(f"{where}: checksum mismatch (corrupt data)")
         return out
 
@@ -415,4 +416,4 @@ class _Checkpoint:
         u8 = np.frombuffer(self.decode(key, f), np.uint8)
         if not u8.flags.writeable:
             u8 = u8.copy()
-        return torch.from_numpy(u8).view(_DTYPES[it.dtype]).reshape(it.shape)
+        return torch.from_numpy(u8).view(TORCH_DTYPES[it.dtype]).reshape(it.shape)
