@@ -362,7 +362,11 @@ def test_renderer(series, tmp_path):
     text = open(sampling.render(str(run_dir), str(tmp_path / "out"))).read()
     t = pd.read_csv(tmp_path / "out" / "sampling.csv")
     n, held = len(t), int(t["holds_full"].sum())
-    assert f"**its 95% interval holds the full run's ratio in {held} of {n} cells**" in text
+    assert f"**seed 0's per-cell 95% intervals hold the full run's ratio in {held} of {n} cells**" in text
+    cal = pd.read_csv(tmp_path / "out" / "calibration.csv")
+    held_cal = cal[cal["method"] == "t"]["holds_slices"].mean()
+    assert text.index("**How often a 95% interval holds**") < text.index("seed 0's per-cell")  # measured first
+    assert f"held the ratio {held_cal * 100:.1f}% of the time** against a nominal 95%" in text
     assert n == 3 * 2 * 3  # kinds x codecs x pipelines
     full = comparable(load_records(dirs["full"]))
     one = t[(t["kind"] == "exp_avg") & (t["transform"] == "bytegroup") & (t["codec_label"] == "lz4")].iloc[0]
@@ -376,6 +380,16 @@ def test_renderer(series, tmp_path):
     assert set(cal["method"]) == {"t", "percentile"} and (cal["draws"] == 30).all() and len(cal) == 2 * n
     for f in ("sampling.png", "calibration.png", "sample.csv", "environment.json", "report.md"):
         assert (tmp_path / "out" / f).exists(), f
+
+
+def test_fractions_that_draw_the_same_sample_are_one_design():
+    """With the floor of 2 units per stratum, 5%, 10% and 20% of strata of 6 units draw the same 2 units with the
+    same seed: one design, calibrated once and shown as one row."""
+    sampling = load_experiment("sampling")
+    strata = ["a"] * 6 + ["b"] * 6 + ["c"]
+    assert sampling.designs(strata, (0.05, 0.1, 0.2, 0.5)) == [([0.05, 0.1, 0.2], "2 of 6 (2 strata)"),
+                                                               ([0.5], "3 of 6 (2 strata)")]
+    assert all((choose(strata, 0.05, d)[0] == choose(strata, 0.2, d)[0]).all() for d in range(5))
 
 
 def _composed(overrides):
