@@ -4,7 +4,7 @@ import os
 import sys
 import time
 
-from ._archive import Archive, step_folders
+from ._archive import DEFAULT_KEYFRAME_EVERY, Archive, step_folders
 from ._store import ArchiveError
 
 PROG = "lmc-archive"
@@ -42,7 +42,8 @@ def _parser():
                         "then verify; says what is lost")
     rp.add_argument("archive")
     rp.add_argument("--keyframe-every", type=int, default=None, metavar="K",
-                    help="for steps added later (the lost manifest held it; default 10)")
+                    help="for steps added later (the lost manifest held it; default "
+                    f"{DEFAULT_KEYFRAME_EVERY})")
     pr = sub.add_parser("prune", help="delete steps: keep what any --keep-* keeps (and the latest)")
     pr.add_argument("archive")
     pr.add_argument("--keep-last", type=int, default=None, metavar="K", help="the last K steps")
