@@ -15,7 +15,7 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 from lmc.dcp import LMCStorageReader, LMCStorageWriter, is_lmc_checkpoint, prune  # noqa: E402
 from s3server import BUCKET, s3_server  # noqa: E402,F401 - the fixture "s3"
-from test_dcp import ERRORS, assert_same, blank, snapshot, train_state  # noqa: E402
+from test_dcp import ERRORS, assert_same, blank, load, save, snapshot, train_state  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -27,14 +27,15 @@ def _fs():
     return fs
 
 
-def _save(sd, url, **kw):
-    dcp.save(sd, storage_writer=LMCStorageWriter(url, **kw))
-
-
-def _load(sd, url):
-    out = blank(sd)
-    dcp.load(out, storage_reader=LMCStorageReader(url))
-    return out
+def _chain(root, n):
+    """Checkpoints step-1..step-n of a training run under the URL root, each saved against the one before."""
+    m, opt, step = train_state()
+    states = {}
+    for i in range(1, n + 1):
+        states[i] = snapshot(m, opt)
+        save(states[i], f"{root}/step-{i}", reference=f"{root}/step-{i - 1}" if i > 1 else None)
+        step()
+    return states
 
 
 def _meta(url):
@@ -44,12 +45,7 @@ def _meta(url):
 
 def test_round_trip_chain_and_rm_rf_retention_on_s3(s3):
     root = f"s3://{BUCKET}/dcp-chain"
-    m, opt, step = train_state()
-    states = {}
-    for i in range(1, 5):
-        states[i] = snapshot(m, opt)
-        _save(states[i], f"{root}/step-{i}", reference=f"{root}/step-{i - 1}" if i > 1 else None)
-        step()
+    states = _chain(root, 4)
     assert is_lmc_checkpoint(f"{root}/step-4") and not is_lmc_checkpoint(f"{root}/step-9")
     assert LMCStorageReader.validate_checkpoint_id(f"{root}/step-4")
     assert LMCStorageWriter.validate_checkpoint_id(f"{root}/step-9")
@@ -58,13 +54,13 @@ def test_round_trip_chain_and_rm_rf_retention_on_s3(s3):
     ref = _meta(f"{root}/step-3")["reference"]
     assert ref["path"] == "../step-4" and ref["abspath"] == f"{root}/step-4"
     for i in range(1, 5):
-        assert_same(states[i], _load(states[i], f"{root}/step-{i}"))
+        assert_same(states[i], load(states[i], f"{root}/step-{i}"))
     # keep_latest_k's way: the oldest folders deleted with no help of ours
     fs = _fs()
     fs.rm(f"{BUCKET}/dcp-chain/step-1", recursive=True)
     fs.rm(f"{BUCKET}/dcp-chain/step-2", recursive=True)
     for i in (3, 4):
-        assert_same(states[i], _load(states[i], f"{root}/step-{i}"))
+        assert_same(states[i], load(states[i], f"{root}/step-{i}"))
     # the plain DCP reader, pointed at the URL, is told which reader to use
     with pytest.raises(ERRORS, match="LMCStorageReader"):
         dcp.load(blank(states[4]), checkpoint_id=f"{root}/step-4")
@@ -72,18 +68,13 @@ def test_round_trip_chain_and_rm_rf_retention_on_s3(s3):
 
 def test_prune_keeps_what_a_policy_keeps_on_s3(s3):
     root = f"s3://{BUCKET}/dcp-prune"
-    m, opt, step = train_state()
-    states = {}
-    for i in range(1, 7):
-        states[i] = snapshot(m, opt)
-        _save(states[i], f"{root}/step-{i}", reference=f"{root}/step-{i - 1}" if i > 1 else None)
-        step()
+    states = _chain(root, 6)
     gone = prune(root, keep_last=1, keep_every=3)
     assert sorted(p.rsplit("/", 1)[1] for p in gone) == ["step-1", "step-2", "step-4", "step-5"]
     names = sorted(p.rsplit("/", 1)[1] for p in _fs().ls(f"{BUCKET}/dcp-prune"))
     assert names == ["step-3", "step-6"]
     for i in (3, 6):  # step-3 was coded against step-4 (deleted): re-coded against step-6 first
-        assert_same(states[i], _load(states[i], f"{root}/step-{i}"))
+        assert_same(states[i], load(states[i], f"{root}/step-{i}"))
     assert _meta(f"{root}/step-3")["reference"]["path"] == "../step-6"
 
 
@@ -121,10 +112,10 @@ def test_killed_writer_leaves_the_previous_state_on_s3(s3, where):
     root = f"s3://{BUCKET}/dcp-kill-{where}"
     m, opt, step = train_state()
     s1 = snapshot(m, opt)
-    _save(s1, f"{root}/step-1")
+    save(s1, f"{root}/step-1")
     step()
     s2 = snapshot(m, opt)
-    _save(s2, f"{root}/step-2", reference=f"{root}/step-1")
+    save(s2, f"{root}/step-2", reference=f"{root}/step-1")
     before = {p: _fs().cat_file(p) for p in _fs().find(f"{BUCKET}/dcp-kill-{where}")}
     # the killed save continues the chain from step-2 with a different state (its re-coding of step-2 fails
     # no check: only the kill stops it)
@@ -138,13 +129,13 @@ def test_killed_writer_leaves_the_previous_state_on_s3(s3, where):
     after = {p: _fs().cat_file(p) for p in _fs().find(f"{BUCKET}/dcp-kill-{where}")}
     assert {p: v for p, v in after.items() if p in before} == before  # nothing committed was touched
     assert not is_lmc_checkpoint(f"{root}/step-3")
-    assert_same(s1, _load(s1, f"{root}/step-1"))
-    assert_same(s2, _load(s2, f"{root}/step-2"))
+    assert_same(s1, load(s1, f"{root}/step-1"))
+    assert_same(s2, load(s2, f"{root}/step-2"))
     step()
     s3_ = snapshot(m, opt)
-    _save(s3_, f"{root}/step-3", reference=f"{root}/step-2")
+    save(s3_, f"{root}/step-3", reference=f"{root}/step-2")
     for i, s in ((1, s1), (2, s2), (3, s3_)):
-        assert_same(s, _load(s, f"{root}/step-{i}"))
+        assert_same(s, load(s, f"{root}/step-{i}"))
     # each folder holds what its metadata names, the signpost and nothing else
     fs = _fs()
     for i in (1, 2, 3):
