@@ -176,6 +176,24 @@ def test_forged_1kb_blob_refused_within_a_few_mib():
         assert peak - base < 8 << 20, (kind, res, (peak - base) / 2**20)
 
 
+def test_decoding_stops_at_the_first_bad_chunk():
+    """A structurally valid chunk whose checksum fails stops the decoding: the
+    chunks after it are not decoded (seen through out=)."""
+    x = (np.random.default_rng(5).standard_normal(64 * 4096) * 0.02).astype(ml_dtypes.bfloat16)
+    b = FZ.Blob(lmc.compress(x, chunk_size=4096))
+    chks = list(b.chks)
+    chks[0] ^= 1
+    blob = b.pack(chks=chks)
+    out = np.zeros_like(x)
+    with pytest.raises(lmc.FormatError, match="chunk 0: chunk checksum"):
+        lmc.decompress(blob, out=out, threads=1)
+    assert out.view(np.uint16)[:4096].any()          # chunk 0 was decoded (and failed)
+    assert not out.view(np.uint16)[4096:].any()      # none after it
+    # (on 2 threads the other one stops too, but how far it got depends on the scheduler)
+    with pytest.raises(lmc.FormatError, match="chunk 0: chunk checksum"):
+        lmc.decompress(blob, out=out, threads=2)
+
+
 # ---------------------------------------------------------------------------
 # output-size limit
 # ---------------------------------------------------------------------------
