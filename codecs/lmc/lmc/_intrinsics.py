@@ -10,8 +10,8 @@ Checked build (for the fuzzer, ``tests/fuzz_decoder.py``): with the environment 
 negative or whose ``width`` bytes do not lie inside the array, instead of truncating (no JIT) or
 reading past the buffer (JIT).  Under JIT the checked helpers are used automatically when
 ``NUMBA_BOUNDSCHECK=1`` (which makes Numba check the kernels' plain indexing too); the checked
-kernels are then cached apart from the normal ones (``boundscheck`` below Numba's cache
-directory), so neither build ever loads the other.  Without either variable nothing changes: the
+kernels are then cached apart from the normal ones (``boundscheck``, or ``checked`` for
+``LMC_CHECKED=1`` alone, below Numba's cache directory), so no build ever loads another's.  Without either variable nothing changes: the
 normal build is the unchecked one below.
 """
 import os
@@ -263,7 +263,8 @@ else:
 
         _base = numba.config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                        "__pycache__")
-        numba.config.CACHE_DIR = os.path.join(_base, "boundscheck")
+        # (Numba's cache index does not record NUMBA_BOUNDSCHECK: one directory per variant)
+        numba.config.CACHE_DIR = os.path.join(_base, "boundscheck" if numba.config.BOUNDSCHECK else "checked")
 
         def _mk_checked(raw, width, store):
             if store:
