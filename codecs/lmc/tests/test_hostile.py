@@ -129,6 +129,9 @@ if kind != "baseline":
         elif kind == "rans1":                 # one-symbol rANS streams (expand like constants)
             st = bytes([3]) + struct.pack('<I', 2 + 2 + 16) + bytes([7, 7, 0x90, 0x00]) + struct.pack('<4I', *[1 << 16] * 4)
             p = bytes([0]) + st * 2
+        elif kind == "rans_skew":             # rANS tables 4095:1, states at the top, 2 words: valid structure
+            body = bytes([0, 1, 0x8F, 0xFF, 1]) + struct.pack("<4I", *[0xFFFFFFFF] * 4) + bytes([0xFF]) * 4
+            p = bytes([0]) + (bytes([3]) + struct.pack('<I', len(body)) + body) * 2
         elif kind == "last_bad":              # 15 valid chunks of zeros (checksums right), the last one broken
             p = bytes([0]) + (bytes([1]) + struct.pack('<I', 1) + bytes([0])) * 2
             if c == nch - 1:
@@ -170,7 +173,7 @@ def test_forged_1kb_blob_refused_within_a_few_mib():
     chunk was decoded even after the first failed; "last_bad": 15 chunks that are
     valid, 3.75 GiB of zeros, were decoded before the broken 16th was seen)."""
     _, base = _peak("baseline")
-    for kind in ("garbage", "const", "rans1", "last_bad"):
+    for kind in ("garbage", "const", "rans1", "rans_skew", "last_bad"):
         res, peak = _peak(kind)
         assert res.startswith("FormatError"), (kind, res)
         assert peak - base < 8 << 20, (kind, res, (peak - base) / 2**20)
