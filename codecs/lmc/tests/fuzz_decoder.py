@@ -182,6 +182,7 @@ class Blob:
         self.ns = _core._nstreams(h["unit"], h["layout"])
         self.W = 32 if h["unit"] == 4 else 16
         self.fields = [self.chunk_fields(c) for c in range(h["nch"])]
+        self.hl = len(blob) - int(h["sizes"].sum())   # header + chunk table + CRC
 
     def n_of(self, c):
         return min(self.chunk, self.h["total"] - c * self.chunk)
@@ -510,8 +511,9 @@ def _expected(x, spec):
     return x.view(_core._DTYPES[arg][0])
 
 
-def run(corpus, cases, seed=0, stop_after=20, log=None):
-    """Decode `cases` mutated blobs; returns (stats, failures)."""
+def run(corpus, cases, seed=0, stop_after=20, log=None, stack=0.0):
+    """Decode `cases` mutated blobs; returns (stats, failures).  stack: the
+    share of cases that get a few random bit flips on top of their mutation."""
     rng = np.random.default_rng(seed)
     parsed = [Blob(c["blob"]) for c in corpus]
     stats = {"cases": 0, "outcome": collections.Counter(), "by_owner": collections.Counter(),
@@ -522,6 +524,13 @@ def run(corpus, cases, seed=0, stop_after=20, log=None):
         j = i % len(corpus)
         case, b = corpus[j], parsed[j]
         kind, owner, blob, ref, spec = mutations(b, rng, case["ref"])
+        if stack and rng.random() < stack and len(blob) > b.hl and not kind.startswith("hdr"):
+            # a second damage on top: 1-3 bytes flipped somewhere in the payloads
+            bb = bytearray(blob)
+            for _ in range(int(rng.integers(1, 4))):
+                bb[int(rng.integers(b.hl, len(bb)))] ^= 1 << int(rng.integers(8))
+            blob = bytes(bb)
+            kind += "+flips"
         stats["cases"] += 1
         stats["by_owner"][owner] += 1
         stats["by_kind"][kind] += 1
@@ -560,6 +569,8 @@ def main(argv=None):
     ap.add_argument("--save-corpus", help="write the blobs to this .npz and exit")
     ap.add_argument("--json", help="write the summary here too")
     ap.add_argument("--small", action="store_true", help="a 5x smaller corpus (pure-Python build)")
+    ap.add_argument("--stack", type=float, default=0.0,
+                    help="share of cases with 1-3 bit flips on top of their mutation (default 0)")
     ap.add_argument("--selftest", action="store_true",
                     help="print which overruns the build catches (CAUGHT name ...) and exit")
     a = ap.parse_args(argv)
@@ -573,10 +584,10 @@ def main(argv=None):
     from lmc import _intrinsics
     import numba
     t = time.time()
-    stats, failures = run(corpus, a.cases, a.seed,
+    stats, failures = run(corpus, a.cases, a.seed, stack=a.stack,
                           log=lambda f: print("FAIL", {k: v for k, v in f.items() if k != "blob"},
                                               flush=True))
-    summary = dict(cases=stats["cases"], seconds=round(time.time() - t, 1), seed=a.seed,
+    summary = dict(cases=stats["cases"], seconds=round(time.time() - t, 1), seed=a.seed, stack=a.stack,
                    build=dict(jit=not numba.config.DISABLE_JIT, checked_helpers=_intrinsics.CHECKED,
                               numba_boundscheck=bool(numba.config.BOUNDSCHECK)),
                    coverage=dict(sorted(coverage(corpus).items())),

@@ -47,8 +47,9 @@ def test_corpus_uses_every_mode(corpus):
 
 
 def test_fuzz_normal_build(corpus):
-    stats, failures = FZ.run(corpus, 4000, seed=1)
+    stats, failures = FZ.run(corpus, 4000, seed=1, stack=0.2)
     assert not failures, failures[:3]
+    assert sum(v for k, v in stats["by_kind"].items() if k.endswith("+flips")) > 400
     by_owner = stats["by_owner"]
     assert stats["outcome"]["exact"] > 0 and stats["outcome"]["FormatError"] > 3000
     for owner in ("alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman",
