@@ -218,3 +218,25 @@ def test_peak_rss_rise_sees_what_a_call_touches():
     assert _peak_above(base) >= 60
     base = _reset_peak()
     assert _peak_above(base) < 60
+
+
+def test_bytes_are_what_each_save_added(tmp_path):
+    """A save's bytes are what it added to storage: the LMC DCP writer re-codes the previous checkpoint against
+    the new one, so the rows of a method add up to what its folder holds at the end (the archive: run.lmca)."""
+    from lmcbench.store.methods import dir_bytes
+
+    big_model_folder(tmp_path / "train", steps=(10, 20, 30, 40))
+    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "experiment=checkpoint_store", "source=hf_trainer", f"source.path={tmp_path / 'train'}",
+            "store.variants=[fp32]", "store.methods=[torch_save,lmc_dcp,lmc_archive]", "store.keep_checkpoints=true",
+            f"results_dir={tmp_path / 'results'}"])
+    cli.run_task(cfg, str(tmp_path / "run"))
+    df = pd.read_csv(tmp_path / "run" / "store_checkpoints.csv", keep_default_na=False, na_values=[""])
+    kept = tmp_path / "run" / "checkpoints" / "fp32"
+    assert df[df["method"] == "torch_save"]["bytes"].sum() == dir_bytes(str(kept / "torch_save"))
+    assert df[df["method"] == "lmc_dcp"]["bytes"].sum() == dir_bytes(str(kept / "lmc_dcp"))
+    assert df[df["method"] == "lmc_archive"]["bytes"].sum() == dir_bytes(str(kept / "lmc_archive" / "run.lmca"))
+    # and a step after the first adds less than its keyframe would: the previous one shrank
+    lmc = df[df["method"] == "lmc_dcp"]["bytes"].tolist()
+    assert all(b < lmc[0] for b in lmc[1:])

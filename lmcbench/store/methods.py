@@ -98,10 +98,13 @@ class Method:
         return os.path.join(self.dir, f"step-{step}")
 
     def save(self, state, step: int, keyframe: bool) -> tuple[float, float, int]:
+        """(seconds blocked, seconds until complete, bytes the save added to storage: the growth of the method's
+        folder, so a save that also re-codes an older checkpoint counts what that changed)."""
+        before = dir_bytes(self.dir)
         t0 = time.perf_counter()
         self._save(state, step, keyframe)
         t = time.perf_counter() - t0
-        return t, t, dir_bytes(self.path(step))
+        return t, t, dir_bytes(self.dir) - before
 
     def _save(self, state, step, keyframe):
         raise NotImplementedError
@@ -262,33 +265,28 @@ class DCPZstd(DCP):
 
 
 class LMCDCP(DCP):
-    """``lmc.dcp.LMCStorageWriter`` against the previous step's folder, a keyframe every ``keyframe_every``."""
+    """``lmc.dcp.LMCStorageWriter`` with the previous step's folder as its reference: the new step coded alone,
+    the previous one re-coded against it (a new chain every ``keyframe_every``). Every checkpoint depends only on
+    newer ones, so older folders are deleted as any other method's."""
 
     name = "lmc_dcp"
 
     def __init__(self, root, cfg):
         super().__init__(root, cfg)
         self.prev = None
-        self.chain = {}  # step -> the steps its restore reads (itself and its references)
 
     def writer(self, step, keyframe):
         from lmc.dcp import LMCStorageWriter
 
         ref = None if keyframe or self.prev is None else self.path(self.prev)
-        self.chain[step] = [step] + ([] if ref is None else self.chain[self.prev])
         self.prev = step
-        return LMCStorageWriter(self.path(step), reference=ref, keyframe=keyframe, threads=self.cfg.threads)
+        return LMCStorageWriter(self.path(step), reference=ref, threads=self.cfg.threads,
+                                max_chain=self.cfg.keyframe_every)
 
     def reader(self, step):
         from lmc.dcp import LMCStorageReader
 
         return LMCStorageReader(self.path(step), threads=self.cfg.threads)
-
-    def discard(self, steps, keep):
-        needed = set()
-        for s in set(keep) | ({self.prev} if self.prev is not None else set()):
-            needed.update(self.chain.get(s, [s]))
-        super().discard(steps, needed)
 
 
 class LMCDCPAsync(LMCDCP):
@@ -301,13 +299,14 @@ class LMCDCPAsync(LMCDCP):
     def save(self, state, step, keyframe):
         import torch.distributed.checkpoint as dcp
 
+        before = dir_bytes(self.dir)
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             fut = dcp.async_save(state, storage_writer=self.writer(step, keyframe), no_dist=True)
         blocked = time.perf_counter() - t0
         (fut.upload_completion if hasattr(fut, "upload_completion") else fut).result()
-        return blocked, time.perf_counter() - t0, dir_bytes(self.path(step))
+        return blocked, time.perf_counter() - t0, dir_bytes(self.dir) - before
 
 
 def write_trainer_folder(state, folder: str) -> None:
