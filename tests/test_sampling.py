@@ -14,7 +14,7 @@ import pytest
 from lmcbench.bench.options import BenchOptions
 from lmcbench.bench.records import RECORD_COLUMNS, STREAM_COLUMNS
 from lmcbench.bench.runner import measure_tensor, run
-from lmcbench.bench.sample import SAMPLE_COLUMNS, SamplePlan, choose, role, sample_size
+from lmcbench.bench.sample import SAMPLE_COLUMNS, SamplePlan, choose, layer_of, role, sample_size
 from lmcbench.codecs import get_codec
 from lmcbench.errors import ConfigError
 from lmcbench.report import aggregate, comparable, load_records, render, summary_text
@@ -63,16 +63,33 @@ def test_plan_is_seeded_and_stratified():
     c = SamplePlan(_entries(), 0.05, 1, 16)
     assert a.chosen != c.chosen  # another seed, other slices
     mlp = "weight/float32/h.#.mlp.weight[256x1024]"
-    assert a.strata[mlp] == (4 * 64, math.ceil(0.05 * 256))  # every layer's slices in one stratum
-    assert a.strata["weight/float32/h.#.ln.weight[256]"] == (4, 2)  # at least 2
+    assert a.strata[mlp] == (3 * 64, math.ceil(0.05 * 192))  # the slices of every layer but the first
+    assert a.strata[mlp + "@first"] == (64, math.ceil(0.05 * 64))  # the first layer's: a stratum of its own
+    assert a.strata["weight/float32/h.#.ln.weight[256]"] == (3, 2)  # at least 2
+    assert a.strata["weight/float32/h.#.ln.weight[256]@first"] == (1, 1)  # measured whole
     assert a.strata["weight/float32/wte.weight[100x300]"] == (8, 2)  # 120000 bytes: 7 full slices + a tail
-    assert a.weight(mlp) == pytest.approx(256 / 13)
+    assert a.weight(mlp) == pytest.approx(192 / 10)
     # keyed by tensor and slice, not by step: the same units whatever steps the index holds
     assert {(u.key, u.index) for u in SamplePlan(_entries(steps=(5, 6, 7)), 0.05, 0, 16).chosen} == \
         {(u.key, u.index) for u in a.chosen}
     rows = list(a.plan_rows())
     assert len(rows) == len(a.frame) and sum(r["selected"] for r in rows) == len(a.chosen)
     assert sum(r["bytes"] for r in rows) == sum(e.nbytes for e in _entries(steps=(1,)))
+
+
+def test_first_layer_is_a_stratum_of_its_own_from_three_layers():
+    """A role's first layer gets a stratum of its own where the role spans 3 layers or more (it is unlike the
+    layers after it: results/sampling); with 2 layers, or none, the role is one stratum."""
+    def entries(names):
+        return [TensorEntry(1, n, "weight", np.dtype(np.float32), (64,), lambda: None) for n in names]
+
+    three = SamplePlan(entries([f"m.layers.{i}.w" for i in (2, 3, 4)] + ["m.layers.2.experts.0.w",
+                                                                         "m.layers.3.experts.0.w"]), 0.5, 0, 16)
+    assert three.strata == {"weight/float32/m.layers.#.w[64]": (2, 2), "weight/float32/m.layers.#.w[64]@first": (1, 1),
+                            "weight/float32/m.layers.#.experts.#.w[64]": (2, 2)}
+    two = SamplePlan(entries(["h.0.w", "h.1.w", "wte.weight"]), 0.5, 0, 16)
+    assert set(two.strata) == {"weight/float32/h.#.w[64]", "weight/float32/wte.weight[64]"}
+    assert layer_of("model.layers.12.mlp.experts.7.w1") == 12 and layer_of("wte.weight") is None
 
 
 def test_choose_draws_per_stratum_independently():
