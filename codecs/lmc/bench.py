@@ -40,7 +40,7 @@ def cold_call_time():
 
 def entropy_bound(x, chunk):
     """Per-chunk order-0 entropy of the lmc byte streams (bytes)."""
-    from lmc import _kernels as K
+    from lmc._kbase import split_chunk
     from lmc._core import _DTYPES, _dtype_code, _nstreams
     _, unit, layout = _DTYPES[_dtype_code(x.dtype)]
     ns = _nstreams(unit, layout)
@@ -50,7 +50,7 @@ def entropy_bound(x, chunk):
     for s in range(0, total, chunk):
         n = min(chunk, total - s)
         planes = np.empty((ns, n), np.uint8)
-        K.split_chunk(u8, u8, False, s, n, unit, layout, planes)
+        split_chunk(u8, u8, False, s, n, unit, layout, planes)
         for p in planes:
             c = np.bincount(p, minlength=256)
             c = c[c > 0] / n

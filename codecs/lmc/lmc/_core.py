@@ -10,7 +10,8 @@ import numba
 import numpy as np
 
 from . import _intrinsics
-from . import _kernels as K
+from ._kbase import ERROR_MESSAGES, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
+from ._kchunk import check_range, checksum_range, decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
 VERSION = 2            # newest format version written; a blob that uses no
@@ -39,25 +40,25 @@ class OutputLimitError(FormatError):
 
 # dtype code -> (numpy dtype, unit size, layout)
 _DTYPES = {
-    1: (np.dtype(np.float32), 4, K.LAYOUT_F32),
-    2: (np.dtype(np.float16), 2, K.LAYOUT_F16),
-    3: (np.dtype(ml_dtypes.bfloat16), 2, K.LAYOUT_BF16),
-    4: (np.dtype(np.float64), 8, K.LAYOUT_PLANES),
-    5: (np.dtype(np.int8), 1, K.LAYOUT_PLANES),
-    6: (np.dtype(np.uint8), 1, K.LAYOUT_PLANES),
-    7: (np.dtype(np.int16), 2, K.LAYOUT_PLANES),
-    8: (np.dtype(np.uint16), 2, K.LAYOUT_PLANES),
-    9: (np.dtype(np.int32), 4, K.LAYOUT_PLANES),
-    10: (np.dtype(np.uint32), 4, K.LAYOUT_PLANES),
-    11: (np.dtype(np.int64), 8, K.LAYOUT_PLANES),
-    12: (np.dtype(np.uint64), 8, K.LAYOUT_PLANES),
-    13: (np.dtype(np.bool_), 1, K.LAYOUT_PLANES),
-    14: (np.dtype(np.complex64), 8, K.LAYOUT_PLANES),
-    15: (np.dtype(ml_dtypes.float8_e4m3fn), 1, K.LAYOUT_PLANES),
-    16: (np.dtype(ml_dtypes.float8_e5m2), 1, K.LAYOUT_PLANES),
+    1: (np.dtype(np.float32), 4, LAYOUT_F32),
+    2: (np.dtype(np.float16), 2, LAYOUT_F16),
+    3: (np.dtype(ml_dtypes.bfloat16), 2, LAYOUT_BF16),
+    4: (np.dtype(np.float64), 8, LAYOUT_PLANES),
+    5: (np.dtype(np.int8), 1, LAYOUT_PLANES),
+    6: (np.dtype(np.uint8), 1, LAYOUT_PLANES),
+    7: (np.dtype(np.int16), 2, LAYOUT_PLANES),
+    8: (np.dtype(np.uint16), 2, LAYOUT_PLANES),
+    9: (np.dtype(np.int32), 4, LAYOUT_PLANES),
+    10: (np.dtype(np.uint32), 4, LAYOUT_PLANES),
+    11: (np.dtype(np.int64), 8, LAYOUT_PLANES),
+    12: (np.dtype(np.uint64), 8, LAYOUT_PLANES),
+    13: (np.dtype(np.bool_), 1, LAYOUT_PLANES),
+    14: (np.dtype(np.complex64), 8, LAYOUT_PLANES),
+    15: (np.dtype(ml_dtypes.float8_e4m3fn), 1, LAYOUT_PLANES),
+    16: (np.dtype(ml_dtypes.float8_e5m2), 1, LAYOUT_PLANES),
 }
 _CODE_OF = {dt: code for code, (dt, _, _) in _DTYPES.items()}
-_NSTREAMS = {K.LAYOUT_BF16: 2, K.LAYOUT_F16: 3, K.LAYOUT_F32: 4}
+_NSTREAMS = {LAYOUT_BF16: 2, LAYOUT_F16: 3, LAYOUT_F32: 4}
 
 
 def _nstreams(unit, layout):
@@ -213,7 +214,7 @@ def _give_scratch(b):
 def _ref_hash(ref_u8, total, chunk, unit, nthreads):
     nch = -(-total // chunk) if total else 0
     chks = np.zeros(nch, np.uint64)
-    _run_chunks(K.checksum_range, (ref_u8, total, chunk, unit, chks), nch, nthreads)
+    _run_chunks(checksum_range, (ref_u8, total, chunk, unit, chks), nch, nthreads)
     b = chks.tobytes() + struct.pack("<QQ", total, unit)
     return zlib.crc32(b) | (zlib.adler32(b) << 32)
 
@@ -277,7 +278,7 @@ def _compress(data, threads, reference, chunk_size, dtype, v2):
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
     scratch = _take_scratch(nch * cap) if nch else None
     try:
-        _run_chunks(K.encode_range, (data_u8, ref_u8, has_ref, bool(v2), total, chunk, unit,
+        _run_chunks(encode_range, (data_u8, ref_u8, has_ref, bool(v2), total, chunk, unit,
                                      layout, ns, scratch, cap, sizes, chks, used), nch, nth)
         if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
             raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
@@ -302,7 +303,7 @@ def _compress(data, threads, reference, chunk_size, dtype, v2):
         total_len = hl + int(sizes.sum())
         blob, out = _new_bytes(total_len)
         out[:hl] = np.frombuffer(head, np.uint8)
-        _run_chunks(K.gather_range, (scratch, cap, sizes, offsets, out), nch, nth)
+        _run_chunks(gather_range, (scratch, cap, sizes, offsets, out), nch, nth)
         if blob is None:
             return out.tobytes()
         return blob
@@ -434,7 +435,7 @@ def _raise_chunk_error(status):
     bad = np.flatnonzero(status)
     if bad.size:
         c = int(bad[0])
-        msg = K.ERROR_MESSAGES.get(int(status[c]), "unknown error")
+        msg = ERROR_MESSAGES.get(int(status[c]), "unknown error")
         raise FormatError(f"lmc: chunk {c}: {msg}")
 
 
@@ -494,7 +495,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         # the whole blob's structure first: a forged blob is refused before the
         # output (sized from its header) is allocated or any chunk decoded
         status = np.zeros(nch, np.int64)
-        _run_chunks(K.check_range, (buf, h["offsets"], h["sizes"], h["chks"], total, h["chunk"],
+        _run_chunks(check_range, (buf, h["offsets"], h["sizes"], h["chks"], total, h["chunk"],
                                     unit, layout, ns, ref_u8, has_ref, status, h["version"]), nch, nth)
         _raise_chunk_error(status)
     if out is not None:
@@ -506,7 +507,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         out_u8 = _intrinsics.checked(out_u8)
     if nch:
         stop = np.zeros(1, np.int64)
-        _run_chunks(K.decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,
+        _run_chunks(decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,
                                      h["chunk"], unit, layout, ns, ref_u8, has_ref,
                                      out_u8, status, h["version"], stop), nch, nth)
         _raise_chunk_error(status)

@@ -1,8 +1,13 @@
-"""lmc kernels: constants, error codes, the chunk checksum, and splitting units into byte streams
-(and merging them back).  See ``_kernels`` for the conventions every kernel follows."""
+"""lmc kernels: what every coder shares - constants, error codes, the chunk checksum (also of a
+constant chunk, ``checksum_fill``, for the structural pre-pass), byte copies and XOR, splitting units
+into byte streams and merging them back, and the histogram increment ``_inc``.  See ``_kchunk`` for the
+conventions every kernel follows and for how the modules fit together."""
 
 import numpy as np
 from numba import njit
+
+from ._intrinsics import ld
+from ._intrinsics import st as put
 
 
 
@@ -293,3 +298,44 @@ def _slow_load(buf, st, L, byte):
         if byte + j < L:
             acc |= np.uint64(buf[st + byte + j]) << np.uint64(8 * j)
     return acc
+
+
+# histogram counts are kept in 4 partial tables (element i in table i % 4):
+# consecutive elements never wait on each other's increment
+@njit(nogil=True, cache=True)
+def _inc(h, j):
+    put(h, j, ld(h, j) + 1)
+
+
+# the checksum of a chunk of one repeated unit (the structural pre-pass
+# verifies constant chunks without writing them)
+@njit(nogil=True, cache=True)
+def _csum_fill(r, n, v, use_ref):
+    """The chunk checksum of n units all equal to v (XORed with r[i] when
+    use_ref) without materialising them."""
+    s1 = _U0
+    s2 = _U0
+    ic = _U0
+    for i in range(n):
+        u = v
+        if use_ref:
+            u = np.uint64(r[i]) ^ v
+        s1 += u
+        x = (u ^ ic) * _C1
+        ic += _C3
+        s2 += x ^ (x >> _S29)
+    return _fold(s1, s2)
+
+
+@njit(nogil=True, cache=True)
+def checksum_fill(ref, use_ref, start, n, unit, v):
+    base = start * unit
+    if not use_ref:
+        return _csum_fill(ref[0:0], n, v, False)
+    if unit == 1:
+        return _csum_fill(ref[base:base + n], n, v, True)
+    if unit == 2:
+        return _csum_fill(ref[base:base + 2 * n].view(np.uint16), n, v, True)
+    if unit == 4:
+        return _csum_fill(ref[base:base + 4 * n].view(np.uint32), n, v, True)
+    return _csum_fill(ref[base:base + 8 * n].view(np.uint64), n, v, True)

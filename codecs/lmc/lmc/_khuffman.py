@@ -1,5 +1,7 @@
-"""lmc kernels: canonical Huffman codes (length-limited, package-merge), the 4-way interleaved Huffman
-encoder, and the decoder (multi-symbol tables, 4 sub-streams) with its stream reader."""
+"""lmc kernels: the Huffman coder - canonical codes (length-limited, package-merge), histograms per
+sub-stream (``histo4``), the 4-way interleaved encoder, the decoder (multi-symbol tables, 4
+sub-streams) with its stream reader (``decode_huff_stream``), and the structural check of a Huffman
+stream record (``check_huff_stream``).  The stream record is written by ``_kstreams``."""
 
 import numpy as np
 from numba import njit
@@ -534,3 +536,57 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
     return huff_decode4(blob, st, ln, dec, dec3, dec1, single, p, n, tmp)
 
 
+@njit(nogil=True, cache=True)
+def check_huff_stream(blob, pos, plen, n, lens):
+    """The Huffman stream record's table, jump table and sub-stream sizes
+    (each sub-stream of c symbols must have between c * minlen and
+    c * maxlen + 7 bits)."""
+    end = pos + plen
+    if plen < 2:
+        return ERR_TRUNC
+    lo = np.int64(blob[pos])
+    hi = np.int64(blob[pos + 1])
+    if hi < lo:
+        return ERR_TABLE
+    cnt = hi - lo + 1
+    nbt = (cnt + 1) // 2
+    if pos + 2 + nbt + 12 > end:
+        return ERR_TRUNC
+    for j in range(256):
+        lens[j] = 0
+    q = pos + 2
+    for j in range(cnt):
+        lens[lo + j] = (blob[q + (j >> 1)] >> (4 * (j & 1))) & 15
+    if cnt & 1:
+        if (blob[q + nbt - 1] >> 4) != 0:
+            return ERR_TABLE
+    if lens[lo] == 0 or lens[hi] == 0:
+        return ERR_TABLE
+    kraft = 0
+    mn = MAXLEN
+    mx = 0
+    for j in range(lo, hi + 1):
+        L = np.int64(lens[j])
+        if L > MAXLEN:
+            return ERR_KRAFT
+        if L > 0:
+            kraft += 1 << (MAXLEN - L)
+            mn = min(mn, L)
+            mx = max(mx, L)
+    if kraft != TABSIZE:
+        return ERR_KRAFT
+    q += nbt
+    rem = end - q - 12
+    acc = 0
+    for k in range(4):
+        if k < 3:
+            Lk = np.int64(load_u32(blob, q + 4 * k))
+            if Lk > rem - acc:
+                return ERR_TRUNC
+        else:
+            Lk = rem - acc
+        acc += Lk
+        c = (n + 3 - k) >> 2
+        if c * mn > 8 * Lk or 8 * Lk > c * mx + 7:
+            return ERR_STREAM
+    return OK

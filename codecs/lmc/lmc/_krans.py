@@ -1,5 +1,6 @@
 """lmc kernels: the static rANS coder of format v2 (frequency tables, 4 interleaved states, the
-context-keyed tables of the temporal mode)."""
+context-keyed tables of the temporal mode): encoder and decoder, and the stream reader of a byte
+stream coded with rANS (``decode_rans_stream``)."""
 
 import numpy as np
 from numba import njit

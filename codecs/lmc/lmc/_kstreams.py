@@ -1,14 +1,73 @@
-"""lmc kernels: the byte streams of a chunk - the choice per stream of raw / constant / Huffman / rANS from
-its histogram (cheap estimates, no trial encoding), and the stream writers (Huffman codes in ``_khuffman``,
-the rANS coder in ``_krans``)."""
+"""lmc kernels: the byte-stream chunk modes, alone and XOR (each unit, or its XOR with the reference,
+split into 2 to 8 byte streams, each stream coded raw / constant / Huffman / rANS).  Holds their
+histograms (``stream_count``, ``stream_hist``), the choice per stream of a coding from its histogram
+(cheap estimates, no trial encoding), the stream writers (``write_planes``) and readers
+(``decode_planes``), and the structural check of the stream records (``check_planes``).  The Huffman
+coder is in ``_khuffman``, the rANS coder in ``_krans``; splitting units into streams and merging them
+back in ``_kbase``."""
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import store_u32
-from ._kbase import MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, RANS_MARGIN, RANS_SLACK, copy_bytes
-from ._krans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize, write_freq_table
-from ._khuffman import _encode4, canonical_codes, histo4, huffman_lengths
+from ._intrinsics import ld, load_u32, store_u32
+from ._kbase import (ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
+                     LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, OK, PROB_SCALE, RANS_L, RANS_MARGIN,
+                     RANS_SLACK, _inc, copy_bytes)
+from ._krans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
+                     read_freq_table, write_freq_table)
+from ._khuffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
+
+
+# ---------------------------------------------------------------------------
+# histograms: byte-stream counts straight from the units (no split into
+# planes), in 4 partial tables (see _kbase._inc)
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def stream_count(data, ref, use_ref, start, n, layout, hs):
+    """Byte-stream counts of the units (XOR the reference when use_ref) in 4
+    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here)."""
+    hs[:] = 0
+    if layout == LAYOUT_F32:
+        x = data[4 * start:4 * (start + n)].view(np.uint32)
+        r = ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 23) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
+            _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
+            _inc(hs, 3072 + hb + (v & 0xFF))
+        return
+    x = data[2 * start:2 * (start + n)].view(np.uint16)
+    r = ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x
+    if layout == LAYOUT_BF16:
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 7) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
+    else:
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = np.int64(ld(x, i))
+            if use_ref:
+                v ^= np.int64(ld(r, i))
+            _inc(hs, hb + ((v >> 10) & 0x1F))
+            _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
+            _inc(hs, 2048 + hb + (v & 0xFF))
+
+
+@njit(nogil=True, cache=True)
+def stream_hist(hs, ns, h):
+    """int32 stream counts hs[s * 1024 + k * 256 + c] -> int64 h[s, k, c]."""
+    for s in range(ns):
+        for k in range(4):
+            for c in range(256):
+                h[s, k, c] = hs[s * 1024 + k * 256 + c]
 
 
 # ---------------------------------------------------------------------------
@@ -144,7 +203,7 @@ def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf):
 
 
 @njit(nogil=True, cache=True)
-def _write_planes(flag, planes, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf):
+def write_planes(flag, planes, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf):
     """Chunk mode byte + the ns stream records; -1 if past lim."""
     if o + 1 > lim:
         return -1
@@ -164,3 +223,106 @@ def _uses_rans(modes, ns):
         if modes[s] == MODE_RANS:
             return True
     return False
+
+
+# ---------------------------------------------------------------------------
+# stream readers: decoding, and the structural check of the pre-pass
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab):
+    """Read the ns stream records of an alone or XOR chunk (blob[pos:end],
+    after its mode byte) into planes[s, :n]; the scratch is decode_chunk's.
+    Returns a status."""
+    for s in range(ns):
+        if pos + 5 > end:
+            return ERR_TRUNC
+        mode = blob[pos]
+        plen = np.int64(load_u32(blob, pos + 1))
+        pos += 5
+        if plen > end - pos:
+            return ERR_TRUNC
+        p = planes[s]
+        if mode == MODE_RAW:
+            if plen != n:
+                return ERR_LEN
+            copy_bytes(p, 0, blob, pos, n)
+        elif mode == MODE_CONST:
+            if plen != 1:
+                return ERR_LEN
+            p[:n] = blob[pos]  # fill (fast)
+        elif mode == MODE_HUFF:
+            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
+            if st != OK:
+                return st
+        elif mode == MODE_RANS:
+            if version < 2:
+                return ERR_VERSION
+            st = decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab)
+            if st != OK:
+                return st
+        else:
+            return ERR_MODE
+        pos += plen
+    if pos != end:
+        return ERR_TRAIL
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def check_planes(blob, pos, end, n, ns, version, lens, f, cm, one):
+    """Check the ns stream records of an alone or XOR chunk (blob[pos:end],
+    after its mode byte) without decoding them: modes, record lengths,
+    Huffman and frequency tables, sub-stream and rANS stream sizes.
+    Returns (status, constant): constant when every stream is constant
+    (also a rANS stream of one symbol), its symbol then in one[s, 0]."""
+    constant = True
+    for s in range(ns):
+        if pos + 5 > end:
+            return ERR_TRUNC, False
+        mode = blob[pos]
+        plen = np.int64(load_u32(blob, pos + 1))
+        pos += 5
+        if plen > end - pos:
+            return ERR_TRUNC, False
+        if mode == MODE_RAW:
+            if plen != n:
+                return ERR_LEN, False
+            constant = False
+        elif mode == MODE_CONST:
+            if plen != 1:
+                return ERR_LEN, False
+            one[s, 0] = blob[pos]
+        elif mode == MODE_HUFF:
+            st = check_huff_stream(blob, pos, plen, n, lens)
+            if st != OK:
+                return st, False
+            constant = False
+        elif mode == MODE_RANS:
+            if version < 2:
+                return ERR_VERSION, False
+            q = read_freq_table(blob, pos, pos + plen, 255, f, 0, cm)
+            if q < 0:
+                return ERR_FREQ, False
+            if pos + plen - q < 16:
+                return ERR_RANS, False
+            for k in range(4):
+                if np.int64(load_u32(blob, q + 4 * k)) < RANS_L:
+                    return ERR_RANS, False
+            lo = np.int64(blob[pos])
+            if f[lo] == PROB_SCALE:
+                # one symbol: the states never change and no word is read, so
+                # the stream is the 4 states, each 2^16 (else rans_decode fails)
+                if pos + plen - q != 16:
+                    return ERR_RANS, False
+                for k in range(4):
+                    if np.int64(load_u32(blob, q + 4 * k)) != RANS_L:
+                        return ERR_RANS, False
+                one[s, 0] = lo
+            else:
+                constant = False
+        else:
+            return ERR_MODE, False
+        pos += plen
+    if pos != end:
+        return ERR_TRAIL, False
+    return OK, constant

@@ -1,5 +1,7 @@
 """lmc kernels: the temporal chunk mode of format v2 - fp32 / fp16 / bf16 coded against a reference
-(the previous checkpoint): estimates, symbol pass, rANS streams and raw bits, and the decoder."""
+(the previous checkpoint): its estimates (also the sampled estimate of the XOR mode that decides
+whether to count it exactly), symbol pass and histograms, the writer (rANS streams and raw bits),
+the structural check (``check_temporal``) and the decoder."""
 
 import numpy as np
 from numba import njit
@@ -7,8 +9,8 @@ from numba import njit
 from ._intrinsics import clz64, f64_bits, ld, load_u16, load_u32, load_u64, mulhi64, store_u16, store_u32
 from ._intrinsics import st as put
 from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
-                     LAYOUT_F32, NCTX, OK, PROB_BITS, PROB_SCALE, RANS_L, _M32, _S32, _S8, _U0, _slow_load,
-                     copy_bytes)
+                     LAYOUT_F32, NCTX, OK, PROB_BITS, PROB_SCALE, RANS_L, _M32, _S32, _S8, _U0, _inc,
+                     _slow_load, copy_bytes)
 from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
                      rans_tail, read_freq_table, write_freq_table)
 
@@ -74,7 +76,7 @@ def _unmono(m, sb, mask):
     return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
 
 
-# Encoder.  The alone coding is counted exactly (stream_count, no split
+# Encoder.  The alone coding is counted exactly (_kstreams.stream_count, no split
 # into planes); the temporal and XOR codings are first estimated on a
 # sample (temporal_sample) and counted exactly only where they may win
 # (temporal_count: per element the joint symbol j = context * (2W + 1) +
@@ -82,9 +84,6 @@ def _unmono(m, sb, mask):
 # kept in 4 partial tables (element i in table i % 4): consecutive elements
 # never wait on each other's increment, and the Huffman sizes need the
 # counts per sub-stream anyway.  Only the chosen mode is split into planes.
-@njit(nogil=True, cache=True)
-def _inc(h, j):
-    put(h, j, ld(h, j) + 1)
 
 
 @njit(nogil=True, cache=True)
@@ -204,45 +203,6 @@ def _tsample(x, r, n, layout, E, ts, xs):
 
 
 @njit(nogil=True, cache=True)
-def stream_count(data, ref, use_ref, start, n, layout, hs):
-    """Byte-stream counts of the units (XOR the reference when use_ref) in 4
-    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here)."""
-    hs[:] = 0
-    if layout == LAYOUT_F32:
-        x = data[4 * start:4 * (start + n)].view(np.uint32)
-        r = ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x
-        for i in range(n):
-            hb = (i & 3) << 8
-            v = np.int64(ld(x, i))
-            if use_ref:
-                v ^= np.int64(ld(r, i))
-            _inc(hs, hb + ((v >> 23) & 0xFF))
-            _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
-            _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
-            _inc(hs, 3072 + hb + (v & 0xFF))
-        return
-    x = data[2 * start:2 * (start + n)].view(np.uint16)
-    r = ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x
-    if layout == LAYOUT_BF16:
-        for i in range(n):
-            hb = (i & 3) << 8
-            v = np.int64(ld(x, i))
-            if use_ref:
-                v ^= np.int64(ld(r, i))
-            _inc(hs, hb + ((v >> 7) & 0xFF))
-            _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
-    else:
-        for i in range(n):
-            hb = (i & 3) << 8
-            v = np.int64(ld(x, i))
-            if use_ref:
-                v ^= np.int64(ld(r, i))
-            _inc(hs, hb + ((v >> 10) & 0x1F))
-            _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
-            _inc(hs, 2048 + hb + (v & 0xFF))
-
-
-@njit(nogil=True, cache=True)
 def temporal_count(data, ref, start, n, layout, E, jb, low, th):
     """Joint symbols jb and raw bits low of the chunk, their counts in 4
     partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns
@@ -274,15 +234,6 @@ def temporal_hist(th, W, hist):
             j = c * KS + s
             hist[(c << 8) + s] = (np.int64(th[j]) + np.int64(th[NK + j])
                                   + np.int64(th[2 * NK + j]) + np.int64(th[3 * NK + j]))
-
-
-@njit(nogil=True, cache=True)
-def stream_hist(hs, ns, h):
-    """int32 stream counts hs[s * 1024 + k * 256 + c] -> int64 h[s, k, c]."""
-    for s in range(ns):
-        for k in range(4):
-            for c in range(256):
-                h[s, k, c] = hs[s * 1024 + k * 256 + c]
 
 
 @njit(nogil=True, cache=True)
@@ -431,6 +382,35 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     if q != o + nraw:  # pragma: no cover - would be a bug
         return -1
     return q
+
+
+@njit(nogil=True, cache=True)
+def check_temporal(blob, pos, end, layout, f, cm):
+    """Check a temporal chunk body blob[pos:end] (after its mode byte)
+    without decoding it: the context tables, the rANS stream's size and
+    initial states (f, cm: int64[NCTX * 256] scratch).  Returns a status."""
+    W = 32 if layout == LAYOUT_F32 else 16
+    if pos + 3 > end:
+        return ERR_TRUNC
+    cmask = np.int64(blob[pos + 1]) | (np.int64(blob[pos + 2]) << 8)
+    pos += 3
+    for c in range(NCTX):
+        if cmask & (1 << c):
+            pos = read_freq_table(blob, pos, end, 2 * W, f, 0, cm)
+            if pos < 0:
+                return ERR_FREQ
+    if pos + 4 > end:
+        return ERR_TRUNC
+    R = np.int64(load_u32(blob, pos))
+    pos += 4
+    if R > end - pos:
+        return ERR_TRUNC
+    if R < 16:
+        return ERR_RANS
+    for k in range(4):
+        if np.int64(load_u32(blob, pos + 4 * k)) < RANS_L:
+            return ERR_RANS
+    return OK
 
 
 # Decoder: a vectorized pass checks the context mask, one loop decodes the

@@ -157,8 +157,8 @@ print(hwm())
 
 
 def _peak(kind):
-    from lmc import _kernels as K
-    zero_chk = int(K.checksum_fill(np.zeros(0, np.uint8), False, 0, 1 << 27, 2, np.uint64(0)))
+    from lmc._kbase import checksum_fill
+    zero_chk = int(checksum_fill(np.zeros(0, np.uint8), False, 0, 1 << 27, 2, np.uint64(0)))
     p = subprocess.run([sys.executable, "-c", MEM_CHILD, kind, str(zero_chk)], capture_output=True,
                        text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1"))

@@ -7,7 +7,6 @@ ROOT = os.path.dirname(HERE)
 
 SCRIPT = r"""
 import numpy as np, ml_dtypes, lmc
-from lmc import _kernels as K
 rng = np.random.default_rng(0)
 for dt in (np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.float64):
     x = (rng.standard_normal(300) * 0.02).astype(np.float32).astype(dt)

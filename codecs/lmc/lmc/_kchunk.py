@@ -1,8 +1,10 @@
-"""Numba kernels of the lmc codec.
+"""lmc kernels: the chunk coder - ``encode_chunk`` (the mode choice: alone, XOR, temporal or stored)
+and ``decode_chunk``, the structural pre-pass ``check_chunk``, and the drivers over ranges of chunks
+that lmc._core runs on its threads.
 
 All kernels are serial ``@njit(nogil=True, cache=True)`` functions (compiled
 once, cached on disk).  Parallelism comes from running the chunk-range
-drivers at the bottom on several Python threads (they release the GIL); see
+drivers below on several Python threads (they release the GIL); see
 README for why ``parallel=True``/``prange`` drivers were not used (they cannot
 be cached and re-optimise the whole inlined call tree on every process start:
 ~10 s per process).
@@ -15,48 +17,25 @@ length/offset against the chunk end *before* touching memory, and the
 Huffman decoder only uses wide loads where the 8 bytes are known to lie
 inside the sub-stream (slow byte-wise refill otherwise).
 
-This module holds the chunk coders (``encode_chunk``, ``decode_chunk``) and
-the drivers over ranges of chunks; the pieces they are built from live by
-coder: ``_kbase`` (constants, error codes, checksum, stream split/merge),
-``_khuffman`` (Huffman codes, encoder and decoder), ``_kstreams`` (the
-per-stream mode choice and the stream writers), ``_krans`` (the rANS coder)
-and ``_ktemporal`` (the temporal mode).  Everything is re-exported here.
+The kernel modules, each coder's encoder, decoder and check together:
+``_kbase`` (constants, error codes, checksum, stream split/merge),
+``_khuffman`` (the Huffman coder), ``_krans`` (the rANS coder),
+``_kstreams`` (the alone and XOR chunk modes: histograms, per-stream coding
+choice, stream writers and readers), ``_ktemporal`` (the temporal chunk
+mode) and this module.  Each name is imported from the module that defines it.
 """
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import load_u32
-from ._kbase import (_C1, _C3, _S29, _U0, _fold)
-from ._kbase import (CHUNK_ALONE, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERROR_MESSAGES, ERR_BITS, ERR_CHECKSUM,
-                     ERR_CTX, ERR_FLAGS, ERR_FREQ, ERR_KRAFT, ERR_LEN, ERR_MODE, ERR_NOREF, ERR_PAD, ERR_RANS,
-                     ERR_STREAM, ERR_TABLE, ERR_TRAIL, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
-                     LAYOUT_PLANES, MAXLEN, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, NCTX, OK, PROB_BITS,
-                     PROB_SCALE, RANS_L, RANS_MARGIN, RANS_SLACK, TABSIZE, TEMPORAL_MARGIN, checksum_units,
-                     copy_bytes, merge_chunk, merge_units, split_chunk, split_units, xor_into)
-from ._krans import (build_rans_dtab, cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_decode,
-                     rans_encode, rans_normalize, read_freq_table, write_freq_table)
-from ._ktemporal import (SAMPLE, stream_count, stream_hist, temporal_base, temporal_count, temporal_decode,
-                         temporal_estimate, temporal_hist, temporal_sample, temporal_write)
-from ._khuffman import (build_decode_table, build_multi_table, canonical_codes, decode_huff_stream, histo4,
-                        huff_decode4, huffman_lengths)
-from ._kstreams import _uses_rans, _write_planes, analyze_hist, analyze_planes
-
-# the kernels of the submodules, re-exported: lmc._core and the tests call them as _kernels.<name>
-__all__ = ['CHUNK_ALONE', 'CHUNK_STORED', 'CHUNK_TEMPORAL', 'CHUNK_XOR', 'ERROR_MESSAGES', 'ERR_BITS',
-           'ERR_CHECKSUM', 'ERR_CTX', 'ERR_FLAGS', 'ERR_FREQ', 'ERR_KRAFT', 'ERR_LEN', 'ERR_MODE',
-           'ERR_NOREF', 'ERR_PAD', 'ERR_RANS', 'ERR_STREAM', 'ERR_TABLE', 'ERR_TRAIL', 'ERR_TRUNC',
-           'ERR_VERSION', 'LAYOUT_BF16', 'LAYOUT_F16', 'LAYOUT_F32', 'LAYOUT_PLANES', 'MAXLEN', 'MODE_CONST',
-           'MODE_HUFF', 'MODE_RANS', 'MODE_RAW', 'NCTX', 'OK', 'PROB_BITS', 'PROB_SCALE', 'RANS_L',
-           'RANS_MARGIN', 'RANS_SLACK', 'SAMPLE', 'TABSIZE', 'TEMPORAL_MARGIN', 'analyze_hist',
-           'analyze_planes', 'build_decode_table', 'build_multi_table', 'build_rans_dtab', 'canonical_codes',
-           'check_chunk', 'check_range', 'checksum_range', 'checksum_units', 'copy_bytes', 'cum_freqs', 'decode_chunk',
-           'decode_huff_stream', 'decode_range', 'decode_rans_stream', 'encode_chunk', 'encode_range',
-           'freq_table_bytes', 'gather_range', 'histo4', 'huff_decode4', 'huffman_lengths', 'merge_chunk',
-           'merge_units', 'rans_cost_bits', 'rans_decode', 'rans_encode', 'rans_normalize', 'read_freq_table',
-           'split_chunk', 'split_units', 'stream_count', 'stream_hist', 'temporal_base', 'temporal_count',
-           'temporal_decode', 'temporal_estimate', 'temporal_hist', 'temporal_sample', 'temporal_write',
-           'write_freq_table', 'xor_into']
+from ._kbase import (CHUNK_ALONE, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS, ERR_LEN,
+                     ERR_NOREF, ERR_TRUNC, ERR_VERSION, LAYOUT_F32, LAYOUT_PLANES, NCTX, OK, PROB_SCALE, TABSIZE,
+                     TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units,
+                     split_chunk, split_units, xor_into)
+from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_planes, stream_count,
+                        stream_hist, write_planes)
+from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
+                         temporal_hist, temporal_sample, temporal_write)
 
 
 @njit(nogil=True, cache=True)
@@ -151,7 +130,7 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
             if temporal:
                 xor_into(rbuf, data, ref, base, nbytes)
                 split_units(rbuf, n, unit, layout, planes2)
-            e = _write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
+            e = write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
                               out, o, lim, tbuf)
         # never larger than the alone encoding (exact unless it uses rANS)
         if best != CHUNK_ALONE and (e < 0 or e - o0 > 1 + cost_a) and cost_a < nbytes:
@@ -160,7 +139,7 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
         if best == CHUNK_ALONE:
             if temporal:
                 split_units(data[base:base + nbytes], n, unit, layout, planes)
-            e = _write_planes(CHUNK_ALONE, planes, n, ns, modes, sizes, h, lens, f, cm,
+            e = write_planes(CHUNK_ALONE, planes, n, ns, modes, sizes, h, lens, f, cm,
                               out, o, lim, tbuf)
     if e < 0:
         # stored chunk: the original units verbatim (never larger than input)
@@ -174,6 +153,8 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
     else:
         used = _uses_rans(modes, ns)
     return e - o0, chk, used
+
+
 @njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
                  planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms):
@@ -212,43 +193,16 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     delta = flags == 1
     if delta and not has_ref:
         return ERR_NOREF
-    pos = off + 1
-    for s in range(ns):
-        if pos + 5 > end:
-            return ERR_TRUNC
-        mode = blob[pos]
-        plen = np.int64(load_u32(blob, pos + 1))
-        pos += 5
-        if plen > end - pos:
-            return ERR_TRUNC
-        p = planes[s]
-        if mode == MODE_RAW:
-            if plen != n:
-                return ERR_LEN
-            copy_bytes(p, 0, blob, pos, n)
-        elif mode == MODE_CONST:
-            if plen != 1:
-                return ERR_LEN
-            p[:n] = blob[pos]  # fill (fast)
-        elif mode == MODE_HUFF:
-            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
-            if st != OK:
-                return st
-        elif mode == MODE_RANS:
-            if version < 2:
-                return ERR_VERSION
-            st = decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab)
-            if st != OK:
-                return st
-        else:
-            return ERR_MODE
-        pos += plen
-    if pos != end:
-        return ERR_TRAIL
+    st = decode_planes(blob, off + 1, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
+                       dtab)
+    if st != OK:
+        return st
     chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout)
     if chk != expected:
         return ERR_CHECKSUM
     return OK
+
+
 # ---------------------------------------------------------------------------
 # drivers over a range of chunks.  They release the GIL (nogil) and are run
 # concurrently from a thread pool by lmc._core; each chunk is independent, so
@@ -327,92 +281,6 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
 # header claims.  The checks are the decoder's own, done early; they only
 # reject blobs the decoder would reject too.
 # ---------------------------------------------------------------------------
-@njit(nogil=True, cache=True)
-def _csum_fill(r, n, v, use_ref):
-    """The chunk checksum of n units all equal to v (XORed with r[i] when
-    use_ref) without materialising them."""
-    s1 = _U0
-    s2 = _U0
-    ic = _U0
-    for i in range(n):
-        u = v
-        if use_ref:
-            u = np.uint64(r[i]) ^ v
-        s1 += u
-        x = (u ^ ic) * _C1
-        ic += _C3
-        s2 += x ^ (x >> _S29)
-    return _fold(s1, s2)
-
-
-@njit(nogil=True, cache=True)
-def checksum_fill(ref, use_ref, start, n, unit, v):
-    base = start * unit
-    if not use_ref:
-        return _csum_fill(ref[0:0], n, v, False)
-    if unit == 1:
-        return _csum_fill(ref[base:base + n], n, v, True)
-    if unit == 2:
-        return _csum_fill(ref[base:base + 2 * n].view(np.uint16), n, v, True)
-    if unit == 4:
-        return _csum_fill(ref[base:base + 4 * n].view(np.uint32), n, v, True)
-    return _csum_fill(ref[base:base + 8 * n].view(np.uint64), n, v, True)
-
-
-@njit(nogil=True, cache=True)
-def _check_huff(blob, pos, plen, n, lens):
-    """The Huffman stream record's table, jump table and sub-stream sizes
-    (each sub-stream of c symbols must have between c * minlen and
-    c * maxlen + 7 bits)."""
-    end = pos + plen
-    if plen < 2:
-        return ERR_TRUNC
-    lo = np.int64(blob[pos])
-    hi = np.int64(blob[pos + 1])
-    if hi < lo:
-        return ERR_TABLE
-    cnt = hi - lo + 1
-    nbt = (cnt + 1) // 2
-    if pos + 2 + nbt + 12 > end:
-        return ERR_TRUNC
-    for j in range(256):
-        lens[j] = 0
-    q = pos + 2
-    for j in range(cnt):
-        lens[lo + j] = (blob[q + (j >> 1)] >> (4 * (j & 1))) & 15
-    if cnt & 1:
-        if (blob[q + nbt - 1] >> 4) != 0:
-            return ERR_TABLE
-    if lens[lo] == 0 or lens[hi] == 0:
-        return ERR_TABLE
-    kraft = 0
-    mn = MAXLEN
-    mx = 0
-    for j in range(lo, hi + 1):
-        L = np.int64(lens[j])
-        if L > MAXLEN:
-            return ERR_KRAFT
-        if L > 0:
-            kraft += 1 << (MAXLEN - L)
-            mn = min(mn, L)
-            mx = max(mx, L)
-    if kraft != TABSIZE:
-        return ERR_KRAFT
-    q += nbt
-    rem = end - q - 12
-    acc = 0
-    for k in range(4):
-        if k < 3:
-            Lk = np.int64(load_u32(blob, q + 4 * k))
-            if Lk > rem - acc:
-                return ERR_TRUNC
-        else:
-            Lk = rem - acc
-        acc += Lk
-        c = (n + 3 - k) >> 2
-        if c * mn > 8 * Lk or 8 * Lk > c * mx + 7:
-            return ERR_STREAM
-    return OK
 
 
 @njit(nogil=True, cache=True)
@@ -438,29 +306,7 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
             return ERR_FLAGS
         if not has_ref:
             return ERR_NOREF
-        W = 32 if layout == LAYOUT_F32 else 16
-        pos = off + 1
-        if pos + 3 > end:
-            return ERR_TRUNC
-        cmask = np.int64(blob[pos + 1]) | (np.int64(blob[pos + 2]) << 8)
-        pos += 3
-        for c in range(NCTX):
-            if cmask & (1 << c):
-                pos = read_freq_table(blob, pos, end, 2 * W, f, 0, cm)
-                if pos < 0:
-                    return ERR_FREQ
-        if pos + 4 > end:
-            return ERR_TRUNC
-        R = np.int64(load_u32(blob, pos))
-        pos += 4
-        if R > end - pos:
-            return ERR_TRUNC
-        if R < 16:
-            return ERR_RANS
-        for k in range(4):
-            if np.int64(load_u32(blob, pos + 4 * k)) < RANS_L:
-                return ERR_RANS
-        return OK
+        return check_temporal(blob, off + 1, end, layout, f, cm)
     if flags == CHUNK_STORED:
         if clen != 1 + n * unit:
             return ERR_LEN
@@ -468,57 +314,9 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
     delta = flags == CHUNK_XOR
     if delta and not has_ref:
         return ERR_NOREF
-    pos = off + 1
-    constant = True
-    for s in range(ns):
-        if pos + 5 > end:
-            return ERR_TRUNC
-        mode = blob[pos]
-        plen = np.int64(load_u32(blob, pos + 1))
-        pos += 5
-        if plen > end - pos:
-            return ERR_TRUNC
-        if mode == MODE_RAW:
-            if plen != n:
-                return ERR_LEN
-            constant = False
-        elif mode == MODE_CONST:
-            if plen != 1:
-                return ERR_LEN
-            one[s, 0] = blob[pos]
-        elif mode == MODE_HUFF:
-            st = _check_huff(blob, pos, plen, n, lens)
-            if st != OK:
-                return st
-            constant = False
-        elif mode == MODE_RANS:
-            if version < 2:
-                return ERR_VERSION
-            q = read_freq_table(blob, pos, pos + plen, 255, f, 0, cm)
-            if q < 0:
-                return ERR_FREQ
-            if pos + plen - q < 16:
-                return ERR_RANS
-            for k in range(4):
-                if np.int64(load_u32(blob, q + 4 * k)) < RANS_L:
-                    return ERR_RANS
-            lo = np.int64(blob[pos])
-            if f[lo] == PROB_SCALE:
-                # one symbol: the states never change and no word is read, so
-                # the stream is the 4 states, each 2^16 (else rans_decode fails)
-                if pos + plen - q != 16:
-                    return ERR_RANS
-                for k in range(4):
-                    if np.int64(load_u32(blob, q + 4 * k)) != RANS_L:
-                        return ERR_RANS
-                one[s, 0] = lo
-            else:
-                constant = False
-        else:
-            return ERR_MODE
-        pos += plen
-    if pos != end:
-        return ERR_TRAIL
+    st, constant = check_planes(blob, off + 1, end, n, ns, version, lens, f, cm, one)
+    if st != OK:
+        return st
     if constant and n > 0:
         merge_units(one, 1, unit, layout, ub)
         v = _U0
