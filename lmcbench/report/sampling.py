@@ -19,10 +19,9 @@ The interval is the estimate -/+ t x the bootstrap standard error, with Satterth
 stratum brings n_h - 1, weighed by its share of the variance), the way survey statistics use replicate weights.
 Percentiles of the replicates (``method="percentile"``) are the textbook bootstrap interval, but with a handful
 of units per stratum (a small model's sample) they are too narrow: over 400 samples of 5% of the 24M series,
-95% percentile intervals held the ratio of every slice 67 times in a hundred, the t intervals 91 times
-(``results/sampling``). The t intervals too are below nominal there: a role has 6 layers, the sample takes 2, and
-the first layer is unlike the others, which a sample that leaves it out cannot see (3 or 4 of the 6: 89 and 90
-times in a hundred).
+95% percentile intervals held the ratio of every slice 71 times in a hundred, the t intervals 96 times
+(``results/sampling``; larger samples of that series, 3 and 4 of a role's 5 sampled layers, 92 and 91 times, below
+nominal: likely the layers a sample leaves out differ from the rest more than the narrower interval reaches).
 """
 
 from __future__ import annotations
