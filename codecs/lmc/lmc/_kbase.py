@@ -300,6 +300,19 @@ def _slow_load(buf, st, L, byte):
     return acc
 
 
+
+@njit(nogil=True, cache=True)
+def nonzero_range(a, c0, nsym):
+    """(lo, hi): the first and last s < nsym with a[c0 + s] != 0 (one must be)."""
+    lo = 0
+    while a[c0 + lo] == 0:
+        lo += 1
+    hi = nsym - 1
+    while a[c0 + hi] == 0:
+        hi -= 1
+    return lo, hi
+
+
 # histogram counts are kept in 4 partial tables (element i in table i % 4):
 # consecutive elements never wait on each other's increment
 @njit(nogil=True, cache=True)

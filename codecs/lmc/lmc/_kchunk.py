@@ -156,24 +156,41 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
 
 
 @njit(nogil=True, cache=True)
+def _chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
+    """The mode byte of chunk blob[off:off+clen] and what it requires: a
+    temporal chunk format v2, a float layout and a reference, a stored chunk
+    1 + n * unit bytes, an XOR chunk a reference.  Returns (status, mode)."""
+    if clen < 1:
+        return ERR_TRUNC, 0
+    flags = np.int64(blob[off])
+    if flags > 3:
+        return ERR_FLAGS, 0
+    if flags == CHUNK_TEMPORAL:
+        if version < 2:
+            return ERR_VERSION, 0
+        if layout == LAYOUT_PLANES:
+            return ERR_FLAGS, 0
+        if not has_ref:
+            return ERR_NOREF, 0
+    elif flags == CHUNK_STORED:
+        if clen != 1 + n * unit:
+            return ERR_LEN, 0
+    elif flags == CHUNK_XOR and not has_ref:
+        return ERR_NOREF, 0
+    return OK, flags
+
+
+@njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
                  planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms):
     """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
     dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
+    st, flags = _chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
+    if st != OK:
+        return st
     end = off + clen
-    if clen < 1:
-        return ERR_TRUNC
-    flags = blob[off]
-    if flags > 3:
-        return ERR_FLAGS
     if flags == CHUNK_TEMPORAL:
-        if version < 2:
-            return ERR_VERSION
-        if layout == LAYOUT_PLANES:
-            return ERR_FLAGS
-        if not has_ref:
-            return ERR_NOREF
         st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
                              syms)
         if st != OK:
@@ -181,18 +198,12 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
         if checksum_units(out, start, n, unit) != expected:
             return ERR_CHECKSUM
         return OK
-    if flags == 2:
-        # stored chunk
-        nbytes = n * unit
-        if clen != 1 + nbytes:
-            return ERR_LEN
-        copy_bytes(out, start * unit, blob, off + 1, nbytes)
+    if flags == CHUNK_STORED:
+        copy_bytes(out, start * unit, blob, off + 1, n * unit)
         if checksum_units(out, start, n, unit) != expected:
             return ERR_CHECKSUM
         return OK
-    delta = flags == 1
-    if delta and not has_ref:
-        return ERR_NOREF
+    delta = flags == CHUNK_XOR
     st = decode_planes(blob, off + 1, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
                        dtab)
     if st != OK:
@@ -293,27 +304,15 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
     from the constant (and the reference) without writing anything.
     Scratch: lens uint8[256], f, cm int64[NCTX * 256], one uint8[ns, 1],
     ub uint8[8].  Returns a status."""
+    st, flags = _chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
+    if st != OK:
+        return st
     end = off + clen
-    if clen < 1:
-        return ERR_TRUNC
-    flags = blob[off]
-    if flags > 3:
-        return ERR_FLAGS
     if flags == CHUNK_TEMPORAL:
-        if version < 2:
-            return ERR_VERSION
-        if layout == LAYOUT_PLANES:
-            return ERR_FLAGS
-        if not has_ref:
-            return ERR_NOREF
         return check_temporal(blob, off + 1, end, layout, f, cm)
     if flags == CHUNK_STORED:
-        if clen != 1 + n * unit:
-            return ERR_LEN
         return OK
     delta = flags == CHUNK_XOR
-    if delta and not has_ref:
-        return ERR_NOREF
     st, constant = check_planes(blob, off + 1, end, n, ns, version, lens, f, cm, one)
     if st != OK:
         return st

@@ -83,6 +83,18 @@ def _package_merge(w, m, depth):
 
 
 @njit(nogil=True, cache=True)
+def _take_lightest(w, iw, i, j, k, m, par_leaf, par_int):
+    """One step of the two-queue Huffman construction: the lighter of the
+    next leaf w[i] and the next internal node iw[j] (j < k) becomes a child
+    of internal node k.  Returns (its weight, i, j) advanced."""
+    if i < m and (j >= k or w[i] <= iw[j]):
+        par_leaf[i] = k
+        return w[i], i + 1, j
+    par_int[j] = k
+    return iw[j], i, j + 1
+
+
+@njit(nogil=True, cache=True)
 def huffman_lengths(freq, lens):
     """Length-limited (<= 11) Huffman code lengths for 256 symbol
     frequencies.  Writes lens (uint8[256], 0 = absent) and returns the number
@@ -117,22 +129,8 @@ def huffman_lengths(freq, lens):
     i = 0
     j = 0
     for k in range(m - 1):
-        if i < m and (j >= k or w[i] <= iw[j]):
-            a = w[i]
-            par_leaf[i] = k
-            i += 1
-        else:
-            a = iw[j]
-            par_int[j] = k
-            j += 1
-        if i < m and (j >= k or w[i] <= iw[j]):
-            b = w[i]
-            par_leaf[i] = k
-            i += 1
-        else:
-            b = iw[j]
-            par_int[j] = k
-            j += 1
+        a, i, j = _take_lightest(w, iw, i, j, k, m, par_leaf, par_int)
+        b, i, j = _take_lightest(w, iw, i, j, k, m, par_leaf, par_int)
         iw[k] = a + b
     dep_int[m - 2] = 0
     for k in range(m - 3, -1, -1):
@@ -480,18 +478,23 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
 
 
 @njit(nogil=True, cache=True)
-def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
+def read_huff_table(blob, pos, plen, lens):
+    """The code lengths of the Huffman stream record blob[pos:pos+plen] (lo,
+    hi, then 4 bits per symbol lo..hi) into lens; checks that the table and
+    the 3 sub-stream sizes after it lie inside the record, the padding nibble
+    and that lo and hi have codes.  Returns (status, lo, hi, position after
+    the table)."""
     end = pos + plen
     if plen < 2:
-        return ERR_TRUNC
+        return ERR_TRUNC, 0, 0, 0
     lo = np.int64(blob[pos])
     hi = np.int64(blob[pos + 1])
     if hi < lo:
-        return ERR_TABLE
+        return ERR_TABLE, 0, 0, 0
     cnt = hi - lo + 1
     nbt = (cnt + 1) // 2
     if pos + 2 + nbt + 12 > end:
-        return ERR_TRUNC
+        return ERR_TRUNC, 0, 0, 0
     for s in range(256):
         lens[s] = 0
     q = pos + 2
@@ -500,9 +503,19 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
         lens[lo + j] = (byte >> (4 * (j & 1))) & 15
     if cnt & 1:
         if (blob[q + nbt - 1] >> 4) != 0:
-            return ERR_TABLE
+            return ERR_TABLE, 0, 0, 0
     if lens[lo] == 0 or lens[hi] == 0:
-        return ERR_TABLE
+        return ERR_TABLE, 0, 0, 0
+    return OK, lo, hi, q + nbt
+
+
+@njit(nogil=True, cache=True)
+def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
+    end = pos + plen
+    status, lo, hi, q = read_huff_table(blob, pos, plen, lens)
+    if status != OK:
+        return status
+    cnt = hi - lo + 1
     if not build_decode_table(lens, dec):
         return ERR_KRAFT
     minlen = MAXLEN
@@ -517,7 +530,6 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
             dec1[idx] = np.uint16((e >> 8) | ((e & 0xFF) << 8))
     else:
         build_multi_table(dec, dec3)
-    q += nbt
     st = np.empty(4, np.int64)
     ln = np.empty(4, np.int64)
     ln[0] = np.int64(load_u32(blob, q))
@@ -542,26 +554,9 @@ def check_huff_stream(blob, pos, plen, n, lens):
     (each sub-stream of c symbols must have between c * minlen and
     c * maxlen + 7 bits)."""
     end = pos + plen
-    if plen < 2:
-        return ERR_TRUNC
-    lo = np.int64(blob[pos])
-    hi = np.int64(blob[pos + 1])
-    if hi < lo:
-        return ERR_TABLE
-    cnt = hi - lo + 1
-    nbt = (cnt + 1) // 2
-    if pos + 2 + nbt + 12 > end:
-        return ERR_TRUNC
-    for j in range(256):
-        lens[j] = 0
-    q = pos + 2
-    for j in range(cnt):
-        lens[lo + j] = (blob[q + (j >> 1)] >> (4 * (j & 1))) & 15
-    if cnt & 1:
-        if (blob[q + nbt - 1] >> 4) != 0:
-            return ERR_TABLE
-    if lens[lo] == 0 or lens[hi] == 0:
-        return ERR_TABLE
+    status, lo, hi, q = read_huff_table(blob, pos, plen, lens)
+    if status != OK:
+        return status
     kraft = 0
     mn = MAXLEN
     mx = 0
@@ -575,7 +570,6 @@ def check_huff_stream(blob, pos, plen, n, lens):
             mx = max(mx, L)
     if kraft != TABSIZE:
         return ERR_KRAFT
-    q += nbt
     rem = end - q - 12
     acc = 0
     for k in range(4):

@@ -7,7 +7,7 @@ from numba import njit
 
 from ._intrinsics import ld, load_u16, load_u32, store_u16, store_u32
 from ._intrinsics import st as put
-from ._kbase import ERR_FREQ, ERR_RANS, OK, PROB_BITS, PROB_SCALE, RANS_L, _i4
+from ._kbase import ERR_FREQ, ERR_RANS, OK, PROB_BITS, PROB_SCALE, RANS_L, _i4, nonzero_range
 
 
 # ---------------------------------------------------------------------------
@@ -74,12 +74,7 @@ def rans_cost_bits(cnt, f, c0, nsym):
 
 @njit(nogil=True, cache=True)
 def freq_table_bytes(f, c0, nsym):
-    lo = 0
-    while f[c0 + lo] == 0:
-        lo += 1
-    hi = nsym - 1
-    while f[c0 + hi] == 0:
-        hi -= 1
+    lo, hi = nonzero_range(f, c0, nsym)
     b = 2
     for s in range(lo, hi + 1):
         b += 1 if f[c0 + s] < 128 else 2
@@ -90,12 +85,7 @@ def freq_table_bytes(f, c0, nsym):
 def write_freq_table(f, c0, nsym, out, o):
     """lo, hi, then per symbol lo..hi its frequency: one byte if < 128, else
     two bytes 0x80 | f >> 8, f & 0xFF.  Returns the end position."""
-    lo = 0
-    while f[c0 + lo] == 0:
-        lo += 1
-    hi = nsym - 1
-    while f[c0 + hi] == 0:
-        hi -= 1
+    lo, hi = nonzero_range(f, c0, nsym)
     out[o] = lo
     out[o + 1] = hi
     o += 2
@@ -227,6 +217,13 @@ def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf):
         x2, p = _renc(x2, s2, f, cm, inv, buf, p)
         x1, p = _renc(x1, s1, f, cm, inv, buf, p)
         x0, p = _renc(x0, s0, f, cm, inv, buf, p)
+    return rans_put_states(buf, p, x0, x1, x2, x3)
+
+
+@njit(nogil=True, cache=True)
+def rans_put_states(buf, p, x0, x1, x2, x3):
+    """The encoder's 4 final states, u32 each, below buf[p] (they open the
+    stream); returns the stream start p - 16."""
     p -= 16
     store_u32(buf, p, np.uint32(x0))
     store_u32(buf, p + 4, np.uint32(x1))

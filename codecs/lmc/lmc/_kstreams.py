@@ -12,7 +12,7 @@ from numba import njit
 from ._intrinsics import ld, load_u32, store_u32
 from ._kbase import (ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
                      LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, OK, PROB_SCALE, RANS_L, RANS_MARGIN,
-                     RANS_SLACK, _inc, copy_bytes)
+                     RANS_SLACK, _inc, copy_bytes, nonzero_range)
 from ._krans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                      read_freq_table, write_freq_table)
 from ._khuffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
@@ -87,12 +87,7 @@ def _huff_sub_bytes(h, lens, sub):
 
 @njit(nogil=True, cache=True)
 def _table_bytes(lens):
-    lo = 0
-    while lens[lo] == 0:
-        lo += 1
-    hi = 255
-    while lens[hi] == 0:
-        hi -= 1
+    lo, hi = nonzero_range(lens, 0, 256)
     return 2 + (hi - lo + 2) // 2
 
 
@@ -170,12 +165,7 @@ def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf):
     if mode == MODE_CONST:
         out[o] = p[0]
         return o + 1
-    lo = 0
-    while lens[lo] == 0:
-        lo += 1
-    hi = 255
-    while lens[hi] == 0:
-        hi -= 1
+    lo, hi = nonzero_range(lens, 0, 256)
     out[o] = lo
     out[o + 1] = hi
     o += 2
@@ -229,39 +219,54 @@ def _uses_rans(modes, ns):
 # stream readers: decoding, and the structural check of the pre-pass
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
+def _read_record(blob, pos, end, n, version):
+    """The header of the stream record at blob[pos:end] (mode byte, u32
+    payload length): checks that the payload lies inside end, the lengths of
+    raw (n) and constant (1) streams, that rANS is allowed (format v2) and
+    the mode known.  Returns (status, mode, payload length)."""
+    if pos + 5 > end:
+        return ERR_TRUNC, 0, 0
+    mode = np.int64(blob[pos])
+    plen = np.int64(load_u32(blob, pos + 1))
+    if plen > end - pos - 5:
+        return ERR_TRUNC, 0, 0
+    if mode == MODE_RAW:
+        if plen != n:
+            return ERR_LEN, 0, 0
+    elif mode == MODE_CONST:
+        if plen != 1:
+            return ERR_LEN, 0, 0
+    elif mode == MODE_RANS:
+        if version < 2:
+            return ERR_VERSION, 0, 0
+    elif mode != MODE_HUFF:
+        return ERR_MODE, 0, 0
+    return OK, mode, plen
+
+
+@njit(nogil=True, cache=True)
 def decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab):
     """Read the ns stream records of an alone or XOR chunk (blob[pos:end],
     after its mode byte) into planes[s, :n]; the scratch is decode_chunk's.
     Returns a status."""
     for s in range(ns):
-        if pos + 5 > end:
-            return ERR_TRUNC
-        mode = blob[pos]
-        plen = np.int64(load_u32(blob, pos + 1))
+        st, mode, plen = _read_record(blob, pos, end, n, version)
+        if st != OK:
+            return st
         pos += 5
-        if plen > end - pos:
-            return ERR_TRUNC
         p = planes[s]
         if mode == MODE_RAW:
-            if plen != n:
-                return ERR_LEN
             copy_bytes(p, 0, blob, pos, n)
         elif mode == MODE_CONST:
-            if plen != 1:
-                return ERR_LEN
             p[:n] = blob[pos]  # fill (fast)
         elif mode == MODE_HUFF:
             st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
             if st != OK:
                 return st
-        elif mode == MODE_RANS:
-            if version < 2:
-                return ERR_VERSION
+        else:  # MODE_RANS
             st = decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab)
             if st != OK:
                 return st
-        else:
-            return ERR_MODE
         pos += plen
     if pos != end:
         return ERR_TRAIL
@@ -277,29 +282,20 @@ def check_planes(blob, pos, end, n, ns, version, lens, f, cm, one):
     (also a rANS stream of one symbol), its symbol then in one[s, 0]."""
     constant = True
     for s in range(ns):
-        if pos + 5 > end:
-            return ERR_TRUNC, False
-        mode = blob[pos]
-        plen = np.int64(load_u32(blob, pos + 1))
+        st, mode, plen = _read_record(blob, pos, end, n, version)
+        if st != OK:
+            return st, False
         pos += 5
-        if plen > end - pos:
-            return ERR_TRUNC, False
         if mode == MODE_RAW:
-            if plen != n:
-                return ERR_LEN, False
             constant = False
         elif mode == MODE_CONST:
-            if plen != 1:
-                return ERR_LEN, False
             one[s, 0] = blob[pos]
         elif mode == MODE_HUFF:
             st = check_huff_stream(blob, pos, plen, n, lens)
             if st != OK:
                 return st, False
             constant = False
-        elif mode == MODE_RANS:
-            if version < 2:
-                return ERR_VERSION, False
+        else:  # MODE_RANS
             q = read_freq_table(blob, pos, pos + plen, 255, f, 0, cm)
             if q < 0:
                 return ERR_FREQ, False
@@ -320,8 +316,6 @@ def check_planes(blob, pos, end, n, ns, version, lens, f, cm, one):
                 one[s, 0] = lo
             else:
                 constant = False
-        else:
-            return ERR_MODE, False
         pos += plen
     if pos != end:
         return ERR_TRAIL, False

@@ -11,7 +11,8 @@ from ._intrinsics import st as put
 from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
                      LAYOUT_F32, NCTX, OK, PROB_BITS, PROB_SCALE, RANS_L, _M32, _S32, _S8, _U0, _inc,
                      _slow_load, copy_bytes)
-from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
+from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_put_states,
+                     rans_states,
                      rans_tail, read_freq_table, write_freq_table)
 
 
@@ -312,12 +313,7 @@ def _tenc(jb, n, et, buf):
         x2, p = _renc2(x2, ld(et, 2 * j2), ld(et, 2 * j2 + 1), buf, p)
         x1, p = _renc2(x1, ld(et, 2 * j1), ld(et, 2 * j1 + 1), buf, p)
         x0, p = _renc2(x0, ld(et, 2 * j0), ld(et, 2 * j0 + 1), buf, p)
-    p -= 16
-    store_u32(buf, p, np.uint32(x0))
-    store_u32(buf, p + 4, np.uint32(x1))
-    store_u32(buf, p + 8, np.uint32(x2))
-    store_u32(buf, p + 12, np.uint32(x3))
-    return p
+    return rans_put_states(buf, p, x0, x1, x2, x3)
 
 
 @njit(nogil=True, cache=True)
@@ -385,6 +381,18 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
 
 
 @njit(nogil=True, cache=True)
+def _rans_len(blob, pos, end):
+    """The length R of the rANS stream (u32 at blob[pos], the stream after
+    it), or -1 where the length or the stream would pass end."""
+    if pos + 4 > end:
+        return -1
+    R = np.int64(load_u32(blob, pos))
+    if R > end - pos - 4:
+        return -1
+    return R
+
+
+@njit(nogil=True, cache=True)
 def check_temporal(blob, pos, end, layout, f, cm):
     """Check a temporal chunk body blob[pos:end] (after its mode byte)
     without decoding it: the context tables, the rANS stream's size and
@@ -399,12 +407,10 @@ def check_temporal(blob, pos, end, layout, f, cm):
             pos = read_freq_table(blob, pos, end, 2 * W, f, 0, cm)
             if pos < 0:
                 return ERR_FREQ
-    if pos + 4 > end:
+    R = _rans_len(blob, pos, end)
+    if R < 0:
         return ERR_TRUNC
-    R = np.int64(load_u32(blob, pos))
     pos += 4
-    if R > end - pos:
-        return ERR_TRUNC
     if R < 16:
         return ERR_RANS
     for k in range(4):
@@ -443,12 +449,10 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
             if pos < 0:
                 return ERR_FREQ
             build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
-    if pos + 4 > end:
+    R = _rans_len(blob, pos, end)
+    if R < 0:
         return ERR_TRUNC
-    R = np.int64(load_u32(blob, pos))
     pos += 4
-    if R > end - pos:
-        return ERR_TRUNC
     st = _tdsyms(blob, pos, pos + R, cb, n, dtab, syms)
     if st != OK:
         return st
