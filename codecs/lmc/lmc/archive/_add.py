@@ -128,42 +128,53 @@ class RawSource:
         self.folder = folder
         self.path = None
         self.map = {}
+        self.mm = None  # the file map the current file's tensors are views of (None: read into memory)
 
     def get(self, rel, kind, key, sha):
         if self.folder is None:
             return None
         if rel != self.path:
-            self.path, self.map = rel, {}
+            self.path, self.map, self.mm = rel, {}, None
             try:
-                self.map = self._load(os.path.join(self.folder, *rel.split("/")), kind)
+                self.map, self.mm = self._load(os.path.join(self.folder, *rel.split("/")), kind)
             except Exception:
                 self.map = {}
         u8 = self.map.get(key)
-        if u8 is None or sha128(u8) != sha:
+        if u8 is None:
             return None
-        return u8
+        ok = sha128(u8[2] if self.mm is None else self.mm[u8[0]:u8[1]]) == sha
+        if not ok:
+            self.release(key)
+        return (u8[2] if self.mm is None else self.mm[u8[0]:u8[1]]) if ok else None
+
+    def release(self, key):
+        """Drop tensor ``key``'s pages of the current file from the resident set once it has been used (a file
+        read tensor by tensor holds about one tensor's pages, not the file's)."""
+        u8 = self.map.get(key)
+        if u8 is not None and self.mm is not None:
+            _release(self.mm, u8[0], u8[1])
 
     @staticmethod
     def _load(path, kind):
+        """({key: (begin, end, None)}, the file map), or ({key: (0, 0, bytes in memory)}, None)."""
         if kind == "torchzip":
             size = os.path.getsize(path)
             with open(path, "rb") as f:
                 regions, _ = torchzip_regions(f, size)
-            mm = _mmap(path, size)
-            return {r[1].key: mm[r[1].begin:r[1].end] for r in regions or [] if r[0] == "tensor"}
+            return ({r[1].key: (r[1].begin, r[1].end, None) for r in regions or [] if r[0] == "tensor"},
+                    _mmap(path, size))
         if kind == "safetensors":
             size = os.path.getsize(path)
             with open(path, "rb") as f:
                 parsed = parse_safetensors(f, size)
             if parsed is None:
-                return {}
-            mm = _mmap(path, size)
-            return {t[0]: mm[t[3]:t[4]] for t in parsed[1] if t[1] in ST_DTYPES}
+                return {}, None
+            return {t[0]: (t[3], t[4], None) for t in parsed[1] if t[1] in ST_DTYPES}, _mmap(path, size)
         obj = _torchio.load(path)
         if obj is None:
-            return {}
+            return {}, None
         _, tensors = _torchio.flatten(obj)
-        return {k: _torchio.tensor_u8(t) for k, t in tensors}
+        return {k: (0, 0, _torchio.tensor_u8(t)) for k, t in tensors}, None
 
 
 class StepEncoder:
@@ -275,6 +286,8 @@ class StepEncoder:
                     ref = self.view.decode(self.prev, prel, pt)
         blob = compress(u8.view(dt), reference=ref, threads=self.threads)
         del ref
+        if prel is not None and self.raw.path == prel:
+            self.raw.release(key)  # (its pages of the previous step's raw file, read once)
         t["ref"] = _has_ref(blob)  # (a codec may drop an unused reference)
         t["sec"] = self.w.add_section(blob)
         del blob

@@ -99,6 +99,7 @@ class _NextRecoder:
         cur = self.view.decode(self.step, fe["path"], lt) if cur is None else cur.view(dt)
         blob = compress(cur.reshape(-1).view(dt), reference=u8.view(dt), threads=self.threads)
         del cur
+        self.raw.release(key)  # (its pages of the previous step's raw file, read once)
         self.done[(fe["path"], key)] = (self.w.add_section(blob), bool(blob_info(blob)["has_reference"]))
 
     def finish(self, next_step):
