@@ -208,16 +208,16 @@ def test_peak_rss_rise_sees_what_a_call_touches():
     (RSS, not tracemalloc: memory Numba or mmap allocates counts as well), and not one freed before the reset."""
     import numpy as np
 
-    from lmcbench.store.run import _peak_above, _reset_peak
+    from lmcbench.store.run import _peak_mib, reset_peak
 
-    base = _reset_peak()
+    base = reset_peak()
     if base is None:
         pytest.skip("no /proc/self/clear_refs here")
     a = np.ones(64 * MiB, np.uint8)  # touched
     del a
-    assert _peak_above(base) >= 60
-    base = _reset_peak()
-    assert _peak_above(base) < 60
+    assert _peak_mib(base) >= 60
+    base = reset_peak()
+    assert _peak_mib(base) < 60
 
 
 def test_bytes_are_what_each_save_added(tmp_path):

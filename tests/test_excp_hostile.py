@@ -353,14 +353,8 @@ def _padded_payload(n: int) -> bytes:
 # "5", Linux 4.0+). The blobs are read before the reset: only decoding is measured.
 _RSS_CHILD = r"""
 import json, sys
+from lmc.memory import reset_peak, status
 from lmcbench.lossy import ExCPFormatError, decode_checkpoint
-
-
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 path, warm_path, limit = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -371,9 +365,8 @@ for b in (warm, warm):
         decode_checkpoint(b, **kw)
     except ExCPFormatError:
         pass
-start = status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
+start = reset_peak()
+assert start is not None, "cannot reset the peak RSS here"
 try:
     decode_checkpoint(blob, **kw)
     error = ""

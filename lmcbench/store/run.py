@@ -24,6 +24,7 @@ import sys
 import time
 
 from ..bench.records import CsvAppender
+from lmc.memory import peak_above, reset_peak
 from lmc.formats.trainer_folder import list_checkpoints, parse_steps
 from ..errors import ConfigError, SourceError
 from ..tinygpt.series import Series
@@ -126,32 +127,10 @@ def _rebuild(obj, leaves, prefix=()):
     return leaves[prefix]
 
 
-def _reset_peak() -> int | None:
-    """Reset this process's peak RSS (Linux: /proc/self/clear_refs) and return its RSS now, in bytes; None where
-    it cannot be measured. RSS counts Numba's buffers and mapped file pages, which tracemalloc does not see."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _status("VmRSS")
-    except OSError:
-        return None
-
-
-def _status(key: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(key + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def _peak_above(base: int | None):
-    """MiB the peak RSS rose above ``base`` since the reset (blank where not measured)."""
-    hwm = _status("VmHWM") if base is not None else None
-    return "" if hwm is None else round(max(0, hwm - base) / 2**20, 1)
+def _peak_mib(base: int | None):
+    """MiB the peak RSS rose above ``base`` (lmc.memory.reset_peak) since; blank where not measured."""
+    rise = peak_above(base)
+    return "" if rise is None else round(rise / 2**20, 1)
 
 
 def _warm_up(names, state, root: str, cfg: StoreConfig, log) -> None:
@@ -255,18 +234,18 @@ def _variant(variant, ckpts, names, sc, work, out, restore_at, log, warm) -> lis
             done = []
             for n in order:
                 m = methods[n]
-                base = _reset_peak()
+                base = reset_peak()
                 blocked, total, nbytes = m.save(state, step, keyframe)  # (returns once the save is complete)
                 row = {"variant": variant, "method": n, "step": step, "index": i, "keyframe": keyframe,
                        "state_bytes": state_bytes, "bytes": nbytes, "blocked_s": round(blocked, 5),
                        "total_s": round(total, 5), "restore": "", "restore_s": "", "verified": "",
-                       "save_peak_mib": _peak_above(base), "restore_peak_mib": ""}
+                       "save_peak_mib": _peak_mib(base), "restore_peak_mib": ""}
                 if i in restore_at:
-                    base = _reset_peak()
+                    base = reset_peak()
                     t0 = time.perf_counter()
                     got = m.restore(step, state)
                     row["restore_s"] = round(time.perf_counter() - t0, 5)
-                    row["restore_peak_mib"] = _peak_above(base)  # (the restored state itself included)
+                    row["restore_peak_mib"] = _peak_mib(base)  # (the restored state itself included)
                     row["verified"] = same_state(got, state)
                     row["restore"] = "last" if i == restore_at[1] else "middle"
                     del got

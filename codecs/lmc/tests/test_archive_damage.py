@@ -196,13 +196,7 @@ def test_random_damage_never_restores_wrong_bytes(tmp_path):
 _RSS_CHILD = r"""
 import json, sys
 from lmc.archive import Archive
-
-
-def status(key):
-    for line in open("/proc/self/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
+from lmc.memory import reset_peak, status
 
 
 job, arc, folder, out, warm_arc, warm_out, warm_folders = sys.argv[1:8]
@@ -210,13 +204,9 @@ w = Archive(warm_arc, keyframe_every=10, threads=1)
 for d in warm_folders.split(","):
     w.add(d)
 w.restore(10, warm_out)
-start = status("VmRSS")
-try:
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-    reset = status("VmHWM") <= start + (1 << 20)
-except OSError:
-    reset = False
+start = reset_peak()
+reset = start is not None and status("VmHWM") <= start + (1 << 20)
+start = status("VmRSS") if start is None else start
 a = Archive(arc, keyframe_every=10, threads=1)
 if job == "add":
     a.add(folder, reference_folder=None)

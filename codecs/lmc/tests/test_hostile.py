@@ -109,10 +109,7 @@ def test_fuzz_checked_build(build, tmp_path):
 # ---------------------------------------------------------------------------
 MEM_CHILD = r"""
 import sys, struct, zlib, numpy as np, lmc
-def hwm():
-    for line in open('/proc/self/status'):
-        if line.startswith('VmHWM'):
-            return int(line.split()[1]) * 1024
+from lmc.memory import status
 x = np.arange(4096, dtype=np.float32)
 assert lmc.decompress(lmc.compress(x, chunk_size=1024), threads=2).tobytes() == x.tobytes()
 kind = sys.argv[1]
@@ -152,7 +149,7 @@ if kind != "baseline":
     except lmc.FormatError as e:
         res = "FormatError: " + str(e)
 print(res)
-print(hwm())
+print(status("VmHWM"))
 """
 
 
