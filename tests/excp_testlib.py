@@ -86,14 +86,14 @@ def freeze(tree):
 
 
 def payload_of(blob):
-    payload, _ = excp._unpack_container(blob)
+    payload, _ = excp.container._unpack_container(blob)
     payload = bytes(payload)  # a view into the blob when it has no archiver
     (toc_len,) = struct.unpack("<I", payload[:4])
     return json.loads(payload[4:4 + toc_len]), payload[4 + toc_len:]
 
 
 def repack(toc, data, archiver="none"):
-    return excp._pack_container(excp._build_payload(toc, [bytes(data)]), archiver,
+    return excp.container._pack_container(excp.payload._build_payload(toc, [bytes(data)]), archiver,
                                 {"lzma": 1, "zstd": 3}.get(archiver))
 
 

@@ -102,8 +102,8 @@ def test_prune_weight_mask_hand_cases():
     assert prune_weight_mask(dW2, np.full(6, 1e-20, np.float32)).tolist() == [False] * 5 + [True]
     # mean(v) == 0 -> s = max_scale
     assert prune_weight_mask(dW2, np.zeros(6, np.float32)).tolist() == [False] * 5 + [True]
-    assert excp.weight_prune_scale(np.zeros(3), 5e-5, 2.5) == 2.5
-    assert excp.weight_prune_scale(np.full(3, 0.64), 1.0, 2.5) == pytest.approx(1.25)
+    assert excp.prune.weight_prune_scale(np.zeros(3), 5e-5, 2.5) == 2.5
+    assert excp.prune.weight_prune_scale(np.full(3, 0.64), 1.0, 2.5) == pytest.approx(1.25)
     # odd count: median is the middle value; strict '>' drops the values equal to the threshold
     assert prune_weight_mask(np.array([1, 2, 3], np.float32), np.ones(3), 1.0, 2.5).tolist() == [False, False, True]
 
@@ -238,7 +238,7 @@ def test_first_of_chain_is_lossless():
 def test_roundtrip_decode_equals_recon(chain2, archiver):
     cfg = ExCPConfig(archiver=archiver, archiver_level={"lzma": 6, "zstd": 19}.get(archiver))
     blob, rec, stats = encode_checkpoint(chain2["t2"], chain2["ref"], cfg)
-    assert blob[:4] == b"ExCP" and blob[5] == excp._ARCHIVERS[archiver]
+    assert blob[:4] == b"ExCP" and blob[5] == excp.config._ARCHIVERS[archiver]
     assert_same_tree(decode_checkpoint(blob, chain2["ref"]), rec)
     assert_same_tree(rec, chain2["rec2"])  # the archiver changes nothing but the bytes
     modes = {(s["name"], s["kind"]): s["mode"] for s in stats}

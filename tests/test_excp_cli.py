@@ -311,13 +311,13 @@ def test_malformed_restore_record_is_one_line(lossy, tmp_path, capsys, field, va
 def _forged_toc_container(toc_text: bytes) -> bytes:
     from lmcbench.lossy import excp
 
-    return excp._pack_container(struct.pack("<I", len(toc_text)) + toc_text, "none", None)
+    return excp.container._pack_container(struct.pack("<I", len(toc_text)) + toc_text, "none", None)
 
 
 def test_info_rejects_hostile_tables_of_contents_in_one_line(lossy, tmp_path, capsys):
     from lmcbench.lossy import excp
 
-    payload, _ = excp._unpack_container((lossy[0] / "checkpoint-20.excp").read_bytes())
+    payload, _ = excp.container._unpack_container((lossy[0] / "checkpoint-20.excp").read_bytes())
     payload = bytes(payload)
     (toc_len,) = struct.unpack_from("<I", payload)
     toc, data = json.loads(payload[4:4 + toc_len]), payload[4 + toc_len:]
@@ -325,10 +325,10 @@ def test_info_rejects_hostile_tables_of_contents_in_one_line(lossy, tmp_path, ca
     for label, shape in (("huge", [2**70]), ("wraps", [2**40, 2**40]), ("negative", [-1, 4])):
         t = json.loads(json.dumps(toc))
         t["params"][0]["arrays"][0]["shape"] = shape
-        cases[label] = excp._pack_container(excp._build_payload(t, [data]), "none", None)
+        cases[label] = excp.container._pack_container(excp.payload._build_payload(t, [data]), "none", None)
     t = json.loads(json.dumps(toc))
     t["params"][0]["arrays"][0]["mode"] = ["quant"]
-    cases["mode"] = excp._pack_container(excp._build_payload(t, [data]), "none", None)
+    cases["mode"] = excp.container._pack_container(excp.payload._build_payload(t, [data]), "none", None)
     for label, blob in cases.items():
         p = tmp_path / f"{label}.excp"
         p.write_bytes(blob)

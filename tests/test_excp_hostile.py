@@ -75,7 +75,7 @@ def test_random_byte_flips(chain2, archiver):
 def test_payload_fuzz_with_valid_checksums(chain2):
     """Mutations behind valid checksums reach the parser: it must answer with data or ExCPFormatError."""
     blob = chain2["blob2"]
-    payload, _ = excp._unpack_container(blob)
+    payload, _ = excp.container._unpack_container(blob)
     (toc_len,) = struct.unpack("<I", payload[:4])
     ok = 0
     for seed in range(300):
@@ -85,7 +85,7 @@ def test_payload_fuzz_with_valid_checksums(chain2):
         for pos in rng.integers(0, hi, size=rng.integers(1, 4)):
             b[pos] = int(rng.integers(0, 256))
         try:
-            out = decode_checkpoint(excp._pack_container(bytes(b), "none", None), chain2["ref"])
+            out = decode_checkpoint(excp.container._pack_container(bytes(b), "none", None), chain2["ref"])
             assert isinstance(out, dict)
             ok += 1
         except ExCPFormatError as e:
@@ -192,7 +192,7 @@ def _quant_payload(idx, centroids, shape, bits=4, n_centroids=None, exponent=0):
              "n_centroids": len(centroids) if n_centroids is None else n_centroids, "exponent": exponent,
              "sections": [[0, len(cb)], [len(cb), len(ib)]]}
     toc = {"format": "excp", "version": 1, "config": {}, "params": [{"name": "w", "arrays": [entry]}]}
-    return excp._pack_container(excp._build_payload(toc, [cb, ib]), "none", None)
+    return excp.container._pack_container(excp.payload._build_payload(toc, [cb, ib]), "none", None)
 
 
 def _exact_payload(pos_kind, pos_bytes, values, count, shape):
@@ -200,7 +200,7 @@ def _exact_payload(pos_kind, pos_bytes, values, count, shape):
     entry = {"kind": "weight", "dtype": "float32", "shape": shape, "mode": "exact", "count": count,
              "positions": pos_kind, "sections": [[0, len(pos_bytes)], [len(pos_bytes), len(vb)]]}
     toc = {"format": "excp", "version": 1, "config": {}, "params": [{"name": "w", "arrays": [entry]}]}
-    return excp._pack_container(excp._build_payload(toc, [pos_bytes, vb]), "none", None)
+    return excp.container._pack_container(excp.payload._build_payload(toc, [pos_bytes, vb]), "none", None)
 
 
 def test_hand_built_sections():
@@ -230,22 +230,22 @@ def test_bad_json_and_archiver_errors():
     for payload in (b"", b"\x05\x00", struct.pack("<I", 5) + b"{bad}", struct.pack("<I", 99) + b"{}",
                     struct.pack("<I", 2) + b"\xff\xfe", struct.pack("<I", 4) + b"[[[]",
                     struct.pack("<I", 20000) + b"[" * 20000, struct.pack("<I", 2) + b"[]"):
-        expect_format_error(excp._pack_container(payload, "none", None))
+        expect_format_error(excp.container._pack_container(payload, "none", None))
     garbage = bytes(range(256)) * 4
     for arch_id in (1, 2, 3):  # lzma, zstd, lmc fed garbage behind a valid archive checksum
         assert "corrupt" in expect_format_error(raw_container(garbage, arch_id, 1000))
-    payload = excp._build_payload({"format": "excp", "version": 1, "config": {}, "params": []}, [])
+    payload = excp.payload._build_payload({"format": "excp", "version": 1, "config": {}, "params": []}, [])
     for arch in ("lzma", "zstd", "lmc"):
-        good = excp._pack_container(payload, arch, {"lzma": 1, "zstd": 3}.get(arch))
+        good = excp.container._pack_container(payload, arch, {"lzma": 1, "zstd": 3}.get(arch))
         assert decode_checkpoint(good) == {}
         archived = good[excp.HEADER_SIZE:]
         # a valid archive whose declared size is wrong
-        expect_format_error(raw_container(archived, excp._ARCHIVERS[arch], len(payload) + 1, zlib.crc32(payload)))
+        expect_format_error(raw_container(archived, excp.config._ARCHIVERS[arch], len(payload) + 1, zlib.crc32(payload)))
         # a valid archive behind a wrong payload checksum
-        assert "checksum" in expect_format_error(raw_container(archived, excp._ARCHIVERS[arch], len(payload), 0))
+        assert "checksum" in expect_format_error(raw_container(archived, excp.config._ARCHIVERS[arch], len(payload), 0))
     # an archive of the wrong kind
-    lz = excp._pack_container(payload, "lzma", 1)[excp.HEADER_SIZE:]
-    expect_format_error(raw_container(lz, excp._ARCHIVERS["zstd"], len(payload), zlib.crc32(payload)))
+    lz = excp.container._pack_container(payload, "lzma", 1)[excp.HEADER_SIZE:]
+    expect_format_error(raw_container(lz, excp.config._ARCHIVERS["zstd"], len(payload), zlib.crc32(payload)))
 
 
 def _toc_nodes(node, path=()):
@@ -393,9 +393,9 @@ def test_max_payload_bytes_refuses_before_allocating(tmp_path):
     """A 4 KiB blob that inflates to 8 MiB, decoded with a 1 MiB limit: refused, and the decoding process's peak
     RSS rises by less than the limit (it never holds the payload: an 8 MiB buffer would raise it by 8 MiB)."""
     n = 8 << 20
-    blob = excp._pack_container(_padded_payload(n), "zstd", 3)
+    blob = excp.container._pack_container(_padded_payload(n), "zstd", 3)
     assert len(blob) < 4096
-    growth, error = _decode_rss(tmp_path, blob, excp._pack_container(_padded_payload(n // 10), "zstd", 3),
+    growth, error = _decode_rss(tmp_path, blob, excp.container._pack_container(_padded_payload(n // 10), "zstd", 3),
                                 limit=1 << 20)
     assert "limit" in error
     assert growth < 1 << 20, growth
@@ -414,7 +414,7 @@ def test_decoding_keeps_one_copy_of_the_payload(archiver, tmp_path):
     it directly (no bytes copy before the str); without an archiver the blob itself is parsed in place. Peak
     RSS of the decoding process (a child), above where it stood before decoding."""
     n = 8 << 20
-    pack = lambda m: excp._pack_container(_padded_payload(m), archiver, {"lzma": 1, "zstd": 3}.get(archiver))
+    pack = lambda m: excp.container._pack_container(_padded_payload(m), archiver, {"lzma": 1, "zstd": 3}.get(archiver))
     growth, error = _decode_rss(tmp_path, pack(n), pack(n // 10))
     assert "top-level keys" in error
     # the TOC as a str (n) plus, when archived, the payload (n)
@@ -434,7 +434,7 @@ def _xz_with_dict_byte(data: bytes, dict_byte: int) -> bytes:
 
 
 def test_lzma_decoder_memory_is_limited(chain2):
-    payload, _ = excp._unpack_container(chain2["blob2"])
+    payload, _ = excp.container._unpack_container(chain2["blob2"])
     payload = bytes(payload)
     ok = _xz_with_dict_byte(payload, 18)  # 4 KiB... 2 MiB dictionaries: a valid archive
     assert_same_tree(decode_checkpoint(raw_container(ok, 1, len(payload), zlib.crc32(payload)), chain2["ref"]),
@@ -450,7 +450,7 @@ def test_lzma_decoder_memory_is_limited(chain2):
 def test_zstd_archive_is_exactly_one_frame(chain2):
     import zstandard
 
-    payload, _ = excp._unpack_container(chain2["blob2"])
+    payload, _ = excp.container._unpack_container(chain2["blob2"])
     payload = bytes(payload)
     frame = zstandard.ZstdCompressor(level=3, write_content_size=True).compress(payload)
     skippable = struct.pack("<II", 0x184D2A50, 5) + b"hello"

@@ -312,12 +312,12 @@ def cmd_info(args, out=None) -> int:
         blob = f.read()
     try:
         # header, checksums, archive and the whole table of contents: the decoder's own checks
-        payload, archiver = excp._unpack_container(blob)
-        toc, toc_len, data = excp._parse_toc(payload)
-        params = excp._check_toc(toc, len(data))
+        payload, archiver = excp.container._unpack_container(blob)
+        toc, toc_len, data = excp.payload._parse_toc(payload)
+        params = excp.payload._check_toc(toc, len(data))
         rows = [(name, e.kind, e.mode, e.dtype_name, list(e.shape), e.numel, sum(ln for _, ln in e.sections),
                  e.bits) for name, entries in params for e in entries]
-        config = ", ".join(f"{k}={v if v is None or isinstance(v, (str, int, float)) else excp._short(v)}"
+        config = ", ".join(f"{k}={v if v is None or isinstance(v, (str, int, float)) else excp.config._short(v)}"
                            for k, v in toc["config"].items())
     except ExCPFormatError as e:
         raise ExCPFormatError(f"{path}: {one_line(e)}") from None

@@ -73,21 +73,15 @@ every version must decode. Modules (each imports only those above it):
   hostile-input-safe :func:`decode_checkpoint` (step 6).
 """
 
-# The public API is __all__; the other names are re-exported so that every name of the former single-file
-# module stays importable from here (the command line and the tests use some private ones). The k-means
-# module is ``kmeans``, not ``quantize``, so that no submodule is shadowed by the function of the same name.
-from .config import (_ARCHIVER_NAMES, _ARCHIVERS, _CHUNK, _F32, _HEADER, _LEVELS, _LMC_CHUNK, _ZSTD_MAGIC,
-                     EXPONENT_MAX, EXPONENT_MIN, HEADER_SIZE, KINDS, LZMA_MEMLIMIT, MAGIC, MAX_PAYLOAD_BYTES,
-                     VERSION, ExCPConfig, ExCPError, ExCPFormatError, _short)
-from .container import _check_limit, _pack_container, _unarchive, _unlzma, _unpack_container
-from .payload import (_BASE_KEYS, _DTYPES, _ENTRY_KEYS, _N_SECTIONS, _POSITION_WIDTH, _TOC_KEYS, _as_array,
-                      _as_float32_ref, _build_payload, _check_inputs, _check_toc, _decode_entry, _decode_payload,
-                      _dtype_name, _dtype_table, _encode_param, _entry_lossy, _entry_raw, _exact_positions,
-                      _fail, _le, _parse_toc, _PayloadWriter, _rel_err, _toc_int, _TocEntry, decode_checkpoint,
-                      encode_checkpoint)
-from .prune import _median_abs, prune_moment_mask, prune_weight_mask, weight_prune_scale
-from .kmeans import (Quantized, _centroid_table, _kmeans_1d_f64, _lloyd, _nearest, _reseed, _sse_table,
-                     _swap_refine, dequantize, kmeans_1d, pack_bits, quantize, unpack_bits)
+# The public API is __all__ (and the format's constants); private names are imported from the module that
+# defines them (config, container, payload, prune, kmeans). The k-means module is ``kmeans``, not ``quantize``,
+# so that no submodule is shadowed by the function of the same name.
+from . import config, container, kmeans, payload, prune  # noqa: F401 - the submodules, as attributes
+from .config import (EXPONENT_MAX, EXPONENT_MIN, HEADER_SIZE, KINDS, LZMA_MEMLIMIT, MAGIC,  # noqa: F401
+                     MAX_PAYLOAD_BYTES, VERSION, ExCPConfig, ExCPError, ExCPFormatError)
+from .kmeans import Quantized, dequantize, kmeans_1d, pack_bits, quantize, unpack_bits
+from .payload import decode_checkpoint, encode_checkpoint
+from .prune import prune_moment_mask, prune_weight_mask
 
 __all__ = [
     "ExCPConfig", "ExCPError", "ExCPFormatError", "Quantized",
