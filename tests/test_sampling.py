@@ -18,7 +18,6 @@ from lmcbench.bench.sample import SAMPLE_COLUMNS, SamplePlan, choose, layer_of, 
 from lmcbench.codecs import get_codec
 from lmcbench.errors import ConfigError
 from lmcbench.report import aggregate, comparable, load_records, render, summary_text
-from lmcbench.report.header import collect
 from lmcbench.report.sampling import (estimated, fmt_ci, intervals, is_sampled, ratio_intervals, replicate_weights,
                                       t_quantile, t_quantile_exact)
 from lmcbench.sources import TensorEntry, get_source
