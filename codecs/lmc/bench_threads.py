@@ -205,7 +205,7 @@ def plot(rows, path):
             rs = sorted((r for r in rows if (r["dtype"], r["codec"], r["mode"]) == key), key=lambda r: r["threads"])
             ax.plot([r["threads"] for r in rs], [r[f"{what}_gibs"] for r in rs], marker="o",
                     ls="-" if key[1] == "lmc" else "--", label=" ".join(key))
-        ax.axhline(PAPER[what], color="k", lw=0.8, ls=":", label=f"LMC paper, 16 cores")
+        ax.axhline(PAPER[what], color="k", lw=0.8, ls=":", label="LMC paper, 16 cores")
         ax.set_xlabel("threads")
         ax.set_title(what)
         ax.grid(alpha=0.3)

@@ -1,7 +1,6 @@
 import os
 
 import ml_dtypes
-import numpy as np
 
 import lmc
 from helpers import make
