@@ -1,5 +1,6 @@
 """A real S3 endpoint for the tests: moto's standalone server on 127.0.0.1, started by the fixture (as s3fs's
 own tests do), reached by clients through AWS_ENDPOINT_URL alone."""
+import contextlib
 import os
 import signal
 import socket
@@ -42,10 +43,16 @@ def s3_server(tmp_path_factory):
                     raise RuntimeError("moto_server did not start")
                 time.sleep(0.2)
         import s3fs
+        # fsspec caches filesystem instances by their arguments, not by the environment: one made for an
+        # earlier module's server (another port) would be handed out again
+        s3fs.S3FileSystem.clear_instance_cache()
         fs = s3fs.S3FileSystem()
         fs.mkdir(BUCKET)
         yield env
     finally:
+        with contextlib.suppress(ImportError):
+            import s3fs
+            s3fs.S3FileSystem.clear_instance_cache()
         proc.send_signal(signal.SIGTERM)
         proc.wait(10)
         log.close()
