@@ -107,13 +107,15 @@ def render(run_dir: str, out_dir: str) -> str:
         "resolves, for the callback until its worker has appended the step). *Restore*: loading the step back as "
         "torch tensors right after saving it (files in the page cache), compared bit for bit with what was saved.")
     tile = summary.get("tile", 1)
-    lines += ["## Setup", ""] + [
-              (f"- **a tiled series**: each checkpoint is {tile} consecutive checkpoints of the series (steps "
-               f"{summary['series_steps'][0]}..{summary['series_steps'][-1]}) concatenated tensor by tensor along "
-               "the first dimension, named by the first one's step: the real tensors of a real training run, "
-               f"{tile} times the bytes, no repeated data, consecutive checkpoints still consecutive steps at every "
-               "position; the largest tensor is "
-               f"{max((summary.get('largest_tensor_bytes') or {}).values(), default=0) / MiB:.1f} MiB")] * (tile > 1) + [
+    tiled = []
+    if tile > 1:
+        largest = max((summary.get("largest_tensor_bytes") or {}).values(), default=0)
+        tiled = [f"- **a tiled series**: each checkpoint is {tile} consecutive checkpoints of the series (steps "
+                 f"{summary['series_steps'][0]}..{summary['series_steps'][-1]}) concatenated tensor by tensor along "
+                 "the first dimension, named by the first one's step: the real tensors of a real training run, "
+                 f"{tile} times the bytes, no repeated data, consecutive checkpoints still consecutive steps at every "
+                 f"position; the largest tensor is {largest / MiB:.1f} MiB"]
+    lines += ["## Setup", ""] + tiled + [
               f"- series: {summary.get('n_params', 0) / 1e6:.2f}M parameters, {len(steps)} checkpoints, steps "
               f"{steps[0]}..{steps[-1]}; restored: step {summary['restored_steps']['middle']} (middle) and "
               f"{summary['restored_steps']['last']} (last)",

@@ -100,7 +100,11 @@ class LMCStorageWriter(StorageWriter):
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id) -> bool:
         if is_url(checkpoint_id):
-            return _url_ok(checkpoint_id)
+            try:
+                backend(checkpoint_id, FormatError)  # fsspec knows the scheme (and its package is there)
+                return True
+            except FormatError:
+                return False
         return any(p.exists() and os.access(p, os.W_OK) for p in Path(checkpoint_id).parents)
 
     def set_up_storage_writer(self, is_coordinator: bool, *args, **kwargs) -> None:
@@ -288,15 +292,6 @@ class LMCStorageWriter(StorageWriter):
 def _location(path) -> str:
     """A checkpoint folder as given: a local path, or an fsspec URL kept as it is (never taken as a path)."""
     return str(path) if is_url(path) else os.fspath(path)
-
-
-def _url_ok(url) -> bool:
-    try:
-        import fsspec
-        fsspec.core.url_to_fs(str(url))
-        return True
-    except (ImportError, ValueError):
-        return False
 
 
 def _metadata_field(path, key):

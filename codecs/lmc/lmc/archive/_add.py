@@ -139,13 +139,15 @@ class RawSource:
                 self.map, self.mm = self._load(os.path.join(self.folder, *rel.split("/")), kind)
             except Exception:
                 self.map = {}
-        u8 = self.map.get(key)
-        if u8 is None:
+        entry = self.map.get(key)
+        if entry is None:
             return None
-        ok = sha128(u8[2] if self.mm is None else self.mm[u8[0]:u8[1]]) == sha
-        if not ok:
+        begin, end, data = entry
+        u8 = data if self.mm is None else self.mm[begin:end]
+        if sha128(u8) != sha:
             self.release(key)
-        return (u8[2] if self.mm is None else self.mm[u8[0]:u8[1]]) if ok else None
+            return None
+        return u8
 
     def release(self, key):
         """Drop tensor ``key``'s pages of the current file from the resident set once it has been used (a file
