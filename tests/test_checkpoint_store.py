@@ -166,6 +166,7 @@ def test_tiled_series_and_peak_memory(tmp_path):
     bytes, one checkpoint fewer), restored bit-exactly; every save and restore has its peak RSS rise recorded."""
     import torch
 
+    from lmcbench.store.methods import tensors_of
     from lmcbench.store.run import load_state, load_tiled
 
     big_model_folder(tmp_path / "train")
@@ -187,7 +188,7 @@ def test_tiled_series_and_peak_memory(tmp_path):
     summary = cli.run_task(cfg, str(tmp_path / "run"))
     df = pd.read_csv(tmp_path / "run" / "store_checkpoints.csv", keep_default_na=False, na_values=[""])
     assert summary["verified"] is True and summary["tile"] == 2 and summary["steps"] == [10, 20]
-    tiled_bytes = sum(x.numel() * x.element_size() for x in cli_tensors(t))
+    tiled_bytes = sum(x.numel() * x.element_size() for x in tensors_of(t))
     assert df[df["step"] == 10]["state_bytes"].iloc[0] == tiled_bytes
     assert df["save_peak_mib"].notna().all() and (df["save_peak_mib"] >= 0).all()
     restored = df[df["restore"].notna()]
@@ -196,11 +197,6 @@ def test_tiled_series_and_peak_memory(tmp_path):
     assert "a tiled series" in report and "save peak MiB (max)" in report
     with pytest.raises(ConfigError, match="store.tile"):
         StoreConfig.from_options({"tile": 0})
-
-
-def cli_tensors(state):
-    from lmcbench.store.methods import tensors_of
-    return tensors_of(state)
 
 
 def test_peak_rss_rise_sees_what_a_call_touches():
