@@ -90,6 +90,14 @@ def zero2(rank: int, world: int, out: str, port: int, stage: int = 2, hidden: in
                 truth[step] = _truth(eng, eng.module.named_parameters())
     if rank == 0 and truth:
         torch.save(truth, os.path.join(out, "truth.pt"))
+    _finish()
+
+
+def _finish():
+    """Every rank waits for the others, then leaves the group: a rank that exits while its peer's gloo thread
+    still talks to it aborts that peer ("terminate called without an active exception", SIGABRT)."""
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 def resume(rank: int, world: int, root: str, tag: str, stage: int, hidden: int, out_json: str, port: int):
@@ -111,8 +119,7 @@ def resume(rank: int, world: int, root: str, tag: str, stage: int, hidden: int, 
     if rank == 0:
         with open(out_json, "w") as f:
             json.dump({"losses": [float.hex(x) for x in losses], "master_sha256": h.hexdigest()}, f)
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+    _finish()
 
 
 class _Block(torch.nn.Module):
@@ -158,6 +165,7 @@ def pipeline(out: str, port: int):
         eng.train_batch(it)
     eng.save_checkpoint(out, tag="global_step2", client_state={"args": argparse.Namespace(hidden_size=16)})
     torch.save({2: _truth(eng, pm.named_parameters())}, os.path.join(out, "truth.pt"))
+    _finish()
 
 
 def main():
