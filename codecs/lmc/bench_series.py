@@ -56,7 +56,7 @@ def measure(x, r, repeat, zdt):
     out = {}
     tca, a = best(lambda: lmc.compress(x, threads=1), repeat)
     tda, ya = best(lambda: lmc.decompress(a, threads=1), repeat)
-    v1 = _compress(x, 1, r, None, None, False)
+    v1 = _compress(x, 1, r, None, None, 1)
     tcr, b = best(lambda: lmc.compress(x, threads=1, reference=r), repeat)
     tdr, yb = best(lambda: lmc.decompress(b, threads=1, reference=r), repeat)
     assert ya.tobytes() == x.tobytes() and yb.tobytes() == x.tobytes()

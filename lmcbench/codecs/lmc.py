@@ -19,8 +19,9 @@ class LMC(Codec):
     def __init__(self, threads: int | None = 1, chunk_size: int | None = None, format_version: int | None = None):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
-        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2)):
-            raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes) or 2, got {format_version!r}")
+        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2, 3)):
+            raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's) or 3, "
+                              f"got {format_version!r}")
         params = {"threads": threads}
         if chunk_size is not None:
             params["chunk_size"] = chunk_size
@@ -35,7 +36,8 @@ class LMC(Codec):
     @property
     def label(self):
         t = self._params["threads"]
-        base = "lmc-v1" if self._params.get("format_version") == 1 else "lmc"
+        fv = self._params.get("format_version")
+        base = {1: "lmc-v1", 2: "lmc-v2"}.get(fv, "lmc")
         return base if t == 1 else f"{base}-{t or 'all'}t"
 
     @property

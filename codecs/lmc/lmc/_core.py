@@ -15,7 +15,7 @@ from ._kchunk import check_range, checksum_range, decode_range, encode_range, ga
 
 MAGIC = b"LMC1"
 VERSION = 2            # newest format version written; a blob that uses no
-VERSIONS = (1, 2)      # version-2 mode is written as version 1 (FORMAT.md)
+VERSIONS = (1, 2, 3)   # a blob is written as the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
 MAX_NDIM = 32
@@ -228,25 +228,29 @@ def _check_reference(reference, dtype, shape, what):
     return r
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=2, **options):
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=3, **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
     previous checkpoint) to code against; per chunk the smallest of alone,
     XOR with the reference and (fp32/fp16/bf16) the temporal mode is chosen.
-    ``chunk_size``: elements per chunk (default 131072).  ``format_version=1``
-    restricts the encoder to the version-1 modes (Huffman, alone or XOR: what
-    lmc 0.1 wrote and decodes); with 2, a blob that needs none of the
-    version-2 modes is still written as version 1."""
+    ``chunk_size``: elements per chunk (default 131072).  ``format_version``:
+    the newest format whose modes the encoder may use: 1 (Huffman, alone or
+    XOR: what lmc 0.1 wrote and decodes), 2 (adds rANS streams and the
+    temporal mode: lmc 0.2) or 3 (adds the predicted-exponent mode, the
+    default).  A blob is written as the oldest version its chunks need, so
+    one that uses no newer mode stays readable by older decoders."""
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
-    if isinstance(format_version, bool) or format_version not in (1, 2):
-        raise ValueError(f"lmc: format_version must be 1 or 2, got {format_version!r}")
-    return _compress(data, threads, reference, chunk_size, dtype, format_version == 2)
+    if isinstance(format_version, bool) or format_version not in VERSIONS:
+        raise ValueError(f"lmc: format_version must be 1, 2 or 3, got {format_version!r}")
+    return _compress(data, threads, reference, chunk_size, dtype, format_version)
 
 
-def _compress(data, threads, reference, chunk_size, dtype, v2):
-    """compress(); v2=False restricts the encoder to the format-v1 modes
-    (the lmc 0.1 encoder: alone / XOR with Huffman; used for comparisons)."""
+def _compress(data, threads, reference, chunk_size, dtype, fv):
+    """compress(); fv: the newest format version whose modes may be used (1:
+    the lmc 0.1 encoder, alone / XOR with Huffman; used for comparisons)."""
+    if fv is True or fv is False:  # the 0.2 signature (v2: bool)
+        fv = 2 if fv else 1
     arr = _to_array(data, dtype)
     code = _dtype_code(arr.dtype)
     dt, unit, layout = _DTYPES[code]
@@ -274,15 +278,16 @@ def _compress(data, threads, reference, chunk_size, dtype, v2):
         refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit, nth))
     sizes = np.zeros(nch, np.int64)
     chks = np.zeros(nch, np.uint64)
-    used = np.zeros(nch, np.bool_)
+    used = np.ones(nch, np.int64)
+    w = max(1, int(shape[-1])) if len(shape) >= 2 else max(1, total)
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
     scratch = _take_scratch(nch * cap) if nch else None
     try:
-        _run_chunks(encode_range, (data_u8, ref_u8, has_ref, bool(v2), total, chunk, unit,
+        _run_chunks(encode_range, (data_u8, ref_u8, has_ref, int(fv), w, total, chunk, unit,
                                      layout, ns, scratch, cap, sizes, chks, used), nch, nth)
         if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
             raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
-        version = 2 if used.any() else 1
+        version = int(used.max()) if nch else 1
         head = bytearray()
         head += MAGIC
         head += struct.pack("<BBBB", version, code, flags, len(shape))

@@ -23,6 +23,7 @@ CHUNK_ALONE = 0
 CHUNK_XOR = 1
 CHUNK_STORED = 2
 CHUNK_TEMPORAL = 3     # format v2
+CHUNK_PRED = 4         # format v3: alone, the exponent stream as residuals of a 2-D prediction
 
 # rANS (format v2): 32-bit states in [2^16, 2^32), 16-bit renormalisation,
 # 4 interleaved states (symbol i uses state i % 4), frequencies sum to 2^12
@@ -35,6 +36,9 @@ NCTX = 16              # temporal contexts
 RANS_MARGIN = 32
 RANS_SLACK = 16
 TEMPORAL_MARGIN = 64
+# the predicted-exponent mode (an extra serial pass to decode) is taken when
+# it saves more than size/PRED_MARGIN
+PRED_MARGIN = 64
 
 LAYOUT_PLANES = 0
 LAYOUT_BF16 = 1
@@ -59,6 +63,7 @@ ERR_FREQ = 13
 ERR_RANS = 14
 ERR_CTX = 15
 ERR_BITS = 16
+ERR_PRED = 17
 
 ERROR_MESSAGES = {
     ERR_TRUNC: "chunk data truncated (a length points past the end of the chunk)",
@@ -77,6 +82,7 @@ ERROR_MESSAGES = {
     ERR_RANS: "rANS stream overrun/underrun or final state mismatch",
     ERR_CTX: "temporal chunk: context tables do not match the reference's contexts",
     ERR_BITS: "raw bit stream overrun, length mismatch or non-zero padding",
+    ERR_PRED: "predicted-exponent chunk: row length 0, or every stream constant",
 }
 
 _M11 = np.uint64(TABSIZE - 1)

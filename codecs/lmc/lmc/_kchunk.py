@@ -28,29 +28,36 @@ mode) and this module.  Each name is imported from the module that defines it.
 import numpy as np
 from numba import njit
 
-from ._kbase import (CHUNK_ALONE, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS, ERR_LEN,
-                     ERR_NOREF, ERR_TRUNC, ERR_VERSION, LAYOUT_F32, LAYOUT_PLANES, NCTX, OK, PROB_SCALE, TABSIZE,
-                     TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units,
+from ._intrinsics import load_u32
+from ._kbase import (CHUNK_ALONE, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
+                     ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST,
+                     NCTX, OK, PRED_MARGIN, PROB_SCALE, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units,
                      split_chunk, split_units, xor_into)
-from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_planes, stream_count,
-                        stream_hist, write_planes)
+from ._khuffman import histo4
+from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_planes, exp_residuals,
+                        exp_restore, stream_count, stream_hist, write_planes, write_pred)
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
 
 
 @njit(nogil=True, cache=True)
-def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, planes, planes2,
-                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et):
+def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, planes, planes2,
+                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
     temporal scratch (float layouts with a reference and v2): jb, low: n
     u16 / u32; th: int32[4 * NCTX * 65]; ha, hx: int32[ns * 1024]; thist,
     tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16 bytes; rbuf: >= n * unit
     bytes; kbt: uint8[NCTX * 65]; et: uint64[2 * NCTX * 65]; out must have
-    4 bytes of room past o + n * unit).  v2: format-v2 modes allowed.  The
-    mode is chosen from estimates: alone, XOR (with a reference) or temporal
-    (with a reference, float layouts), the smallest estimate winning,
-    temporal only when it saves more than 1/TEMPORAL_MARGIN (it decodes
-    slower).  Returns (size, checksum, uses a v2 mode)."""
+    4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3).
+    fv: the newest format version whose modes may be used (1, 2 or 3); w:
+    the row length for the predicted-exponent mode (the shape's last
+    dimension).  The mode is chosen from estimates: alone, predicted
+    exponent (v3, float layouts, no reference), XOR (with a reference) or
+    temporal (with a reference, float layouts), the smallest estimate
+    winning; temporal only when it saves more than 1/TEMPORAL_MARGIN and
+    the predicted exponent more than 1/PRED_MARGIN (they decode slower).
+    Returns (size, checksum, the format version the chunk needs)."""
+    v2 = fv >= 2
     h = np.zeros((ns, 4, 256), np.int64)
     lens = np.zeros((ns, 256), np.uint8)
     modes = np.empty(ns, np.int64)
@@ -112,6 +119,24 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
     best = CHUNK_ALONE
     score = cost_a
     cost = cost_a
+    # the predicted exponent (v3, alone): stream 0 replaced by its residuals
+    hr = np.zeros((1, 4, 256), np.int64)
+    lr = np.zeros((1, 256), np.uint8)
+    mr = np.zeros(1, np.int64)
+    sr = np.zeros(1, np.int64)
+    fr = np.zeros(256, np.int64)
+    cr = np.zeros(256, np.int64)
+    if fv >= 3 and not has_ref and layout != LAYOUT_PLANES and n > 1:
+        exp_residuals(planes[0], n, w, rplane)
+        histo4(rplane, n, hr[0])
+        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, True) + 4
+        every_const = mr[0] == MODE_CONST
+        for s in range(1, ns):
+            every_const = every_const and modes[s] == MODE_CONST
+        if cost_p + cost_p // PRED_MARGIN < score and not every_const:
+            best = CHUNK_PRED
+            score = cost_p
+            cost = cost_p
     if do_x and cost_x < score:
         best = CHUNK_XOR
         score = cost_x
@@ -124,7 +149,10 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
     lim = o + nbytes  # an encoded chunk must be smaller than a stored one
     e = -1
     if cost < nbytes:
-        if best == CHUNK_TEMPORAL:
+        if best == CHUNK_PRED:
+            e = write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr,
+                           out, o, lim, tbuf)
+        elif best == CHUNK_TEMPORAL:
             e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, kbt, et)
         elif best == CHUNK_XOR:
             if temporal:
@@ -145,27 +173,40 @@ def encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, out, o, pla
         # stored chunk: the original units verbatim (never larger than input)
         out[o] = CHUNK_STORED
         copy_bytes(out, o + 1, data, base, nbytes)
-        return 1 + nbytes, chk, False
+        return 1 + nbytes, chk, 1
+    if best == CHUNK_PRED:
+        return e - o0, chk, 3
     if best == CHUNK_TEMPORAL:
         used = True
     elif best == CHUNK_XOR:
         used = _uses_rans(modes2, ns)
     else:
         used = _uses_rans(modes, ns)
-    return e - o0, chk, used
+    return e - o0, chk, 2 if used else 1
 
 
 @njit(nogil=True, cache=True)
 def _chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
     """The mode byte of chunk blob[off:off+clen] and what it requires: a
-    temporal chunk format v2, a float layout and a reference, a stored chunk
-    1 + n * unit bytes, an XOR chunk a reference.  Returns (status, mode)."""
+    temporal chunk format v2, a float layout and a reference, a
+    predicted-exponent chunk format v3, a float layout and a row length > 0,
+    a stored chunk 1 + n * unit bytes, an XOR chunk a reference.  Returns
+    (status, mode)."""
     if clen < 1:
         return ERR_TRUNC, 0
     flags = np.int64(blob[off])
-    if flags > 3:
+    if flags > 4:
         return ERR_FLAGS, 0
-    if flags == CHUNK_TEMPORAL:
+    if flags == CHUNK_PRED:
+        if version < 3:
+            return ERR_VERSION, 0
+        if layout == LAYOUT_PLANES:
+            return ERR_FLAGS, 0
+        if clen < 5:
+            return ERR_TRUNC, 0
+        if load_u32(blob, off + 1) == 0:
+            return ERR_PRED, 0
+    elif flags == CHUNK_TEMPORAL:
         if version < 2:
             return ERR_VERSION, 0
         if layout == LAYOUT_PLANES:
@@ -204,10 +245,15 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
             return ERR_CHECKSUM
         return OK
     delta = flags == CHUNK_XOR
-    st = decode_planes(blob, off + 1, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
+    pos = off + 1
+    if flags == CHUNK_PRED:
+        pos = off + 5
+    st = decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
                        dtab)
     if st != OK:
         return st
+    if flags == CHUNK_PRED:
+        exp_restore(planes[0], n, np.int64(load_u32(blob, off + 1)))
     chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout)
     if chk != expected:
         return ERR_CHECKSUM
@@ -220,12 +266,13 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
 # the output does not depend on the number of threads.
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
-def encode_range(data, ref, has_ref, v2, total, chunk, unit, layout, ns, scratch, cap,
+def encode_range(data, ref, has_ref, fv, w, total, chunk, unit, layout, ns, scratch, cap,
                  sizes, chks, used, c0, c1):
     m = min(chunk, total) + 16
     planes = np.empty((ns, m), np.uint8)
     planes2 = np.empty((ns, m if has_ref else 1), np.uint8)
-    tm = m if (has_ref and v2 and layout != LAYOUT_PLANES) else 1
+    tm = m if (has_ref and fv >= 2 and layout != LAYOUT_PLANES) else 1
+    rplane = np.empty(m if fv >= 3 else 1, np.uint8)
     jb = np.empty(tm, np.uint16)
     low = np.empty(tm, np.uint32)
     th = np.empty(4 * NCTX * 65, np.int32)
@@ -241,9 +288,9 @@ def encode_range(data, ref, has_ref, v2, total, chunk, unit, layout, ns, scratch
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
-        sz, ck, u = encode_chunk(data, ref, has_ref, v2, start, n, unit, layout, ns, scratch,
+        sz, ck, u = encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, scratch,
                                  c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
-                                 tbuf[:2 * n + 16], rbuf, kbt, et)
+                                 tbuf[:2 * n + 16], rbuf, kbt, et, rplane)
         sizes[c] = sz
         chks[c] = ck
         used[c] = u
@@ -313,6 +360,11 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
     if flags == CHUNK_STORED:
         return OK
     delta = flags == CHUNK_XOR
+    if flags == CHUNK_PRED:
+        st, constant = check_planes(blob, off + 5, end, n, ns, version, lens, f, cm, one)
+        if st != OK:
+            return st
+        return ERR_PRED if constant else OK
     st, constant = check_planes(blob, off + 1, end, n, ns, version, lens, f, cm, one)
     if st != OK:
         return st

@@ -216,6 +216,78 @@ def _uses_rans(modes, ns):
 
 
 # ---------------------------------------------------------------------------
+# the predicted-exponent chunk mode (format v3): stream 0 (the exponent) of an
+# alone chunk as residuals of the LOCO-I median predictor over the tensor's
+# rows (left, up, up-left neighbours; row length w from the shape)
+# ---------------------------------------------------------------------------
+@njit(nogil=True, cache=True)
+def exp_residuals(p, n, w, r):
+    """r[i] = (p[i] - pred_i) mod 256 for i < n: pred_0 = 0; pred_i = p[i-1]
+    for 1 <= i <= w; else the median of a = p[i-1], b = p[i-w] and
+    a + b - p[i-w-1] (FORMAT.md, "Predicted-exponent chunk")."""
+    if n == 0:
+        return
+    r[0] = p[0]
+    lim = min(w + 1, n)
+    a = np.int64(p[0])
+    for i in range(1, lim):
+        v = np.int64(p[i])
+        r[i] = (v - a) & 255
+        a = v
+    for i in range(lim, n):
+        b = np.int64(p[i - w])
+        d = b - np.int64(p[i - w - 1])
+        if d >= 0:
+            pr = min(max(a, b), a + d)
+        else:
+            pr = max(min(a, b), a + d)
+        v = np.int64(p[i])
+        r[i] = (v - pr) & 255
+        a = v
+
+
+@njit(nogil=True, cache=True)
+def exp_restore(p, n, w):
+    """Undo exp_residuals in place: p[:n] holds the residuals."""
+    if n == 0:
+        return
+    lim = min(w + 1, n)
+    a = np.int64(p[0])
+    for i in range(1, lim):
+        a = (np.int64(p[i]) + a) & 255
+        p[i] = a
+    for i in range(lim, n):
+        b = np.int64(p[i - w])
+        d = b - np.int64(p[i - w - 1])
+        if d >= 0:
+            pr = min(max(a, b), a + d)
+        else:
+            pr = max(min(a, b), a + d)
+        a = (np.int64(p[i]) + pr) & 255
+        p[i] = a
+
+
+@njit(nogil=True, cache=True)
+def write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr, out, o, lim, tbuf):
+    """A predicted-exponent chunk at out[o:]: mode byte, u32 row length w, the
+    residual stream (coding mr/sr/hr/lr/fr/cr) and streams 1.. of planes;
+    -1 if past lim."""
+    if o + 5 > lim:
+        return -1
+    out[o] = 4
+    store_u32(out, o + 1, np.uint32(w))
+    o = _write_stream(rplane, n, mr[0], sr[0], hr[0], lr[0], fr, cr, out, o + 5, lim, tbuf)
+    if o < 0:
+        return -1
+    for s in range(1, ns):
+        o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s],
+                          f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], out, o, lim, tbuf)
+        if o < 0:
+            return -1
+    return o
+
+
+# ---------------------------------------------------------------------------
 # stream readers: decoding, and the structural check of the pre-pass
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)

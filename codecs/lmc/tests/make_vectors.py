@@ -49,6 +49,18 @@ def train_pair(dt, n, seed, moved=0.3):
         return x.astype(dt), r.astype(dt)
 
 
+def second_moment(dt, rows, cols, seed, steps=4):
+    """An Adam second-moment-like matrix: an EMA of squared gradients whose scale is a row factor times a
+    column factor (as g = delta x^T makes it), so an exponent is predicted by its row and column neighbours."""
+    rng = np.random.default_rng(seed)
+    a = np.exp(rng.standard_normal((rows, 1)) * 1.5) * 1e-3
+    b = np.exp(rng.standard_normal((1, cols)) * 1.5)
+    v = np.zeros((rows, cols))
+    for _ in range(steps):
+        v = 0.999 * v + 0.001 * (a * b * rng.standard_normal((rows, cols))) ** 2
+    return v.astype(np.float32).astype(dt)
+
+
 def vectors():
     rng = np.random.default_rng(2024)
     bf = weights(ml_dtypes.bfloat16, 20001, 1)
@@ -85,6 +97,12 @@ def vectors():
     i32r = i32.copy()
     i32r[rng.random(8000) < 0.02] ^= 4
     yield "i32_xor", i32, i32r, 4000
+    # format v3: predicted-exponent chunks (rows of 96; a 1-D tensor: the left neighbour only)
+    yield "bf16_sq2d", second_moment(ml_dtypes.bfloat16, 120, 96, 10), None, 4096
+    yield "f32_sq2d", second_moment(np.float32, 70, 96, 11), None, 2048
+    yield "f16_sq2d", (second_moment(np.float32, 96, 96, 12, steps=40) * 1e5).astype(np.float16), None, 4608
+    walk = np.exp(np.cumsum(np.random.default_rng(13).standard_normal(6000)) * 0.3) * 1e-4
+    yield "bf16_walk1d", walk.astype(np.float32).astype(ml_dtypes.bfloat16), None, 2500
 
 
 def main():

@@ -1,4 +1,4 @@
-"""Independent pure-Python decoder of the lmc format (versions 1 and 2),
+"""Independent pure-Python decoder of the lmc format (versions 1 to 3),
 written from FORMAT.md, used as an oracle by the tests.  Slow; for small
 blobs only.  decode(blob, ref_bytes) -> (unit bytes, chunk modes used,
 stream modes used); raises ValueError on anything invalid."""
@@ -215,12 +215,44 @@ def temporal(b, pos, end, n, lay, ref_units):
     return out
 
 
+def smodes_chunk_all_const(b, q, ns):
+    """Every stream record of the chunk at b[q:] is constant (mode 1, or rANS with one symbol)."""
+    for _ in range(ns):
+        sm = b[q]
+        (L,) = struct.unpack_from("<I", b, q + 1)
+        if sm == 3:
+            (f, _cum, _slots), _r = freq_table(b, q + 5, q + 5 + L, 255)
+            if max(f.values()) != 4096:
+                return False
+        elif sm != 1:
+            return False
+        q += 5 + L
+    return True
+
+
+def unpredict(r, w):
+    """The exponents from their residuals (FORMAT.md, predicted-exponent chunk): the median of the left
+    neighbour a, the one above b and a + b - (the one above-left), from row 2 on (i > w); the left
+    neighbour before that; 0 for the first."""
+    e = []
+    for i, ri in enumerate(r):
+        if i == 0:
+            pred = 0
+        elif i <= w:
+            pred = e[i - 1]
+        else:
+            a, bb, c = e[i - 1], e[i - w], e[i - w - 1]
+            pred = sorted((a, bb, a + bb - c))[1]
+        e.append((ri + pred) % 256)
+    return e
+
+
 def decode(blob, ref=None):
     b = bytes(blob)
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if version not in (1, 2) or code not in UNIT or flags & ~1 or ndim > 32:
+    if version not in (1, 2, 3) or code not in UNIT or flags & ~1 or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
@@ -259,10 +291,17 @@ def decode(blob, ref=None):
             if version < 2 or lay == "planes" or refu is None:
                 raise ValueError("temporal not allowed")
             units = temporal(b, pos + 1, end, n, lay, refu)
-        elif mode in (0, 1):
+        elif mode in (0, 1, 4):
             if mode == 1 and refu is None:
                 raise ValueError("no ref")
             q = pos + 1
+            if mode == 4:
+                if version < 3 or lay == "planes":
+                    raise ValueError("predicted exponent not allowed")
+                (w,) = struct.unpack_from("<I", b, q)
+                if w == 0:
+                    raise ValueError("row length 0")
+                q += 4
             planes = []
             for s in range(ns):
                 sm = b[q]
@@ -285,6 +324,10 @@ def decode(blob, ref=None):
                 q += L
             if q != end:
                 raise ValueError("trailing")
+            if mode == 4:
+                if smodes_chunk_all_const(b, pos + 5, ns):
+                    raise ValueError("every stream constant")
+                planes[0] = unpredict(planes[0], w)
             units = [merge([planes[s][i] for s in range(ns)], lay, unit) for i in range(n)]
             if mode == 1:
                 units = [u ^ r for u, r in zip(units, refu)]

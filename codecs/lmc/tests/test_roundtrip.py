@@ -285,6 +285,100 @@ def test_format_version_1(dtype):
         assert lmc.info(v1)["version"] == 1
         assert same_bits(lmc.decompress(v1, reference=ref), x)
         assert len(lmc.compress(x, reference=ref)) <= len(v1)
-    for bad in (0, 3, True, "1", None):
+    for bad in (0, 4, True, "1", None):
         with pytest.raises(ValueError, match="format_version"):
             lmc.compress(x, format_version=bad)
+
+
+# ---------------------------------------------------------------------------
+# format v3: the predicted-exponent chunk mode (alone, float layouts)
+# ---------------------------------------------------------------------------
+from make_vectors import second_moment  # noqa: E402
+import pyref  # noqa: E402
+from test_corruption import _refix_crc  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=str)
+def test_predicted_exponent_smaller_on_second_moments(dtype):
+    """A second-moment-like matrix (row x column scale): version 3, smaller than version 2 by more than the
+    mode's margin, bit-exact through lmc and the Python oracle; format_version=2 never writes version 3."""
+    x = second_moment(np.float32, 96, 96, 1, steps=40)
+    x = (x * 1e5).astype(dtype) if dtype == np.float16 else x.astype(dtype)
+    b3 = lmc.compress(x, chunk_size=4096)
+    b2 = lmc.compress(x, chunk_size=4096, format_version=2)
+    assert lmc.info(b3)["version"] == 3 and lmc.info(b2)["version"] <= 2
+    assert len(b3) < len(b2) * (1 - 1 / 64)
+    assert same_bits(lmc.decompress(b3), x)
+    out, cmodes, _ = pyref.decode(b3)
+    assert out == x.tobytes() and 4 in cmodes
+
+
+@pytest.mark.parametrize("shape", [(5000,), (5000, 1), (1, 5000), (2, 2500), (50, 100), (3, 4, 417), (7,), (2,)])
+@pytest.mark.parametrize("chunk", [None, 1, 2, 97, 1000])
+def test_predicted_exponent_row_lengths(shape, chunk):
+    """Every row length against every chunk size (row longer than a chunk, of 1, a chunk of 1 or 2 elements):
+    bit-exact through lmc and the oracle, and never larger than version 2."""
+    rng = np.random.default_rng(len(shape) * 100 + (chunk or 0))
+    n = int(np.prod(shape))
+    walk = np.exp(np.cumsum(rng.standard_normal(n)) * 0.2) * 1e-3
+    x = walk.reshape(shape).astype(ml_dtypes.bfloat16)
+    b3 = lmc.compress(x, chunk_size=chunk)
+    assert same_bits(lmc.decompress(b3), x)
+    assert len(b3) <= len(lmc.compress(x, chunk_size=chunk, format_version=2))
+    if n <= 5000 and (chunk or 2) > 1:
+        assert pyref.decode(b3)[0] == x.tobytes()
+
+
+def _pred_blob():
+    x = second_moment(ml_dtypes.bfloat16, 40, 96, 3)
+    blob = bytearray(lmc.compress(x, chunk_size=len(x.reshape(-1))))
+    assert blob[4] == 3
+    return x, blob
+
+
+def _chunk_start(blob):
+    ndim = blob[7]
+    return 8 + 8 * ndim + 8 + 12 * 1 + 4  # one chunk, no reference
+
+
+def test_predicted_exponent_refused_where_invalid():
+    x, blob = _pred_blob()
+    c0 = _chunk_start(blob)
+    assert blob[c0] == 4
+    # a version-2 blob may not hold the mode
+    b = bytearray(blob)
+    b[4] = 2
+    with pytest.raises(lmc.FormatError, match="version"):
+        lmc.decompress(bytes(_refix_crc(b)))
+    # row length 0
+    b = bytearray(blob)
+    b[c0 + 1:c0 + 5] = bytes(4)
+    with pytest.raises(lmc.FormatError, match="row length"):
+        lmc.decompress(bytes(b))
+    # a truncated chunk head
+    b = bytearray(blob[:c0 + 3])
+    b[8 + 8 * b[7] + 8:8 + 8 * b[7] + 12] = (3).to_bytes(4, "little")
+    with pytest.raises(lmc.FormatError):
+        lmc.decompress(bytes(_refix_crc(b)))
+    # another row length decodes to other exponents: the checksum refuses it
+    b = bytearray(blob)
+    b[c0 + 1] ^= 1
+    with pytest.raises(lmc.FormatError, match="checksum"):
+        lmc.decompress(bytes(b))
+
+
+def test_predicted_exponent_every_stream_constant_refused():
+    """A mode-4 chunk whose every stream is constant is invalid (its payload could not bound its cost): a
+    forged one (row length 1, residual 0, mantissa 0) is refused by the structural pre-pass."""
+    n = 1000
+    head = bytearray(b"LMC1" + bytes([3, 3, 0, 1]) + n.to_bytes(8, "little") + n.to_bytes(4, "little")
+                     + (1).to_bytes(4, "little"))
+    payload = bytes([4]) + (1).to_bytes(4, "little") + bytes([1]) + (1).to_bytes(4, "little") + bytes([0x3F]) \
+        + bytes([1]) + (1).to_bytes(4, "little") + bytes([0])
+    head += len(payload).to_bytes(4, "little") + bytes(8)
+    import zlib
+    head += zlib.crc32(bytes(head)).to_bytes(4, "little")
+    with pytest.raises(lmc.FormatError, match="constant"):
+        lmc.decompress(bytes(head + payload))
+    with pytest.raises(ValueError):
+        pyref.decode(bytes(head + payload))
