@@ -1,17 +1,20 @@
 """Structure-aware fuzzer of the lmc decoder (issue 21, item 4).
 
 Real blobs (weights of a small torch model and one Adam step of it, an XOR-coded
-reference, sparse int8 data, random bits) are parsed down to their fields (FORMAT.md:
+reference, sparse int8 data, random bits, predicted-exponent chunks of bf16/fp32/fp16
+tensors with several row lengths) are parsed down to their fields (FORMAT.md:
 header, chunk table, chunk modes, stream records, Huffman tables and jump tables, rANS
-frequency tables, states and words, temporal context masks, R and raw bits) and then
+frequency tables, states and words, temporal context masks, R and raw bits, the row
+length of a predicted-exponent chunk) and then
 damaged where it hurts: fields set to boundary values, bytes flipped or replaced inside
 chunk payloads, chunks truncated, extended, cut or spliced with the chunk table and the
 header CRC-32 recomputed (so that the CRC shields nothing), chunk boundaries moved,
 chunk checksums and header fields forged, and a wrong reference passed (also with its
-hash forged into the header).  Every decode must return exactly the original array or
-raise ``lmc.FormatError``: any other exception (an ``IndexError`` from the checked
-build is an out-of-bounds access found), a crash, or a wrong array returned is a
-failure.
+hash forged into the header), and the predicted-exponent mode forged (_pred_mutation).
+Every decode must return exactly the original array or raise ``lmc.FormatError``
+(with the required message where a forgery must be refused for a given reason): any
+other exception (an ``IndexError`` from the checked build is an out-of-bounds access
+found), a crash, or a wrong array returned is a failure.
 
 Run it under a checked build to see out-of-bounds accesses:
 
@@ -42,8 +45,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
 from lmc import _core  # noqa: E402
+from lmc._kbase import LAYOUT_PLANES as _LAYOUT_PLANES  # noqa: E402
 
-CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal"}
+CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred"}
 STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
 
 
@@ -72,10 +76,54 @@ def _model_weights(seed=0):
     return w1, w0
 
 
+def _walk(n, seed=13):
+    """A log-normal random walk: its exponent follows the left neighbour."""
+    return np.exp(np.cumsum(np.random.default_rng(seed).standard_normal(n)) * 0.3) * 1e-4
+
+
+def _pow2_field(rows, cols, seed=4, mant=True):
+    """2^(row term + column term) times a mantissa (random, or 1.5 for every
+    element: a constant mantissa stream): exponents the median predictor of
+    the predicted-exponent mode gets nearly right."""
+    g = np.random.default_rng(seed)
+    ri = np.cumsum(g.random(rows) < 0.5)
+    ci = np.cumsum(g.random(cols) < 0.5)
+    x = 2.0 ** np.clip(ri[:, None] + ci[None, :] - (rows + cols) // 4, -14, 15)   # (fp16's range)
+    return (x * (1 + g.random((rows, cols))) if mant else x * 1.5).astype(np.float32)
+
+
+def pred_specs(small=False):
+    """Seeds whose chunks the encoder writes in the predicted-exponent mode
+    (chunk mode 4, format v3; no reference): bf16, fp32 and fp16, row length
+    w (the shape's last dimension) inside the chunk, larger than the chunk
+    (1-D, or rows longer than a chunk) and w = 1 (a column)."""
+    import ml_dtypes
+    from make_vectors import second_moment
+    bf = ml_dtypes.bfloat16
+    n = 1400 if small else 2100
+    specs = [
+        ("f32_pred2d", _pow2_field(32, 64), None, 1024),                        # w = 64
+        ("bf16_pred_const", _pow2_field(32, 64, 5, mant=False).astype(bf), None, 1024),  # stream 1 constant
+        ("bf16_pred1d", _walk(n).astype(np.float32).astype(bf), None, 700),    # w = n > chunk
+        ("f32_pred_col", _walk(n, 14).astype(np.float32).reshape(-1, 1), None, 700),   # w = 1
+        ("f16_pred_wide", (_walk(1400) * 1e2).astype(np.float16).reshape(2, 700), None, 600),  # w > chunk
+    ]
+    if small:
+        specs += [("bf16_pred2d", _pow2_field(32, 64, 6).astype(bf), None, 1024),
+                  ("f16_pred2d", _pow2_field(32, 64, 7).astype(np.float16), None, 1024)]
+    else:
+        specs += [("bf16_pred2d", second_moment(bf, 60, 64, 10), None, 2048),
+                  ("f16_pred2d", (second_moment(np.float32, 60, 64, 12, steps=40) * 1e5).astype(np.float16),
+                   None, 2048)]
+    return specs
+
+
 def build_corpus(seed=0, small=False):
     """A list of cases {name, x, ref, blob}: every chunk mode (alone, XOR, stored,
-    temporal) and stream mode (raw, const, Huffman, rANS) occurs (see coverage()).
-    small: arrays and chunks about 5x smaller (for the pure-Python build)."""
+    temporal, predicted exponent) and stream mode (raw, const, Huffman, rANS)
+    occurs (see coverage()).  small: arrays and chunks about 5x smaller (for the
+    pure-Python build; the predicted-exponent seeds only a little smaller: the
+    encoder needs chunks of about 700 elements to choose that mode)."""
     import ml_dtypes
     rng = np.random.default_rng(seed)
     w1, w0 = _model_weights(seed)          # 5736 fp32 weights and their previous step
@@ -109,6 +157,7 @@ def build_corpus(seed=0, small=False):
             return None if a is None else a.reshape(-1)[:m]
         specs = [(nm, cut(x, max(x.size // 5, 256)), cut(r, max(x.size // 5, 256)), max(c // 5, 64))
                  if nm != "int32_xor" else (nm, x, r, c) for nm, x, r, c in specs]   # (its rANS needs n)
+    specs += pred_specs(small)
     return [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c))
             for nm, x, r, c in specs]
 
@@ -195,8 +244,11 @@ class Blob:
         F = [(0, 1, "chunk_mode", cname)]
         if cm == 2:
             F.append((1, len(p) - 1, "stored_units", "stored"))
-        elif cm in (0, 1):
+        elif cm in (0, 1, 4):
             pos = 1
+            if cm == 4:   # the row length w (u32), then the records of an alone chunk
+                F.append((1, 4, "pred_w", cname))
+                pos = 5
             for _ in range(self.ns):
                 sm = p[pos]
                 (plen,) = struct.unpack_from("<I", p, pos + 1)
@@ -303,8 +355,13 @@ def mutations(b, rng, ref):
     p = bytearray(b.payloads[c])
     F = b.fields[c]
     kind = rng.choice(["field", "byte", "truncate", "extend", "cut", "splice", "boundary", "chk",
-                       "header", "mode", "valid_table"],
-                      p=[.36, .10, .08, .04, .06, .04, .04, .03, .06, .05, .14])
+                       "header", "mode", "valid_table", "pred"],
+                      p=[.32, .10, .08, .04, .06, .04, .04, .03, .06, .05, .12, .06])
+    if kind == "pred":
+        r = _pred_mutation(b, rng, ref)
+        if r is not None:
+            return r
+        kind = "field"
     names = sorted({g[2] for g in F})      # a field kind first, then one field of it
     name = names[int(rng.integers(len(names)))]
     same = [g for g in F if g[2] == name]
@@ -340,7 +397,7 @@ def mutations(b, rng, ref):
     if kind == "mode":
         modes = [g for g in F if g[2] in ("chunk_mode", "stream_mode")]
         g = modes[int(rng.integers(len(modes)))]
-        p[g[0]] = int(rng.integers(5))
+        p[g[0]] = int(rng.integers(6))     # 0..4 valid chunk modes (0..3 stream modes), 5 not
         pl[c] = bytes(p)
         return f"mode:{g[2]}", g[3], b.pack(pl), ref, None
     if kind == "truncate":   # cut inside a field, sizes and CRC fixed
@@ -382,8 +439,9 @@ def mutations(b, rng, ref):
         shp = big[int(rng.integers(len(big)))]
         # (numpy allows some with 1-byte units: then an empty array of that shape is right)
         return "hdr:huge_shape", owner, b.pack(shape=shp, payloads=[], nch=0), None, ("empty", shp, None)
-    if sub == 0:             # version 1 (v2 modes then invalid)
-        return "hdr:version", owner, b.pack(version=1 if b.version == 2 else 2), ref, None
+    if sub == 0:             # another version (1, 2: the newer modes then invalid; 3; 4 unknown)
+        v = int(rng.choice([v for v in (1, 2, 3, 4) if v != b.version]))
+        return "hdr:version", owner, b.pack(version=v), ref, None
     if sub == 1:             # another chunk size with the same chunk count
         ch = b.chunk + int(rng.integers(-20, 21))
         total = b.h["total"]
@@ -412,6 +470,114 @@ def mutations(b, rng, ref):
         bad.reshape(-1).view(np.uint8)[int(rng.integers(ref.nbytes))] ^= 1
         return "ref:wrong", owner, b.pack(), bad, None
     return "ref:missing_flag", owner, b.pack(refhash=0x1234), None, None
+
+
+# FormatError messages a forgery must get (FORMAT.md; _kbase.ERROR_MESSAGES)
+MSG_PRED = "predicted-exponent chunk"
+MSG_TRUNC = "chunk data truncated"
+MSG_VERSION = "not allowed in a format-version"
+MSG_FLAGS = "invalid chunk flags byte"
+
+
+def _records(p, pos, ns):
+    """(start, end) of the ns stream records from p[pos:]."""
+    out = []
+    for _ in range(ns):
+        (plen,) = struct.unpack_from("<I", p, pos + 1)
+        out.append((pos, pos + 5 + plen))
+        pos += 5 + plen
+    return out
+
+
+def _const_record(rng):
+    """A record every decoder reads as one symbol: a constant stream, or a rANS
+    stream of one symbol (frequency 4096, the four states 2^16)."""
+    v = int(rng.integers(256))
+    if rng.random() < 0.5:
+        return bytes([1]) + struct.pack("<I", 1) + bytes([v])
+    body = bytes([v, v, 0x90, 0x00]) + struct.pack("<4I", *[1 << 16] * 4)
+    return bytes([3]) + struct.pack("<I", len(body)) + body
+
+
+def _pred_mutation(b, rng, ref):
+    """A forgery of the predicted-exponent mode (chunk mode 4: byte 4, u32 row
+    length w >= 1, then the stream records of an alone chunk; format v3, float
+    layouts, not every stream constant).  On a mode-4 chunk: the row length
+    set to 0 (refused), 1, 2^32-1, w +- 1, n +- 1 or random; the residual
+    stream replaced by a raw one of random bytes, a constant or a one-symbol
+    rANS stream (valid structure: exp_restore runs on it, with a forged w
+    too); every stream made constant (refused); a cut inside the 5-byte head
+    (refused as truncated); the blob's version set to 1 or 2 (refused); the
+    chunk turned into an alone chunk (w dropped).  On an alone chunk: turned
+    into a mode-4 chunk (w inserted; version 3 forced: refused in an integer
+    layout, else it decodes to wrong exponents).  Returns (kind, owner, blob,
+    reference, expected) as mutations() or None if the blob has no chunk
+    for it; expected ("error", text, None): the decode must raise a
+    FormatError whose message contains text."""
+    pred = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x04"]
+    alone = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x00"]
+    pl = list(b.payloads)
+    if not pred or (alone and rng.random() < 0.15):
+        if not alone:
+            return None
+        c = alone[int(rng.integers(len(alone)))]
+        n = b.n_of(c)
+        w = int(rng.choice([1, 2, n - 1, n, n + 1, max(1, b.shape[-1]), 0xFFFFFFFF]))
+        w = max(w, 1)
+        pl[c] = b"\x04" + struct.pack("<I", w) + pl[c][1:]
+        if b.h["layout"] == _LAYOUT_PLANES:
+            return "pred:from_alone_int", "alone", b.pack(pl, version=3), ref, ("error", MSG_FLAGS, None)
+        if b.version < 3 and rng.random() < 0.3:
+            return "pred:from_alone_v%d" % b.version, "alone", b.pack(pl), ref, ("error", MSG_VERSION, None)
+        return "pred:from_alone", "alone", b.pack(pl, version=3), ref, None
+    c = pred[int(rng.integers(len(pred)))]
+    p = bytearray(pl[c])
+    n = b.n_of(c)
+    (w,) = struct.unpack_from("<I", p, 1)
+    recs = _records(p, 5, b.ns)
+    sub = rng.choice(["w", "w_zero", "residual", "all_const", "head_cut", "version", "as_alone"],
+                     p=[.25, .05, .25, .15, .1, .05, .15])
+
+    def forged_w():
+        return int(rng.choice([1, 2, 0xFFFFFFFF, 0xFFFFFFFE, 0x80000000, w - 1, w + 1, n - 1, n, n + 1,
+                               2 * w, int(rng.integers(1, 2 * n + 2))])) & 0xFFFFFFFF or 1
+
+    if sub == "w":
+        struct.pack_into("<I", p, 1, forged_w())
+        pl[c] = bytes(p)
+        return "pred:w", "pred", b.pack(pl), ref, None
+    if sub == "w_zero":
+        struct.pack_into("<I", p, 1, 0)
+        pl[c] = bytes(p)
+        return "pred:w_zero", "pred", b.pack(pl), ref, ("error", MSG_PRED, None)
+    if sub == "residual":   # stream 0 replaced by a structurally valid record
+        how = rng.choice(["raw", "const", "rans1"])
+        if how == "raw":
+            rec = bytes([0]) + struct.pack("<I", n) + rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        else:
+            rec = _const_record(rng)
+            while (rec[0] == 1) != (how == "const"):
+                rec = _const_record(rng)
+        if rng.random() < 0.5:
+            struct.pack_into("<I", p, 1, forged_w())
+        others_const = all(p[s0] in (1,) for s0, _ in recs[1:])
+        pl[c] = bytes(p[:5]) + rec + bytes(p[recs[0][1]:])
+        if how != "raw" and others_const:
+            return f"pred:residual_{how}", "pred", b.pack(pl), ref, ("error", MSG_PRED, None)
+        return f"pred:residual_{how}", "pred", b.pack(pl), ref, None
+    if sub == "all_const":  # every stream constant (or one-symbol rANS): refused
+        pl[c] = bytes(p[:5]) + b"".join(_const_record(rng) for _ in range(b.ns))
+        return "pred:all_const", "pred", b.pack(pl), ref, ("error", MSG_PRED, None)
+    if sub == "head_cut":   # 0..4 bytes: inside the mode byte + row length
+        k = int(rng.integers(5))
+        pl[c] = bytes(p[:k])
+        return "pred:head_cut", "pred", b.pack(pl), ref, ("error", MSG_TRUNC, None)
+    if sub == "version":    # a mode-4 chunk in a version-1 or -2 blob
+        v = int(rng.choice([1, 2]))
+        return f"pred:in_v{v}", "pred", b.pack(version=v), ref, ("error", MSG_VERSION, None)
+    # as_alone: the w bytes dropped, mode 0 (the residuals then read as exponents)
+    pl[c] = b"\x00" + bytes(p[5:])
+    return "pred:as_alone", "pred", b.pack(pl), ref, None
 
 
 def _freq_encode(vals):
@@ -524,7 +690,9 @@ def run(corpus, cases, seed=0, stop_after=20, log=None, stack=0.0):
         j = i % len(corpus)
         case, b = corpus[j], parsed[j]
         kind, owner, blob, ref, spec = mutations(b, rng, case["ref"])
-        if stack and rng.random() < stack and len(blob) > b.hl and not kind.startswith("hdr"):
+        must_fail = spec is not None and spec[0] == "error"   # a forgery with a required refusal
+        if (stack and rng.random() < stack and len(blob) > b.hl and not kind.startswith("hdr")
+                and not must_fail):
             # a second damage on top: 1-3 bytes flipped somewhere in the payloads
             bb = bytearray(blob)
             for _ in range(int(rng.integers(1, 4))):
@@ -540,20 +708,29 @@ def run(corpus, cases, seed=0, stop_after=20, log=None, stack=0.0):
             stats["outcome"]["FormatError"] += 1
             msg = str(e)
             stats["errors"][msg.split(": ", 2)[-1] if ": chunk " in msg else msg.split(" (")[0]] += 1
-            continue
+            if not must_fail or spec[1] in msg:
+                continue
+            stats["outcome"]["WRONG_ERROR"] += 1
+            failures.append(dict(case=i, corpus=case["name"], kind=kind, owner=owner,
+                                 error=f"FormatError {msg!r}, not {spec[1]!r}", blob=blob.hex()))
         except Exception as e:  # an IndexError in the checked build: an out-of-bounds access
             stats["outcome"][type(e).__name__] += 1
             failures.append(dict(case=i, corpus=case["name"], kind=kind, owner=owner,
                                  error=f"{type(e).__name__}: {e}", blob=blob.hex()))
         else:
-            exp = _expected(case["x"], spec)
-            if y.dtype == exp.dtype and y.shape == exp.shape and y.tobytes() == exp.tobytes():
-                stats["outcome"]["exact"] += 1
-                stats["exact_by_owner"][owner] += 1
-                continue
-            stats["outcome"]["WRONG_OUTPUT"] += 1
-            failures.append(dict(case=i, corpus=case["name"], kind=kind, owner=owner,
-                                 error="wrong output returned", blob=blob.hex()))
+            if must_fail:    # (a wrong output or not, it had to be refused)
+                stats["outcome"]["NOT_REFUSED"] += 1
+                failures.append(dict(case=i, corpus=case["name"], kind=kind, owner=owner,
+                                     error=f"decoded, not refused ({spec[1]!r})", blob=blob.hex()))
+            else:
+                exp = _expected(case["x"], spec)
+                if y.dtype == exp.dtype and y.shape == exp.shape and y.tobytes() == exp.tobytes():
+                    stats["outcome"]["exact"] += 1
+                    stats["exact_by_owner"][owner] += 1
+                    continue
+                stats["outcome"]["WRONG_OUTPUT"] += 1
+                failures.append(dict(case=i, corpus=case["name"], kind=kind, owner=owner,
+                                     error="wrong output returned", blob=blob.hex()))
         if log:
             log(failures[-1])
         if len(failures) >= stop_after:

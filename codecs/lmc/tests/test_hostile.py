@@ -19,8 +19,18 @@ import fuzz_decoder as FZ
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal",
-         "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const"]
+MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal", "chunk:pred",
+         "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const",
+         "pred/huffman", "pred/raw", "pred/const"]
+# the predicted-exponent forgeries of fuzz_decoder._pred_mutation (chunk mode 4, format v3)
+PRED_KINDS = ("pred:w", "pred:w_zero", "pred:residual_raw", "pred:residual_const", "pred:residual_rans1",
+              "pred:all_const", "pred:head_cut", "pred:in_v1", "pred:in_v2", "pred:as_alone",
+              "pred:from_alone", "pred:from_alone_int", "field:pred_w")
+
+
+def _kinds(by_kind, prefix):
+    """Cases of mutation kinds starting with prefix (stacked ones included)."""
+    return sum(v for k, v in by_kind.items() if k.startswith(prefix))
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +43,13 @@ def _check_summary(d, min_cases):
     assert d["cases"] >= min_cases
     assert set(d["outcome"]) == {"FormatError", "exact"}, d["outcome"]
     assert d["outcome"]["FormatError"] > d["cases"] // 2
-    for owner in ("alone/huffman", "alone/rans", "xor/rans", "temporal", "stored", "xor/huffman"):
+    for owner in ("alone/huffman", "alone/rans", "xor/rans", "temporal", "stored", "xor/huffman",
+                  "pred", "pred/huffman"):
         assert d["by_owner"].get(owner, 0) >= 5, (owner, d["by_owner"])
+    # mode 4 (predicted exponent) was in the corpus and was forged in this build
+    assert d["coverage"].get("chunk:pred", 0) >= 8, d["coverage"]
+    assert _kinds(d["by_kind"], "pred:") >= 10, d["by_kind"]
+    assert _kinds(d["by_kind"], "field:pred_w") >= 3, d["by_kind"]
 
 
 def test_corpus_uses_every_mode(corpus):
@@ -44,6 +59,19 @@ def test_corpus_uses_every_mode(corpus):
     assert any(c["ref"] is not None for c in corpus) and any(c["ref"] is None for c in corpus)
     for c in corpus:   # the corpus itself decodes
         assert lmc.decompress(c["blob"], reference=c["ref"]).tobytes() == c["x"].tobytes()
+    # mode-4 chunks in bf16, fp32 and fp16 blobs, with row lengths w = 1, inside a chunk
+    # and larger than a chunk (read from the chunks themselves)
+    dts, ws = set(), set()
+    for c in corpus:
+        b = FZ.Blob(c["blob"])
+        for c4, p in enumerate(b.payloads):
+            if p[0] == 4:
+                assert b.version == 3 and c["ref"] is None
+                (w,) = struct.unpack_from("<I", p, 1)
+                dts.add(str(c["x"].dtype))
+                ws.add("1" if w == 1 else "<chunk" if w < b.n_of(c4) else ">chunk")
+    assert dts == {"bfloat16", "float32", "float16"}, dts
+    assert ws == {"1", "<chunk", ">chunk"}, ws
 
 
 def test_fuzz_normal_build(corpus):
@@ -58,6 +86,16 @@ def test_fuzz_normal_build(corpus):
     for kind in ("table:huff_swap", "table:freq_move", "table:huff_jump_shift", "truncate",
                  "ref:forged_hash", "hdr:dtype", "hdr:shape"):
         assert stats["by_kind"][kind] > 0, kind
+    # mode 4: every forgery of it ran, its chunks were damaged by the generic mutations
+    # too, and the refusals it must get were seen
+    for owner in ("pred", "pred/huffman", "pred/raw", "pred/const"):
+        assert by_owner[owner] >= 20, (owner, by_owner)
+    for kind in PRED_KINDS:
+        assert _kinds(stats["by_kind"], kind) > 0, (kind, stats["by_kind"])
+    assert _kinds(stats["by_kind"], "pred:") >= 80, stats["by_kind"]
+    assert stats["exact_by_owner"]["pred"] > 0    # a forged row length that changes nothing
+    errs = stats["errors"]
+    assert errs["predicted-exponent chunk: row length 0, or every stream constant"] > 0, errs
 
 
 def test_fuzzer_catches_a_wrong_output(corpus, monkeypatch):
@@ -71,6 +109,35 @@ def test_fuzzer_catches_a_wrong_output(corpus, monkeypatch):
     monkeypatch.setattr(lmc, "decompress", bad)
     stats, failures = FZ.run(corpus[:2], 40, seed=2)
     assert failures and failures[0]["error"] == "wrong output returned"
+
+
+def test_fuzzer_catches_a_wrong_refusal(corpus, monkeypatch):
+    """A mode-4 forgery that must be refused for a given reason (row length 0, every
+    stream constant, a cut head, a version-1/2 blob) is a failure when the decoder
+    returns an array or refuses it for another reason."""
+    pred = [c for c in corpus if FZ.Blob(c["blob"]).version == 3]
+    assert len(pred) >= 5
+
+    def other(blob, **kw):
+        raise lmc.FormatError("lmc: some other refusal")
+    monkeypatch.setattr(lmc, "decompress", other)
+    stats, failures = FZ.run(pred, 600, seed=4, stop_after=1000)
+    assert failures and all(f["error"].startswith("FormatError 'lmc: some other refusal', not ")
+                            for f in failures), failures[:3]
+    assert {f["kind"] for f in failures} >= {"pred:w_zero", "pred:all_const", "pred:head_cut"}, failures
+    real = monkeypatch.undo() or lmc.decompress
+
+    def lenient(blob, **kw):   # a decoder that lets mode-4 chunks with w = 0 or all constant through
+        try:
+            return real(blob, **kw)
+        except lmc.FormatError as e:
+            if "predicted-exponent" in str(e):
+                return np.zeros(0)
+            raise
+    monkeypatch.setattr(lmc, "decompress", lenient)
+    stats, failures = FZ.run(pred, 300, seed=4, stop_after=1000)
+    assert failures and all(f["error"] == "decoded, not refused ('predicted-exponent chunk')"
+                            for f in failures), failures[:3]
 
 
 def _child(env, args, timeout):
@@ -93,7 +160,7 @@ def test_fuzz_checked_build(build, tmp_path):
     small = build == "nojit_checked"
     corpus_file = str(tmp_path / "corpus.npz")
     FZ.save_corpus(FZ.build_corpus(3, small=small), corpus_file)
-    cases = 200 if small else 6000
+    cases = 400 if small else 6000
     out = str(tmp_path / "summary.json")
     p = _child(env, ["--corpus", corpus_file, "--cases", str(cases), "--seed", "3", "--json", out], 900)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
