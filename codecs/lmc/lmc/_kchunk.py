@@ -35,7 +35,7 @@ from ._kbase import (CHUNK_ALONE, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUN
                      split_chunk, split_units, xor_into)
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_planes, exp_residuals,
-                        exp_restore, stream_count, stream_hist, write_planes, write_pred)
+                        exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
 
@@ -126,7 +126,10 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
     sr = np.zeros(1, np.int64)
     fr = np.zeros(256, np.int64)
     cr = np.zeros(256, np.int64)
-    if fv >= 3 and not has_ref and layout != LAYOUT_PLANES and n > 1:
+    # (first estimated on every 8th exponent: where it cannot pay, as on
+    # weights and first moments, the encoder spends ~1/8 of a pass on it)
+    if (fv >= 3 and not has_ref and layout != LAYOUT_PLANES and n > 1
+            and pred_gain(planes[0], n, w, 8) * n > 8 * cost_a / PRED_MARGIN):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
         cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, True) + 4

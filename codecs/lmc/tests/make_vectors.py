@@ -99,7 +99,7 @@ def vectors():
     yield "i32_xor", i32, i32r, 4000
     # format v3: predicted-exponent chunks (rows of 96; a 1-D tensor: the left neighbour only)
     yield "bf16_sq2d", second_moment(ml_dtypes.bfloat16, 120, 96, 10), None, 4096
-    yield "f32_sq2d", second_moment(np.float32, 70, 96, 11), None, 2048
+    yield "f32_sq2d", second_moment(np.float32, 96, 96, 11, steps=40), None, 4608
     yield "f16_sq2d", (second_moment(np.float32, 96, 96, 12, steps=40) * 1e5).astype(np.float16), None, 4608
     walk = np.exp(np.cumsum(np.random.default_rng(13).standard_normal(6000)) * 0.3) * 1e-4
     yield "bf16_walk1d", walk.astype(np.float32).astype(ml_dtypes.bfloat16), None, 2500

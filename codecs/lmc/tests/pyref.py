@@ -231,17 +231,17 @@ def smodes_chunk_all_const(b, q, ns):
 
 
 def unpredict(r, w):
-    """The exponents from their residuals (FORMAT.md, predicted-exponent chunk): the median of the left
-    neighbour a, the one above b and a + b - (the one above-left), from row 2 on (i > w); the left
-    neighbour before that; 0 for the first."""
+    """The exponents from their residuals (FORMAT.md, predicted-exponent chunk): 0 for the first 4; the
+    exponent 4 to the left up to i = w + 3; then the median of a (4 to the left), b (the one above) and
+    a + b - c (c: 4 to the left of the one above)."""
     e = []
     for i, ri in enumerate(r):
-        if i == 0:
+        if i < 4:
             pred = 0
-        elif i <= w:
-            pred = e[i - 1]
+        elif i < w + 4:
+            pred = e[i - 4]
         else:
-            a, bb, c = e[i - 1], e[i - w], e[i - w - 1]
+            a, bb, c = e[i - 4], e[i - w], e[i - w - 4]
             pred = sorted((a, bb, a + bb - c))[1]
         e.append((ri + pred) % 256)
     return e
