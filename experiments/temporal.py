@@ -26,6 +26,7 @@ METHODS = {
     ("lmc", "raw"): "LMC alone",
     ("lmc_v1", "reference"): "LMC 0.1 (per-chunk XOR choice)",
     ("lmc", "reference"): "LMC 0.2 (reference)",
+    ("z4ai", "raw"): "z4ai alone",
     ("z4ai", "reference"): "z4ai delta",
     ("zstd", "delta_bytegroup"): "zstd, XOR + byte planes",
     ("zipnn", "delta"): "ZipNN, XOR",
