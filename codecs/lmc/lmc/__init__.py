@@ -7,5 +7,5 @@ True
 """
 from ._core import FormatError, OutputLimitError, compress, decompress, info
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["compress", "decompress", "info", "FormatError", "OutputLimitError", "__version__"]
