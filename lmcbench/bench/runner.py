@@ -238,7 +238,8 @@ def measure_tensor(rec, pipelines: dict[str, Pipeline], codecs: dict, opts: Benc
                     acc.skipped = str(why)
                     continue
                 sig = (cname, pname) + tuple(str(st.as_typed().dtype) for st in streams)
-                dec = _measure_codec(codec, streams, opts, acc, warmup(sig))
+                row = rec.shape[-1] if len(rec.shape) >= 2 and rec.shape[-1] and b % rec.shape[-1] == 0 else 0
+                dec = _measure_codec(codec, streams, opts, acc, warmup(sig), row)
                 if dec is not None and opts.verify:
                     y = _verify(pipe, dec, rs, rec.dtype, xs, acc)
                     # the first codec's decoded output is the next step's reference; copy x only if it differs
@@ -326,10 +327,17 @@ def _verify(pipe, dec, ref, dtype, xs, acc: _Acc):
     return y
 
 
-def _measure_codec(codec, streams: list[Stream], opts: BenchOptions, acc: _Acc, warmup: int):
-    """Compress every stream, then decompress; time both. Returns the decoded streams or None on error."""
+def _measure_codec(codec, streams: list[Stream], opts: BenchOptions, acc: _Acc, warmup: int, row: int = 0):
+    """Compress every stream, then decompress; time both. Returns the decoded streams or None on error.
+    ``row``: the tensor's row length when the slice holds whole rows (0: unknown); a codec that takes rows
+    (``takes_rows``: LMC, whose predicted-exponent mode uses the element above) sees a stream of one value per
+    element as a (rows, row) array, as it would see the tensor itself."""
     inputs = [s.as_typed() for s in streams]
     refs = [s.ref_typed() for s in streams]
+    if row and codec.takes_rows:
+        def rows(a):
+            return a.reshape(-1, row) if a is not None and a.ndim == 1 and a.size and a.size % row == 0 else a
+        inputs, refs = [rows(a) for a in inputs], [rows(r) for r in refs]
     try:
         blobs, ct = timed(lambda: [codec.encode(a) if r is None else codec.encode_ref(a, r)
                                    for a, r in zip(inputs, refs)], warmup, opts.repeats, opts.budget_s)

@@ -44,6 +44,8 @@ class Codec:
 
     # -- codec-level delta ----------------------------------------------------------------------------------
     supports_reference = False  # True for codecs that delta against a reference themselves (LMC)
+    takes_rows = False  # True for codecs that use a tensor's rows (LMC's predicted exponent): the runner then
+    # passes a slice of whole rows of a tensor as a 2-D (rows, row length) array
 
     def encode_ref(self, buf, reference) -> bytes:
         """Encode ``buf`` against ``reference`` (same dtype and shape); only if ``supports_reference``."""

@@ -69,6 +69,7 @@ class LMC(Codec):
     # the ``reference`` pipeline: per chunk LMC codes alone, XORed with the reference, or (format 2, floats) in
     # its temporal mode, whichever its estimates say is smallest
     supports_reference = True
+    takes_rows = True  # format 3 predicts an exponent from the element above it: the row length is the shape's
 
     def _encode_ref(self, arr, reference):
         import lmc

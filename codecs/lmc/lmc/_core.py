@@ -228,6 +228,16 @@ def _check_reference(reference, dtype, shape, what):
     return r
 
 
+def shaped(arr, shape):
+    """``arr`` (flat) as the tensor ``shape`` it holds when that has 2 or more dimensions and as many elements
+    (else ``arr``): the predicted-exponent mode takes its row length from the blob's shape, so a caller that
+    keeps tensors flat (the archive, the DCP writer) hands lmc the rows."""
+    shape = tuple(int(s) for s in shape)
+    if arr is None or len(shape) < 2 or arr.ndim != 1 or int(np.prod(shape, dtype=np.int64)) != arr.size:
+        return arr
+    return arr.reshape(shape)
+
+
 def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=3, **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the

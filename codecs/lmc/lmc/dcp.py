@@ -32,7 +32,7 @@ from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from ._core import FormatError, compress, info
+from ._core import FormatError, compress, info, shaped
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
 from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
@@ -249,7 +249,7 @@ class LMCStorageWriter(StorageWriter):
             blob, codec = self._code_bytes(u8)
             return blob, dict(rec, codec=codec), None
         arr = u8.view(npdt)
-        return compress(arr, threads=self.threads), dict(rec, codec="lmc"), arr
+        return compress(shaped(arr, shape), threads=self.threads), dict(rec, codec="lmc"), arr
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         items, prev = {}, {}
@@ -375,8 +375,8 @@ class _Recoder:
             return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, crc32=old.crc32,
                              dtype=old.dtype, shape=old.shape)
         arr = np.asarray(self.ref.decode(key)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
-        return self._put(compress(arr, threads=self.threads), codec="lmc", size=old.size, crc32=old.crc32,
-                         dtype=old.dtype, shape=old.shape)
+        return self._put(compress(shaped(arr, old.shape), threads=self.threads), codec="lmc", size=old.size,
+                         crc32=old.crc32, dtype=old.dtype, shape=old.shape)
 
     def commit(self):
         self.f.commit()

@@ -333,3 +333,29 @@ def test_safetensors_odd_layouts(tmp_path):
     for s, d in ((1, d1), (2, d2)):
         a.restore(s, tmp_path / f"r{s}")
         assert_same_folder(d, tmp_path / f"r{s}")
+
+
+def test_tensors_are_coded_with_their_rows(tmp_path):
+    """A safetensors matrix goes into the archive with its shape (lmc's predicted-exponent mode sees its rows:
+    an Adam second moment is coded as version 3); restored byte for byte, also when the next step refers to it."""
+    import lmc
+    from safetensors.numpy import save_file
+    from make_vectors import second_moment
+    v = second_moment(np.float32, 256, 192, 7, steps=40)
+    folders = []
+    for s in (1, 2):
+        d = tmp_path / "run" / f"checkpoint-{s}"
+        os.makedirs(d)
+        save_file({"v": (v * (1 + 0.01 * s)).astype(np.float32)}, str(d / "model.safetensors"))
+        folders.append(str(d))
+    a = Archive(tmp_path / "a")
+    for d in folders:
+        a.add(d)
+    with a._view() as vw:
+        fe = {f["path"]: f for f in vw.index(2)["files"]}["model.safetensors"]
+        t = next(p for p in fe["parts"] if p["t"] == "tensor")
+        blob = vw.reader(2).read(t["sec"], "v")
+    assert not t["ref"] and lmc.info(blob)["shape"] == (256, 192) and lmc.info(blob)["version"] == 3
+    for s, d in zip((1, 2), folders):
+        a.restore(s, tmp_path / f"r{s}")
+        assert_same_folder(d, tmp_path / f"r{s}")

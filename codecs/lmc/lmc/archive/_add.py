@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 
 from .. import compress
+from .._core import shaped
 from . import _torchio
 from ..formats import torchzip
 from ..formats.dtypes import code_name
@@ -286,7 +287,7 @@ class StepEncoder:
                     ref = ref.view(dt)
                 else:
                     ref = self.view.decode(self.prev, prel, pt)
-        blob = compress(u8.view(dt), reference=ref, threads=self.threads)
+        blob = compress(shaped(u8.view(dt), shape), reference=shaped(ref, shape), threads=self.threads)
         del ref
         if prel is not None and self.raw.path == prel:
             self.raw.release(key)  # (its pages of the previous step's raw file, read once)

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 
 from .. import compress, info as blob_info
+from .._core import shaped
 from . import _torchio
 from ._add import RawSource, StepEncoder, canonical_path, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
@@ -97,7 +98,8 @@ class _NextRecoder:
         dt = NP_DTYPES[lt["np"]]
         cur = self.raw.get(fe["path"], kind, key, lt["sha"])
         cur = self.view.decode(self.step, fe["path"], lt) if cur is None else cur.view(dt)
-        blob = compress(cur.reshape(-1).view(dt), reference=u8.view(dt), threads=self.threads)
+        blob = compress(shaped(cur.reshape(-1).view(dt), lt["shape"]), reference=shaped(u8.view(dt), lt["shape"]),
+                        threads=self.threads)
         del cur
         self.raw.release(key)  # (its pages of the previous step's raw file, read once)
         self.done[(fe["path"], key)] = (self.w.add_section(blob), bool(blob_info(blob)["has_reference"]))
@@ -118,7 +120,7 @@ class _NextRecoder:
                     t["sec"] = self.w.add_section(self.r.read(ot["sec"], fe["path"]))
                 else:  # it referred to an older step (version 1): now coded alone
                     arr = self.view.decode(self.step, fe["path"], ot)
-                    t["sec"] = self.w.add_section(compress(arr, threads=self.threads))
+                    t["sec"] = self.w.add_section(compress(shaped(arr, t["shape"]), threads=self.threads))
                     t["ref"] = False
                     del arr
                 file_used |= t["ref"]
@@ -718,7 +720,7 @@ class Archive:
                 self._check_tensor(step, fe, t, arr)
                 tt = tts.get(t["key"])
                 ref = view.decode(target, tpath, tt) if tt is not None and same_identity(tt, t) else None
-                blob = compress(arr, reference=ref, threads=self.threads)
+                blob = compress(shaped(arr, t["shape"]), reference=shaped(ref, t["shape"]), threads=self.threads)
                 del arr, ref
                 t["sec"] = w.add_section(blob)
                 t["ref"] = bool(blob_info(blob)["has_reference"])

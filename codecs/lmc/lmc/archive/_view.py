@@ -117,12 +117,14 @@ class View:
             dt = NP_DTYPES[t["np"]]
             try:
                 info = blob_info(data)
-                if info["dtype"] != dt or info["shape"] != (t["n"] // dt.itemsize,):
+                # (lmc 0.2 archives hold flat blobs, 0.3 ones the tensor's shape: its rows)
+                if info["dtype"] != dt or info["shape"] not in ((t["n"] // dt.itemsize,), tuple(t["shape"])):
                     raise ArchiveError(f"step {step}: {what}: blob dtype/shape differ from index")
                 if info["has_reference"] != t["ref"]:
                     raise ArchiveError(f"step {step}: {what}: reference flag differs from index")
-                return decompress(data, reference=ref if t["ref"] else None,
-                                           threads=self.threads, out=out)
+                ref = ref.reshape(info["shape"]) if ref is not None and t["ref"] else None
+                res = decompress(data, reference=ref, threads=self.threads, out=out)
+                return out if out is not None else res.reshape(-1)
             except FormatError as e:
                 raise ArchiveError(f"step {step}: {what}: {e}") from None
         if out is not None:
