@@ -1,0 +1,110 @@
+"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: format 3 (the
+predicted-exponent mode) against format 2 (lmc 0.2's modes), z4ai ``compress`` and ZipNN, one thread.
+
+Usage: python bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
+
+CHECKPOINT_DIR is a Hugging Face Trainer checkpoint folder (``model.safetensors`` + ``optimizer.pt``, as
+``lmcbench`` writes for its tinygpt series, e.g. ``~/.cache/lmcbench/tinygpt-*/checkpoint-1000``). Every fp32
+tensor of at least N elements (default 65536) with its shape: the weights and AdamW's two moments (mapped to
+parameter names by order), as fp32 and cast to bf16. Per (dtype, kind): ratio of every codec (all tensors of the
+kind together), then compress / decompress MiB/s with one thread, the codecs interleaved in each of K runs
+(default 3), each the best of R calls (default 3); every round trip checked. Speeds vary between runs on a
+shared machine: compare within a run.
+"""
+import argparse
+import os
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import lmc  # noqa: E402
+
+
+def load(folder, min_el):
+    import torch
+    from safetensors.numpy import load_file
+    w = load_file(os.path.join(folder, "model.safetensors"))
+    opt = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True, map_location="cpu")
+    kinds = {"weight": [v for v in w.values() if v.dtype == np.float32 and v.size >= min_el]}
+    for k in ("exp_avg", "exp_avg_sq"):
+        kinds[k] = [s[k].numpy() for s in opt["state"].values() if s[k].numel() >= min_el]
+    return kinds
+
+
+PREPARE = {}  # codec -> what its compress is given (made outside the timing); default the array itself
+
+
+def codecs(dtype):
+    out = {"lmc 0.3 (format 3)": (lambda a: lmc.compress(a, threads=1), lambda b: lmc.decompress(b, threads=1)),
+           "lmc format 2": (lambda a: lmc.compress(a, threads=1, format_version=2),
+                            lambda b: lmc.decompress(b, threads=1))}
+    try:
+        import z4ai
+        zd = "bf16" if dtype == ml_dtypes.bfloat16 else "fp32"
+        out["z4ai compress"] = (lambda a: z4ai.compress(np.ascontiguousarray(a).tobytes(), dtype=zd, threads=1),
+                                lambda b: z4ai.decompress(b))
+    except ImportError:
+        pass
+    try:
+        from zipnn import ZipNN
+        z = ZipNN(input_format="byte", bytearray_dtype="bfloat16" if dtype == ml_dtypes.bfloat16 else "float32",
+                  threads=1)
+        # ZipNN may modify its input: it compresses a fresh copy, made before the clock starts (prepare)
+        out["ZipNN"] = (lambda a: z.compress(a), lambda b: z.decompress(b))
+        PREPARE["ZipNN"] = lambda a: bytearray(a.tobytes())
+    except ImportError:
+        pass
+    return out
+
+
+def best(fn, repeat, prepare=lambda: None):
+    t = float("inf")
+    for _ in range(repeat):
+        arg = prepare()
+        t0 = time.perf_counter()
+        fn(arg)
+        t = min(t, time.perf_counter() - t0)
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("folder")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--min-elements", type=int, default=65536)
+    a = ap.parse_args()
+    kinds = load(a.folder, a.min_elements)
+    print(f"{a.folder}: tensors of >= {a.min_elements} elements; lmc {lmc.__version__}; one thread")
+    for dtype in (np.float32, ml_dtypes.bfloat16):
+        for kind, arrs in kinds.items():
+            arrs = [x.astype(dtype) for x in arrs]
+            mib = sum(x.nbytes for x in arrs) / 2**20
+            cs = codecs(dtype)
+            blobs = {}
+            for name, (enc, dec) in cs.items():
+                prep = PREPARE.get(name, lambda x: x)
+                blobs[name] = [enc(prep(x)) for x in arrs]
+                for x, b in zip(arrs, blobs[name]):
+                    y = np.asarray(dec(b))
+                    if y.reshape(-1).view(np.uint8).tobytes() != x.reshape(-1).view(np.uint8).tobytes():
+                        raise SystemExit(f"{name}: round trip of a {kind} tensor is not bit-exact")
+            ratio = {n: sum(x.nbytes for x in arrs) / sum(len(b) for b in bl) for n, bl in blobs.items()}
+            print(f"\n{np.dtype(dtype).name} {kind}: {len(arrs)} tensors, {mib:.1f} MiB")
+            print("  ratio   " + "  ".join(f"{n} {r:.4f}" for n, r in ratio.items()))
+            for run in range(a.runs):
+                row = []
+                for name, (enc, dec) in cs.items():
+                    prep = PREPARE.get(name, lambda x: x)
+                    tc = best(lambda ins: [enc(x) for x in ins], a.repeat, lambda: [prep(x) for x in arrs])
+                    td = best(lambda _: [dec(b) for b in blobs[name]], a.repeat)
+                    row.append(f"{name} {mib / tc:.0f}/{mib / td:.0f}")
+                print(f"  run {run + 1}  MiB/s compress/decompress: " + "  ".join(row))
+
+
+if __name__ == "__main__":
+    main()
