@@ -90,7 +90,8 @@ def main():
                 prep = PREPARE.get(name, lambda x: x)
                 blobs[name] = [enc(prep(x)) for x in arrs]
                 for x, b in zip(arrs, blobs[name]):
-                    y = np.asarray(dec(b))
+                    y = dec(b)
+                    y = np.frombuffer(y, np.uint8) if isinstance(y, (bytes, bytearray, memoryview)) else np.asarray(y)
                     if y.reshape(-1).view(np.uint8).tobytes() != x.reshape(-1).view(np.uint8).tobytes():
                         raise SystemExit(f"{name}: round trip of a {kind} tensor is not bit-exact")
             ratio = {n: sum(x.nbytes for x in arrs) / sum(len(b) for b in bl) for n, bl in blobs.items()}
