@@ -235,16 +235,34 @@ def _med(a, b, c):
 
 
 @njit(nogil=True, cache=True)
+def _med8(a, b, c):
+    """_med of three bytes as a byte: min(a, b) if c >= max(a, b), max(a, b)
+    if c <= min(a, b), else a + b - c (then in [min, max]: its value mod 256
+    is exact).  Selects on bytes: the encoder's loop over it vectorises."""
+    lo = min(a, b)
+    hi = max(a, b)
+    t = np.uint8(a + b - c)
+    return lo if c >= hi else (hi if c <= lo else t)
+
+
+@njit(nogil=True, cache=True)
 def exp_residuals(p, n, w, r):
     """r[i] = (p[i] - pred_i) mod 256 for i < n (predictor above)."""
     lim = min(w + 4, n)
     for i in range(min(4, n)):
         r[i] = p[i]
     for i in range(4, lim):
-        r[i] = np.uint8((np.int32(p[i]) - np.int32(p[i - 4])) & 255)
-    for i in range(lim, n):
-        pr = _med(np.int32(p[i - 4]), np.int32(p[i - w]), np.int32(p[i - w - 4]))
-        r[i] = np.uint8((np.int32(p[i]) - pr) & 255)
+        r[i] = np.uint8(p[i] - p[i - 4])
+    m = n - lim
+    if m <= 0:
+        return
+    a = p[lim - 4:n - 4]
+    b = p[lim - w:n - w]
+    c = p[lim - w - 4:n - w - 4]
+    v = p[lim:n]
+    q = r[lim:n]
+    for k in range(m):
+        q[k] = np.uint8(v[k] - _med8(a[k], b[k], c[k]))
 
 
 @njit(nogil=True, cache=True)
@@ -256,9 +274,9 @@ def pred_gain(p, n, w, step):
     hr = np.zeros(256, np.int64)
     m = 0
     for i in range(min(w + 4, n), n, step):
-        v = np.int32(p[i])
+        v = p[i]
         he[v] += 1
-        hr[(v - _med(np.int32(p[i - 4]), np.int32(p[i - w]), np.int32(p[i - w - 4]))) & 255] += 1
+        hr[np.uint8(v - _med8(p[i - 4], p[i - w], p[i - w - 4]))] += 1
         m += 1
     if m < 256:
         return 1.0
