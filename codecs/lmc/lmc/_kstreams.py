@@ -225,9 +225,6 @@ def _uses_rans(modes, ns):
 # exponent on Adam second moments and gives the decoder 4 independent
 # dependency chains instead of one (FORMAT.md, "Predicted-exponent chunk").
 # ---------------------------------------------------------------------------
-PRED_LAG = 4
-
-
 @njit(nogil=True, cache=True)
 def _med(a, b, c):
     """The LOCO-I median of a, b and a + b - c, branch-free."""
