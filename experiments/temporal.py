@@ -104,11 +104,12 @@ def _order(kinds) -> list:
 
 def render(run_dir: str, out_dir: str) -> str:
     df, _, env, lines = begin(
-        run_dir, out_dir, "LMC 0.2: the previous checkpoint as context",
+        run_dir, out_dir, "LMC: the previous checkpoint as context, and alone",
         "Every checkpoint coded against the one before (the first has none and is left out): LMC 0.2 with the "
         "reference (per chunk the smallest of alone, XOR and the temporal mode), LMC 0.1's per-chunk XOR choice, "
         "z4ai's compress_delta, zstd on the XOR delta's byte planes and ZipNN on the XOR delta, beside LMC "
-        "alone. Bounds: the per-block order-0 bound of the XOR delta's byte planes, and the bound given the "
+        "alone (lmc 0.3: with the predicted-exponent mode where a run's lmc has it) and z4ai's compress alone. "
+        "Bounds: the per-block order-0 bound of the XOR delta's byte planes, and the bound given the "
         "reference (each byte plane coded by an adaptive coder with the previous checkpoint's same byte, and "
         "whether the higher bytes are unchanged, as context: the reach of a byte-context coder; a coder that "
         "models how values move can go below it). Ratio = original / compressed bytes; every round trip verified; one thread.")
@@ -124,18 +125,21 @@ def render(run_dir: str, out_dir: str) -> str:
         p = lt[lt["dtype"] == dt].pivot_table(index="kind", columns="method", values="ratio")
         p = p.reindex(index=_order(p.index), columns=[m for m in methods if m in p.columns])
         lines += [f"{dt}:", "", md_table(p.map(lambda v: "" if pd.isna(v) else f"{v:.3f}"), "kind"), ""]
-    for a, bb, what in ((OURS, PEER, "z4ai's delta"), (OURS, OLD, "LMC 0.1's reference mode")):
-        v = versus(t, late_from, a, bb)
+    for a, bb, what, since, ours in ((OURS, PEER, "z4ai's delta", late_from, "LMC 0.2"),
+                                     (OURS, OLD, "LMC 0.1's reference mode", late_from, "LMC 0.2"),
+                                     ("LMC alone", "z4ai alone", "z4ai alone", steps[0], "LMC alone")):
+        v = versus(t, since, a, bb)
         if v.empty:
             continue
         show = v.set_index([v.pop("dtype"), v.pop("kind")])
         show.index = [f"{d} / {k}" for d, k in show.index]
         show["min"] = show["min"].map(lambda x: f"{x:.3f}x")
         show["max"] = show["max"].map(lambda x: f"{x:.3f}x")
-        show.columns = ["late steps", f"steps where LMC 0.2 <= {what}", "smallest gain", "largest gain"]
-        lines += [f"## LMC 0.2 against {what}, step by step", "",
-                  f"Gain = the size of {what} / the size of LMC 0.2, per step over all tensors of a kind.", "",
-                  md_table(show, "dtype / kind"), ""]
+        span = "late steps" if since == late_from else "steps"
+        show.columns = [span, f"steps where {ours} <= {what}", "smallest gain", "largest gain"]
+        lines += [f"## {ours} against {what}, step by step", "",
+                  f"Gain = the size of {what} / the size of {ours}, per step over all tensors of a kind"
+                  f"{'' if since == late_from else ', every step'}.", "", md_table(show, "dtype / kind"), ""]
     sp = speeds(t)
     if not sp.empty:
         p = sp.pivot_table(index="method", columns="dtype", values=["compress", "decompress"])
@@ -153,7 +157,7 @@ def render(run_dir: str, out_dir: str) -> str:
     return finish(run_dir, out_dir, lines, copy=("summary.csv", "environment.json"))
 
 
-STYLE = {"LMC alone": ("black", "-"), OLD: ("tab:blue", "--"), OURS: ("tab:red", "-"), PEER: ("tab:green", "-"),
+STYLE = {"LMC alone": ("black", "-"), "z4ai alone": ("tab:green", ":"), OLD: ("tab:blue", "--"), OURS: ("tab:red", "-"), PEER: ("tab:green", "-"),
          "zstd, XOR + byte planes": ("tab:orange", ":"), "ZipNN, XOR": ("tab:purple", ":"),
          XOR_BOUND: ("grey", "-."), COND_BOUND: ("tab:red", ":")}
 
