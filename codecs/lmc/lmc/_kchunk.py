@@ -126,10 +126,10 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
     sr = np.zeros(1, np.int64)
     fr = np.zeros(256, np.int64)
     cr = np.zeros(256, np.int64)
-    # (first estimated on every 8th exponent: where it cannot pay, as on
-    # weights and first moments, the encoder spends ~1/8 of a pass on it)
+    # (first estimated on every 32nd exponent: where it cannot pay, as on
+    # weights and first moments, the encoder spends ~1/32 of a pass on it)
     if (fv >= 3 and not has_ref and layout != LAYOUT_PLANES and n > 1
-            and pred_gain(planes[0], n, w, 8) * n > 8 * cost_a / PRED_MARGIN):
+            and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / PRED_MARGIN):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
         cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, True) + 4
