@@ -127,8 +127,14 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
     fr = np.zeros(256, np.int64)
     cr = np.zeros(256, np.int64)
     # (first estimated on every 32nd exponent: where it cannot pay, as on
-    # weights and first moments, the encoder spends ~1/32 of a pass on it)
-    if (fv >= 3 and not has_ref and layout != LAYOUT_PLANES and n > 1
+    # weights and first moments, the encoder spends ~1/32 of a pass on it).
+    # With a reference it is the alone option too: a chunk coded with a
+    # reference is never larger than the same chunk coded without one.
+    split = not temporal
+    if fv >= 3 and layout != LAYOUT_PLANES and n > 1 and temporal:
+        split_units(data[base:base + nbytes], n, unit, layout, planes)
+        split = True
+    if (fv >= 3 and layout != LAYOUT_PLANES and n > 1
             and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / PRED_MARGIN):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
@@ -140,6 +146,8 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
             best = CHUNK_PRED
             score = cost_p
             cost = cost_p
+    alone = best  # the better alone coding (the fallback below)
+    alone_cost = 1 + cost  # its chunk bytes: the mode byte and cost
     if do_x and cost_x < score:
         best = CHUNK_XOR
         score = cost_x
@@ -152,10 +160,7 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
     lim = o + nbytes  # an encoded chunk must be smaller than a stored one
     e = -1
     if cost < nbytes:
-        if best == CHUNK_PRED:
-            e = write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr,
-                           out, o, lim, tbuf)
-        elif best == CHUNK_TEMPORAL:
+        if best == CHUNK_TEMPORAL:
             e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, kbt, et)
         elif best == CHUNK_XOR:
             if temporal:
@@ -164,11 +169,16 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
             e = write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
                               out, o, lim, tbuf)
         # never larger than the alone encoding (exact unless it uses rANS)
-        if best != CHUNK_ALONE and (e < 0 or e - o0 > 1 + cost_a) and cost_a < nbytes:
-            best = CHUNK_ALONE
+        if best != alone and (e < 0 or e - o0 > alone_cost) and alone_cost <= nbytes:
+            best = alone
             e = -1
+        if best == CHUNK_PRED:
+            e = write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr,
+                           out, o, lim, tbuf)
+            if e < 0 and cost_a < nbytes:  # (its rANS estimate was short: the plain alone coding)
+                best = CHUNK_ALONE
         if best == CHUNK_ALONE:
-            if temporal:
+            if not split:
                 split_units(data[base:base + nbytes], n, unit, layout, planes)
             e = write_planes(CHUNK_ALONE, planes, n, ns, modes, sizes, h, lens, f, cm,
                               out, o, lim, tbuf)

@@ -382,3 +382,17 @@ def test_predicted_exponent_every_stream_constant_refused():
         lmc.decompress(bytes(head + payload))
     with pytest.raises(ValueError):
         pyref.decode(bytes(head + payload))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, ml_dtypes.bfloat16], ids=str)
+def test_reference_never_larger_than_the_predicted_exponent(dtype):
+    """With a reference the alone option includes the predicted exponent: a second moment coded against an
+    unrelated reference is at most the 8-byte reference hash larger than coded alone (format 3)."""
+    x = second_moment(np.float32, 96, 96, 1, steps=40).astype(dtype)
+    unrelated = second_moment(np.float32, 96, 96, 2, steps=40).astype(dtype)
+    alone = lmc.compress(x, chunk_size=4096)
+    assert lmc.info(alone)["version"] == 3
+    with_ref = lmc.compress(x, chunk_size=4096, reference=unrelated)
+    assert len(with_ref) <= len(alone) + 8
+    assert same_bits(lmc.decompress(with_ref, reference=unrelated), x)
+    assert pyref.decode(with_ref, unrelated.tobytes())[0] == x.tobytes()
