@@ -14,7 +14,6 @@ from ._kbase import ERROR_MESSAGES, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_
 from ._kchunk import check_range, checksum_range, decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
-VERSION = 2            # newest format version written; a blob that uses no
 VERSIONS = (1, 2, 3)   # a blob is written as the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
@@ -259,8 +258,6 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
 def _compress(data, threads, reference, chunk_size, dtype, fv):
     """compress(); fv: the newest format version whose modes may be used (1:
     the lmc 0.1 encoder, alone / XOR with Huffman; used for comparisons)."""
-    if fv is True or fv is False:  # the 0.2 signature (v2: bool)
-        fv = 2 if fv else 1
     arr = _to_array(data, dtype)
     code = _dtype_code(arr.dtype)
     dt, unit, layout = _DTYPES[code]
