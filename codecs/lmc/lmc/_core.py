@@ -237,7 +237,11 @@ def shaped(arr, shape):
     return arr.reshape(shape)
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=3, **options):
+PREFER = ("speed", "size")
+
+
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=3,
+             prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
     previous checkpoint) to code against; per chunk the smallest of alone,
@@ -247,17 +251,25 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     XOR: what lmc 0.1 wrote and decodes), 2 (adds rANS streams and the
     temporal mode: lmc 0.2) or 3 (adds the predicted-exponent mode, the
     default).  A blob is written as the oldest version its chunks need, so
-    one that uses no newer mode stays readable by older decoders."""
+    one that uses no newer mode stays readable by older decoders.
+    ``prefer``: ``"speed"`` (default) takes a coding that decodes slower
+    (rANS over Huffman, the temporal and predicted-exponent modes) only
+    where it saves a margin (1/32 to 1/64 of the chunk); ``"size"`` takes
+    it wherever it is smaller: the smallest blobs, decoded slower.  Both
+    write the same format."""
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
     if isinstance(format_version, bool) or format_version not in VERSIONS:
         raise ValueError(f"lmc: format_version must be 1, 2 or 3, got {format_version!r}")
-    return _compress(data, threads, reference, chunk_size, dtype, format_version)
+    if prefer not in PREFER:
+        raise ValueError(f"lmc: prefer must be 'speed' or 'size', got {prefer!r}")
+    return _compress(data, threads, reference, chunk_size, dtype, format_version, prefer == "size")
 
 
-def _compress(data, threads, reference, chunk_size, dtype, fv):
+def _compress(data, threads, reference, chunk_size, dtype, fv, size_first=False):
     """compress(); fv: the newest format version whose modes may be used (1:
-    the lmc 0.1 encoder, alone / XOR with Huffman; used for comparisons)."""
+    the lmc 0.1 encoder, alone / XOR with Huffman; used for comparisons);
+    size_first: prefer="size"."""
     arr = _to_array(data, dtype)
     code = _dtype_code(arr.dtype)
     dt, unit, layout = _DTYPES[code]
@@ -290,7 +302,7 @@ def _compress(data, threads, reference, chunk_size, dtype, fv):
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
     scratch = _take_scratch(nch * cap) if nch else None
     try:
-        _run_chunks(encode_range, (data_u8, ref_u8, has_ref, int(fv), w, total, chunk, unit,
+        _run_chunks(encode_range, (data_u8, ref_u8, has_ref, int(fv), bool(size_first), w, total, chunk, unit,
                                      layout, ns, scratch, cap, sizes, chks, used), nch, nth)
         if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
             raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")

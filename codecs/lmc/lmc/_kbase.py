@@ -39,6 +39,9 @@ TEMPORAL_MARGIN = 64
 # the predicted-exponent mode (an extra serial pass to decode) is taken when
 # it saves more than size/PRED_MARGIN
 PRED_MARGIN = 64
+# where the caller puts size first (compress(prefer="size")) every margin
+# above is this divisor: a slower coding is taken whenever it is smaller
+NO_MARGIN = 1 << 50
 
 LAYOUT_PLANES = 0
 LAYOUT_BF16 = 1

@@ -31,7 +31,7 @@ from numba import njit
 from ._intrinsics import load_u32
 from ._kbase import (CHUNK_ALONE, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
                      ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST,
-                     NCTX, OK, PRED_MARGIN, PROB_SCALE, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units,
+                     NCTX, NO_MARGIN, OK, PRED_MARGIN, RANS_MARGIN, PROB_SCALE, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units,
                      split_chunk, split_units, xor_into)
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_planes, exp_residuals,
@@ -41,7 +41,7 @@ from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal
 
 
 @njit(nogil=True, cache=True)
-def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, planes, planes2,
+def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out, o, planes, planes2,
                  jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
     temporal scratch (float layouts with a reference and v2): jb, low: n
@@ -49,15 +49,21 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
     tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16 bytes; rbuf: >= n * unit
     bytes; kbt: uint8[NCTX * 65]; et: uint64[2 * NCTX * 65]; out must have
     4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3).
-    fv: the newest format version whose modes may be used (1, 2 or 3); w:
+    fv: the newest format version whose modes may be used (1, 2 or 3); sf:
+    size first (every margin below is NO_MARGIN: a slower coding is taken
+    whenever it is smaller); w:
     the row length for the predicted-exponent mode (the shape's last
     dimension).  The mode is chosen from estimates: alone, predicted
     exponent (v3, float layouts, no reference), XOR (with a reference) or
     temporal (with a reference, float layouts), the smallest estimate
     winning; temporal only when it saves more than 1/TEMPORAL_MARGIN and
-    the predicted exponent more than 1/PRED_MARGIN (they decode slower).
+    the predicted exponent more than 1/PRED_MARGIN (they decode slower),
+    unless sf.
     Returns (size, checksum, the format version the chunk needs)."""
     v2 = fv >= 2
+    rm = 0 if not v2 else (NO_MARGIN if sf else RANS_MARGIN)
+    pm = NO_MARGIN if sf else PRED_MARGIN
+    tm = NO_MARGIN if sf else TEMPORAL_MARGIN
     h = np.zeros((ns, 4, 256), np.int64)
     lens = np.zeros((ns, 256), np.uint8)
     modes = np.empty(ns, np.int64)
@@ -94,7 +100,7 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
         chk = checksum_units(data, start, n, unit)
         stream_count(data, ref, False, start, n, layout, ha)
         stream_hist(ha, ns, h)
-        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, v2)
+        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm)
         E = temporal_base(ref, start, n, layout)
         est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
         do_t = est_t - est_t // 16 < cost_a
@@ -108,14 +114,14 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
         if do_x:
             stream_count(data, ref, True, start, n, layout, hx)
             stream_hist(hx, ns, h2)
-            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, v2)
+            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, rm)
     else:
         chk = split_chunk(data, ref, False, start, n, unit, layout, planes)
-        cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, v2)
+        cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
         cost_x = cost_a
         if has_ref:
             split_chunk(data, ref, True, start, n, unit, layout, planes2)
-            cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, v2)
+            cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, rm)
     best = CHUNK_ALONE
     score = cost_a
     cost = cost_a
@@ -135,14 +141,14 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
         split_units(data[base:base + nbytes], n, unit, layout, planes)
         split = True
     if (fv >= 3 and layout != LAYOUT_PLANES and n > 1
-            and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / PRED_MARGIN):
+            and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / pm):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
-        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, True) + 4
+        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm) + 4
         every_const = mr[0] == MODE_CONST
         for s in range(1, ns):
             every_const = every_const and modes[s] == MODE_CONST
-        if cost_p + cost_p // PRED_MARGIN < score and not every_const:
+        if cost_p + cost_p // pm < score and not every_const:
             best = CHUNK_PRED
             score = cost_p
             cost = cost_p
@@ -153,7 +159,7 @@ def encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, out, o, 
         score = cost_x
         cost = cost_x
     if do_t:
-        if cost_t + cost_t // TEMPORAL_MARGIN < score:
+        if cost_t + cost_t // tm < score:
             best = CHUNK_TEMPORAL
             cost = cost_t
     o0 = o
@@ -279,7 +285,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
 # the output does not depend on the number of threads.
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
-def encode_range(data, ref, has_ref, fv, w, total, chunk, unit, layout, ns, scratch, cap,
+def encode_range(data, ref, has_ref, fv, sf, w, total, chunk, unit, layout, ns, scratch, cap,
                  sizes, chks, used, c0, c1):
     m = min(chunk, total) + 16
     planes = np.empty((ns, m), np.uint8)
@@ -301,7 +307,7 @@ def encode_range(data, ref, has_ref, fv, w, total, chunk, unit, layout, ns, scra
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
-        sz, ck, u = encode_chunk(data, ref, has_ref, fv, w, start, n, unit, layout, ns, scratch,
+        sz, ck, u = encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, scratch,
                                  c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
                                  tbuf[:2 * n + 16], rbuf, kbt, et, rplane)
         sizes[c] = sz

@@ -11,7 +11,7 @@ from numba import njit
 
 from ._intrinsics import ld, load_u32, store_u32
 from ._kbase import (ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
-                     LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, OK, PROB_SCALE, RANS_L, RANS_MARGIN,
+                     LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, OK, PROB_SCALE, RANS_L,
                      RANS_SLACK, _inc, copy_bytes, nonzero_range)
 from ._krans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                      read_freq_table, write_freq_table)
@@ -92,22 +92,23 @@ def _table_bytes(lens):
 
 
 @njit(nogil=True, cache=True)
-def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, allow_rans):
+def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm):
     """Count the symbols of each plane per sub-stream into h (zeroed by the
     caller), then analyze_hist."""
     for s in range(ns):
         histo4(planes[s], n, h[s])
-    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, allow_rans)
+    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm)
 
 
 @njit(nogil=True, cache=True)
-def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, allow_rans):
+def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm):
     """Choose a mode per stream from its counts h[s, sub-stream, symbol];
     returns the total payload size (incl. the 5-byte stream headers).
     Huffman and raw sizes are exact; the rANS size (f, cm: its quantised
     table per stream at s * 256) is estimated from the quantised
-    frequencies and is taken only when it saves more than 1/RANS_MARGIN of
-    the faster choice plus RANS_SLACK bytes."""
+    frequencies.  rm: 0, no rANS (format v1); else rANS is taken only when
+    it saves more than 1/rm of the faster choice plus RANS_SLACK bytes
+    (rm = RANS_MARGIN by default, NO_MARGIN where size comes first)."""
     freq = np.empty(256, np.int64)
     sub = np.empty(4, np.int64)
     total = 0
@@ -126,12 +127,12 @@ def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, allow_rans):
             else:
                 modes[s] = MODE_RAW
                 sizes[s] = n
-            if allow_rans:
+            if rm > 0:
                 rans_normalize(freq, 0, 256, f[256 * s:256 * s + 256])
                 fs = f[256 * s:256 * s + 256]
                 rs = (freq_table_bytes(fs, 0, 256) + 16
                       + np.int64(np.ceil(rans_cost_bits(freq, fs, 0, 256) / 8)))
-                if rs + RANS_SLACK + sizes[s] // RANS_MARGIN < sizes[s]:
+                if rs + RANS_SLACK + sizes[s] // rm < sizes[s]:
                     modes[s] = MODE_RANS
                     sizes[s] = rs
                     cum_freqs(fs, 0, cm[256 * s:256 * s + 256])
