@@ -209,7 +209,7 @@ def test_config_equals_get_config_and_json_roundtrip(cname):
     {"id": "bz2", "level": 0}, {"id": "lzma", "preset": 10}, {"id": "brotli", "quality": 12},
     {"id": "brotli", "lgwin": 30}, {"id": "lz4", "level": 17}, {"id": "lz4", "acceleration": 2},
     {"id": "bz2", "level": True}, {"id": "lzma", "bogus": 1},
-    {"id": "lmc", "threads": 0}, {"id": "lmc", "threads": True},
+    {"id": "lmc", "threads": 0}, {"id": "lmc", "threads": True}, {"id": "lmc", "prefer": "smallest"},
 ])
 def test_bad_codec_configs(cfg):
     with pytest.raises(ConfigError):
@@ -229,6 +229,9 @@ def test_available_codecs_lists_the_basic_ones():
 
 
 def test_codec_labels():
+    assert get_codec({"id": "lmc"}).label == "lmc"
+    assert get_codec({"id": "lmc", "prefer": "size"}).label == "lmc-size"
+    assert "prefer" not in get_codec({"id": "lmc", "prefer": "speed"}).get_config()
     assert get_codec({"id": "zstd", "level": 19}).label == "zstd-19"
     assert get_codec({"id": "lz4", "level": 9}).label == "lz4hc-9"
     assert get_codec({"id": "lz4"}).label == "lz4"

@@ -1,5 +1,6 @@
 """lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: format 3 (the
-predicted-exponent mode) against format 2 (lmc 0.2's modes), z4ai ``compress`` and ZipNN, one thread.
+predicted-exponent mode) against format 2 (lmc 0.2's modes), lmc 0.3 with ``prefer="size"`` (the slower
+codings wherever they are smaller), z4ai ``compress`` and ZipNN, one thread.
 
 Usage: python bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
 
@@ -41,7 +42,9 @@ PREPARE = {}  # codec -> what its compress is given (made outside the timing); d
 def codecs(dtype):
     out = {"lmc 0.3 (format 3)": (lambda a: lmc.compress(a, threads=1), lambda b: lmc.decompress(b, threads=1)),
            "lmc format 2": (lambda a: lmc.compress(a, threads=1, format_version=2),
-                            lambda b: lmc.decompress(b, threads=1))}
+                            lambda b: lmc.decompress(b, threads=1)),
+           "lmc 0.3 prefer=size": (lambda a: lmc.compress(a, threads=1, prefer="size"),
+                                   lambda b: lmc.decompress(b, threads=1))}
     try:
         import z4ai
         zd = "bf16" if dtype == ml_dtypes.bfloat16 else "fp32"

@@ -16,17 +16,22 @@ from .registry import register_codec
 class LMC(Codec):
     codec_id = "lmc"
 
-    def __init__(self, threads: int | None = 1, chunk_size: int | None = None, format_version: int | None = None):
+    def __init__(self, threads: int | None = 1, chunk_size: int | None = None, format_version: int | None = None,
+                 prefer: str = "speed"):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
         if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2, 3)):
             raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's) or 3, "
                               f"got {format_version!r}")
+        if prefer not in ("speed", "size"):
+            raise ConfigError(f"lmc: prefer must be 'speed' (the default) or 'size', got {prefer!r}")
         params = {"threads": threads}
         if chunk_size is not None:
             params["chunk_size"] = chunk_size
         if format_version is not None:  # absent from the config unless set, so older configs replay unchanged
             params["format_version"] = format_version
+        if prefer != "speed":  # likewise
+            params["prefer"] = prefer
         super().__init__(**params)
 
     @classmethod
@@ -38,6 +43,8 @@ class LMC(Codec):
         t = self._params["threads"]
         fv = self._params.get("format_version")
         base = {1: "lmc-v1", 2: "lmc-v2"}.get(fv, "lmc")
+        if self._params.get("prefer") == "size":
+            base += "-size"
         return base if t == 1 else f"{base}-{t or 'all'}t"
 
     @property

@@ -48,17 +48,23 @@ class LMC(Codec):
         ``decode`` refuses (``lmc.OutputLimitError``, a ``FormatError``) a blob whose header declares more
         decoded bytes than this, before allocating anything (see ``lmc.decompress``). Without it, and
         when ``decode`` gets an ``out`` buffer, the limit is at most that buffer's size.
+    prefer : str, optional
+        ``"speed"`` (default) or ``"size"``: as ``lmc.compress``'s ``prefer`` (``"size"`` takes the slower
+        codings wherever they are smaller).
     """
 
     codec_id = "lmc"
 
-    def __init__(self, dtype=None, chunk_size=None, threads=None, max_output_bytes=None):
+    def __init__(self, dtype=None, chunk_size=None, threads=None, max_output_bytes=None, prefer="speed"):
         self.dtype = None if dtype is None else str(np.dtype(_core._as_dtype(dtype)))
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.threads = None if threads is None else int(threads)
         if max_output_bytes is not None and (isinstance(max_output_bytes, bool) or int(max_output_bytes) < 0):
             raise ValueError(f"lmc: max_output_bytes must be an int >= 0 or None, got {max_output_bytes!r}")
         self.max_output_bytes = None if max_output_bytes is None else int(max_output_bytes)
+        if prefer not in _core.PREFER:
+            raise ValueError(f"lmc: prefer must be 'speed' or 'size', got {prefer!r}")
+        self.prefer = prefer
 
     def encode(self, buf):
         is_array = isinstance(buf, np.ndarray)
@@ -78,7 +84,7 @@ class LMC(Codec):
                 arr = arr.reshape(buf.shape)
         else:
             arr = flat.view(np.uint8)
-        return _core.compress(arr, threads=self.threads, chunk_size=self.chunk_size)
+        return _core.compress(arr, threads=self.threads, chunk_size=self.chunk_size, prefer=self.prefer)
 
     def decode(self, buf, out=None):
         if out is not None:
@@ -109,6 +115,8 @@ class LMC(Codec):
             cfg["threads"] = self.threads
         if self.max_output_bytes is not None:
             cfg["max_output_bytes"] = self.max_output_bytes
+        if self.prefer != "speed":  # absent unless set: older configs stay equal
+            cfg["prefer"] = self.prefer
         return cfg
 
     @classmethod
@@ -119,5 +127,6 @@ class LMC(Codec):
 
     def __repr__(self):
         lim = "" if self.max_output_bytes is None else f", max_output_bytes={self.max_output_bytes!r}"
+        pref = "" if self.prefer == "speed" else f", prefer={self.prefer!r}"
         return (f"LMC(dtype={self.dtype!r}, chunk_size={self.chunk_size!r}, "
-                f"threads={self.threads!r}{lim})")
+                f"threads={self.threads!r}{lim}{pref})")
