@@ -193,7 +193,7 @@ def test_bad_args():
     with pytest.raises(lmc.FormatError, match="magic"):
         lmc.decompress(b"XXXX" + bytes(100))
     assert issubclass(lmc.FormatError, ValueError)
-    assert lmc.__version__ == "0.3.0"
+    assert lmc.__version__ == "0.3.1"
 
 
 # ---------------------------------------------------------------------------
