@@ -14,7 +14,6 @@ decode of that chunk (format 2, all streams, checksum included).
 import argparse
 import os
 import sys
-import time
 
 import ml_dtypes
 import numpy as np
@@ -22,7 +21,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import lmc  # noqa: E402
-from bench_alone import load  # noqa: E402
+from bench_alone import best, load  # noqa: E402
 from lmc._khuffman import huffman_lengths  # noqa: E402
 from lmc._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_decode,  # noqa: E402
                         rans_encode, rans_normalize)
@@ -57,13 +56,7 @@ def chunk_costs(e, w):
 
 
 def best_ms(fn, repeat=50):
-    fn()
-    t = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t * 1e3
+    return 1e3 * best(lambda _: fn(), repeat)
 
 
 def main():

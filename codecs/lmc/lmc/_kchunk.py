@@ -31,8 +31,9 @@ from numba import njit
 from ._intrinsics import load_u32
 from ._kbase import (CHUNK_ALONE, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
                      ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST,
-                     NCTX, NO_MARGIN, OK, PRED_MARGIN, RANS_MARGIN, PROB_SCALE, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units,
-                     split_chunk, split_units, xor_into)
+                     NCTX, NO_MARGIN, OK, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0,
+                     checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
+                     xor_into)
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_planes, exp_residuals,
                         exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
@@ -51,9 +52,8 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
     4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3).
     fv: the newest format version whose modes may be used (1, 2 or 3); sf:
     size first (every margin below is NO_MARGIN: a slower coding is taken
-    whenever it is smaller); w:
-    the row length for the predicted-exponent mode (the shape's last
-    dimension).  The mode is chosen from estimates: alone, predicted
+    whenever it is smaller); w: the row length for the predicted-exponent
+    mode (the shape's last dimension).  The mode is chosen from estimates: alone, predicted
     exponent (v3, float layouts, no reference), XOR (with a reference) or
     temporal (with a reference, float layouts), the smallest estimate
     winning; temporal only when it saves more than 1/TEMPORAL_MARGIN and

@@ -10,8 +10,8 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import ld, load_u32, store_u32
-from ._kbase import (ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
-                     LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, OK, PROB_SCALE, RANS_L,
+from ._kbase import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
+                     LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, OK, PROB_SCALE, RANS_L,
                      RANS_SLACK, _inc, copy_bytes, nonzero_range)
 from ._krans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                      read_freq_table, write_freq_table)
@@ -199,8 +199,13 @@ def write_planes(flag, planes, n, ns, modes, sizes, h, lens, f, cm, out, o, lim,
     if o + 1 > lim:
         return -1
     out[o] = flag
-    o += 1
-    for s in range(ns):
+    return _write_streams(planes, 0, n, ns, modes, sizes, h, lens, f, cm, out, o + 1, lim, tbuf)
+
+
+@njit(nogil=True, cache=True)
+def _write_streams(planes, s0, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf):
+    """The stream records s0..ns-1 of planes at out[o:]; -1 if past lim."""
+    for s in range(s0, ns):
         o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s],
                           f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], out, o, lim, tbuf)
         if o < 0:
@@ -326,17 +331,12 @@ def write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, h
     -1 if past lim."""
     if o + 5 > lim:
         return -1
-    out[o] = 4
+    out[o] = CHUNK_PRED
     store_u32(out, o + 1, np.uint32(w))
     o = _write_stream(rplane, n, mr[0], sr[0], hr[0], lr[0], fr, cr, out, o + 5, lim, tbuf)
     if o < 0:
         return -1
-    for s in range(1, ns):
-        o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s],
-                          f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], out, o, lim, tbuf)
-        if o < 0:
-            return -1
-    return o
+    return _write_streams(planes, 1, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
 
 
 # ---------------------------------------------------------------------------
