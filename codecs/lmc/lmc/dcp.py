@@ -23,7 +23,6 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
@@ -32,13 +31,16 @@ from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from ._core import FormatError, compress, info, shaped
+from ._core import FormatError, compress, shaped
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
 from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._dcp_folder import (  # the folder's format and its validated reader
-    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, Plan, checksum, dtype_name,
+    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, CheckpointFolder, Item, Plan, checksum, dtype_name,
     is_lmc_checkpoint, item_json, item_key, metadata_json, tensor_bytes,
+)
+from ._dcp_recode import (  # re-coding a checkpoint folder in place, and retention (prune)
+    _location, _metadata_field, _Recoder, _remove_unnamed, prune,
 )
 
 __all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save",
@@ -289,27 +291,6 @@ class LMCStorageWriter(StorageWriter):
         _remove_unnamed(ref, {it.file for it in prev.values()})
 
 
-def _location(path) -> str:
-    """A checkpoint folder as given: a local path, or an fsspec URL kept as it is (never taken as a path)."""
-    return str(path) if is_url(path) else os.fspath(path)
-
-
-def _metadata_field(path, key):
-    """Field ``key`` of the LMC metadata in folder ``path``, None if there is none or it cannot be read."""
-    try:
-        data = backend(path, FormatError).read(METADATA_FILE, 1 << 30)
-        return None if data is None else json.loads(data.decode("utf-8")).get(key)
-    except (OSError, FormatError, ValueError, UnicodeDecodeError, AttributeError):
-        return None
-
-
-def _remove_unnamed(ck, named):
-    """Remove the data files of checkpoint ``ck`` that its (new) metadata no longer names."""
-    for name in ck.fs.listdir():
-        if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
-            ck.fs.remove(name)
-
-
 # A plain DCP reader (dcp.load(checkpoint_id=...), dcp_to_torch_save, torchtitan's resume) opens ".metadata"
 # and unpickles it. An LMC folder has one that says, when unpickled, which reader to use: a pickle of the call
 # ``lmc.dcp.refuse_plain_load(<message>)``, which raises that message (it runs nothing else). Its presence also
@@ -336,53 +317,6 @@ class _Signpost:
 
 
 _SIGNPOST = __import__("pickle").dumps(_Signpost(), protocol=2)
-
-
-class _Recoder:
-    """Writes the previous checkpoint's items, re-coded against this save's, into a new data file of the
-    previous checkpoint's folder (with its save id, so its metadata, replaced at the end, names it)."""
-
-    def __init__(self, ref: CheckpointFolder, name: str, threads, sync):
-        self.ref, self.name, self.threads = ref, name, threads
-        self.f = ref.fs.open_write(name, sync=sync)
-        self.f.write(MAGIC + ref.save_id.encode("ascii"))
-
-    def _put(self, blob, **rec):
-        pos = self.f.tell()
-        self.f.write(blob)
-        return Item(self.name, pos, len(blob), **rec)
-
-    def recode(self, key, item: Item, cur, save_id) -> Item | None:
-        """The reference's item `key` coded against this save's same item (`cur`: its bytes as the coding
-        dtype; None for bytes items), or carried over (bytes items, other dtypes or shapes)."""
-        r = self.ref.items.get(key)
-        if r is None:
-            return None
-        _, old = r
-        if cur is None or old.codec != "lmc" or old.dtype != item.dtype or old.shape != item.shape:
-            return self.carry(key)
-        arr = np.asarray(self.ref.decode(key)).view(cur.dtype)
-        blob = compress(arr, reference=cur, threads=self.threads)
-        del arr
-        use = bool(info(blob)["has_reference"])
-        return self._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape,
-                         ref=(save_id, item.crc32) if use else None)
-
-    def carry(self, key) -> Item:
-        """The reference's item `key` as it is (decoded and coded alone where it had a reference itself)."""
-        _, old = self.ref.items[key]
-        if old.ref is None:
-            return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, crc32=old.crc32,
-                             dtype=old.dtype, shape=old.shape)
-        arr = np.asarray(self.ref.decode(key)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
-        return self._put(compress(shaped(arr, old.shape), threads=self.threads), codec="lmc", size=old.size,
-                         crc32=old.crc32, dtype=old.dtype, shape=old.shape)
-
-    def commit(self):
-        self.f.commit()
-
-    def abort(self):
-        self.f.abort()
 
 
 # -------------------------------------------------------------------------------------------------- reader
@@ -463,104 +397,6 @@ class LMCStorageReader(StorageReader):
         fut: Future = Future()
         fut.set_result(None)
         return fut
-
-
-# ------------------------------------------------------------------------------------------------ retention
-def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_regex=r"(\d+)$", threads=None):
-    """Delete LMC DCP checkpoint folders under ``parent`` (``step-<N>/`` and the like: the step is the number
-    ``step_regex`` finds in the name), keeping every folder that any policy keeps, and always the newest:
-    ``keep_last`` K (the newest K), ``keep_every`` N (steps that are multiples of N, as Orbax's keep_period),
-    ``keep_within`` seconds (checkpoints saved within that long before the newest one: the save time the
-    metadata records, else its file's mtime). A kept checkpoint coded against one that goes is re-coded first, against the next
-    kept checkpoint along its chain (else alone), into a new data file of its own folder with its metadata
-    replaced atomically: no kept checkpoint is ever lost. Deleting only the oldest re-codes nothing (a plain
-    ``rm -rf`` does the same). Returns the deleted folders. One process; no save may run meanwhile."""
-    import re
-
-    if keep_last is None and keep_every is None and keep_within is None:
-        raise ValueError("lmc.dcp.prune: give at least one of keep_last, keep_every, keep_within")
-    rx = re.compile(step_regex)
-    parent = _location(parent)
-    found = []
-    for name in backend(parent, FormatError).listdir():
-        path = join(parent, name)
-        m = rx.search(name)
-        if m and is_lmc_checkpoint(path):
-            found.append((int(m.group(1)), path))
-    found.sort()
-    if not found:
-        return []
-    keep = {found[-1][1]}
-    if keep_last is not None:
-        keep |= {p for _, p in found[-int(keep_last):]}
-    if keep_every is not None:
-        keep |= {p for s, p in found if s % int(keep_every) == 0}
-    if keep_within is not None:
-        times = {p: _saved_at(p) for _, p in found}
-        newest = max(times.values())
-        keep |= {p for p, t in times.items() if t >= newest - float(keep_within)}
-    drop = [p for _, p in found if p not in keep]
-    if not drop:
-        return []
-    gone = {canonical(p) for p in drop}
-    for _, path in found:
-        if path not in keep:
-            continue
-        ck = CheckpointFolder(path, threads)
-        target, c = None, ck
-        while c.doc.get("reference") is not None:  # the first kept checkpoint along its chain
-            c = c.reference()
-            if canonical(c.path) not in gone:
-                target = c
-                break
-        if c is ck or (target is not None and canonical(ck.reference().path) == canonical(target.path)):
-            continue  # coded alone, or against a kept checkpoint already
-        _recode_against(ck, target, threads)
-    for p in drop:
-        backend(p, FormatError).rmtree()
-    return drop
-
-
-def _saved_at(path) -> float:
-    """When a checkpoint was saved: its metadata's "time" (format 2), else the metadata file's mtime."""
-    t = _metadata_field(path, "time")
-    if type(t) is int:
-        return float(t)
-    return backend(path, FormatError).mtime(METADATA_FILE)
-
-
-def _recode_against(ck: CheckpointFolder, target, threads):
-    """Re-code every item of checkpoint ``ck`` against ``target``'s same item (None: alone), into one new data
-    file of its folder, then replace its metadata atomically and remove the data files it no longer names."""
-    gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ck.items.values())
-    rec = _Recoder(ck, f"__0_{gen}{SUFFIX}", threads, True)
-    new = {}
-    try:
-        for key, (_idx, old) in ck.items.items():
-            t = target.items.get(key) if target is not None else None
-            if old.codec == "lmc" and t is not None and t[1].dtype == old.dtype and t[1].shape == old.shape \
-                    and t[1].codec == "lmc":
-                npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]])
-                ref = np.asarray(target.decode(key)).view(npdt)
-                arr = np.asarray(ck.decode(key)).view(npdt)
-                blob = compress(arr, reference=ref, threads=threads)
-                use = bool(info(blob)["has_reference"])
-                new[key] = rec._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype,
-                                    shape=old.shape, ref=(target.save_id, t[1].crc32) if use else None)
-                del ref, arr
-            else:
-                new[key] = rec.carry(key)
-        rec.commit()
-    except BaseException:
-        rec.abort()
-        raise
-    doc = dict(ck.doc)
-    used = any(it.ref is not None for it in new.values())
-    doc["reference"] = ({"save_id": target.save_id, "path": relpath(target.path, ck.path),
-                         "abspath": target.path} if used else None)
-    doc["items"] = [item_json(idx, new[k]) for k, (idx, _) in ck.items.items()]
-    ck.fs.put(METADATA_FILE, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
-    _remove_unnamed(ck, {it.file for it in new.values()})
 
 
 # -------------------------------------------------------------------------------------------------- convert

@@ -12,186 +12,20 @@ import numpy as np
 from .. import compress, info as blob_info
 from .._core import shaped
 from . import _torchio
-from ._add import RawSource, StepEncoder, canonical_path, list_files, reference_paths
+from ._add import StepEncoder, canonical_path, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
-from ..formats.errors import SourceError
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
-from ..formats.trainer_folder import step_folders as _step_folders
 from ..formats.trainer_folder import step_of
 from .._storage import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
                      new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._view import View, inflate, same_identity, sha128
+from ._graph import _may_recode, _set_depths, _topo
+from ._recoder import _NextRecoder
+from ._steps import _folder_name, _folder_time, opaque_bytes, restore_bytes
+from ._steps import step_folders  # noqa: F401  (re-exported: lmc.archive, _cli)
 
 DEFAULT_KEYFRAME_EVERY = 10
-def step_folders(run_dir):
-    """lmc.formats.trainer_folder.step_folders, its error as an ArchiveError."""
-    try:
-        return _step_folders(run_dir)
-    except SourceError as e:
-        raise ArchiveError(str(e)) from None
-
-
-def opaque_bytes(files):
-    """Bytes of a step's files that went in as plain bytes: files lmc did not understand, the
-    verbatim regions (headers, zip directories, pickles) of those it did, tensors it cannot code."""
-    n = 0
-    for fe in files:
-        if fe["kind"] == "bytes":
-            n += fe["size"]
-            continue
-        n += sum(c["n"] for p in fe.get("parts", []) if p["t"] == "raw" for c in p["chunks"])
-        n += sum(c["n"] for c in fe.get("skeleton", []))
-        n += sum(t["n"] for t in file_tensors(fe) if t["enc"] != "lmc")
-    return n
-
-
-def restore_bytes(files):
-    """Disk bytes a restore of these files needs at its peak: the files, plus for a torch file of
-    the legacy format the scratch map its tensors are decoded into (4 KiB per file for blocks)."""
-    n = 0
-    for fe in files:
-        n += fe["size"] + 4096
-        if fe["kind"] == "torch":
-            n += sum(-(-t["n"] // 64) * 64 for t in fe["tensors"])
-    return n
-
-
-def _folder_name(folder, step):
-    """The name a step is restored under: its folder's own name where that is a step folder
-    name of this step, else checkpoint-<step>."""
-    base = os.path.basename(os.path.normpath(folder))
-    return base if step_of(base) == step else f"checkpoint-{step}"
-
-
-class _NextRecoder:
-    """Re-codes step `step` of the archive against the step being added, one tensor at a time as
-    the new step's tensors are coded (their bytes are in memory then: nothing is read twice).  A
-    tensor of `step` with a same tensor in the new step (the same path, or the one path equal to it
-    with step numbers blanked; same key, dtype, shape) is coded with it as the reference; its own
-    bytes come from its raw folder when they hash to the archived checksum, else are decoded (the
-    last step is coded alone: one decode).  finish() copies everything else and gives the index."""
-
-    def __init__(self, view, step, w, raw_folder, threads, next_paths):
-        self.view, self.step, self.w, self.threads = view, step, w, threads
-        self.r = view.reader(step)
-        self.idx = copy.deepcopy(self.r.index)
-        self.paths = reference_paths([fe["path"] for fe in self.idx["files"]], next_paths)
-        self.by_next = {}
-        for fe in self.idx["files"]:
-            if self.paths.get(fe["path"]) is not None:
-                self.by_next[self.paths[fe["path"]]] = fe
-        self.tensors = {}
-        self.done = {}
-        self.raw = RawSource(raw_folder)
-
-    def on_tensor(self, rel, kind, key, t, u8):
-        fe = self.by_next.get(rel)
-        if fe is None or fe["kind"] != kind:
-            return
-        ts = self.tensors.get(fe["path"])
-        if ts is None:
-            ts = self.tensors[fe["path"]] = {x["key"]: x for x in file_tensors(fe)}
-        lt = ts.get(key)
-        if lt is None or not same_identity(lt, t):
-            return
-        dt = NP_DTYPES[lt["np"]]
-        cur = self.raw.get(fe["path"], kind, key, lt["sha"])
-        cur = self.view.decode(self.step, fe["path"], lt) if cur is None else cur.view(dt)
-        blob = compress(shaped(cur.reshape(-1).view(dt), lt["shape"]), reference=shaped(u8.view(dt), lt["shape"]),
-                        threads=self.threads)
-        del cur
-        self.raw.release(key)  # (its pages of the previous step's raw file, read once)
-        self.done[(fe["path"], key)] = (self.w.add_section(blob), bool(blob_info(blob)["has_reference"]))
-
-    def finish(self, next_step):
-        used = False
-        for fe, ofe in zip(self.idx["files"], self.r.index["files"]):
-            fe.pop("ref_path", None)
-            for (_, sec, c), _o in zip(all_sections(fe), all_sections(ofe)):
-                if c is not None:
-                    c["sec"] = self.w.add_section(self.r.read(sec, fe["path"]))
-            file_used = False
-            for t, ot in zip(file_tensors(fe), file_tensors(ofe)):
-                new = self.done.get((fe["path"], t["key"]))
-                if new is not None:
-                    t["sec"], t["ref"] = new
-                elif not ot["ref"]:
-                    t["sec"] = self.w.add_section(self.r.read(ot["sec"], fe["path"]))
-                else:  # it referred to an older step (version 1): now coded alone
-                    arr = self.view.decode(self.step, fe["path"], ot)
-                    t["sec"] = self.w.add_section(compress(shaped(arr, t["shape"]), threads=self.threads))
-                    t["ref"] = False
-                    del arr
-                file_used |= t["ref"]
-            npath = self.paths.get(fe["path"])
-            if file_used and npath != fe["path"]:
-                fe["ref_path"] = npath
-            used |= file_used
-        self.idx["prev"] = next_step if used else None
-        self.idx["keyframe"] = not used
-        return self.idx
-
-
-def _folder_time(folder):
-    """When a checkpoint folder was written: its newest file's mtime (whole seconds)."""
-    t = os.stat(folder).st_mtime
-    for d, _, names in os.walk(folder):
-        for n in names:
-            try:
-                t = max(t, os.stat(os.path.join(d, n)).st_mtime)
-            except OSError:
-                pass
-    return int(t)
-
-
-def _roots(m):
-    """{step: the step its dependency chain ends at (a step coded alone)}."""
-    dep = {e["step"]: e["depends_on"] for e in m["steps"]}
-    out = {}
-    for s in dep:
-        c = s
-        while dep[c] is not None:
-            c = dep[c]
-        out[s] = c
-    return out
-
-
-def _may_recode(m, step):
-    """Whether `step` (the last) may be re-coded against a new step: nothing older than itself
-    may come to decode through more than keyframe_every versions, and no step may depend on it
-    in a way a re-code would break (a forward step's dependents are newer: there are none)."""
-    roots = _roots(m)
-    e = next(e for e in m["steps"] if e["step"] == step)
-    if e["depends_on"] is not None:   # coded forward against an older step: nothing depends on it
-        return not any(x["depends_on"] == step for x in m["steps"])
-    group = sum(1 for r in roots.values() if r == step)  # steps whose chain ends at `step`
-    return group < m["keyframe_every"]
-
-
-def _set_depths(m):
-    dep = {e["step"]: e["depends_on"] for e in m["steps"]}
-    for e in m["steps"]:
-        n, c = 0, e["depends_on"]
-        while c is not None:
-            n, c = n + 1, dep[c]
-        e["depth"] = n
-
-
-def _topo(m):
-    """Steps in an order where each comes after the step it depends on."""
-    dep = {e["step"]: e["depends_on"] for e in m["steps"]}
-    done, out = set(), []
-    for s in dep:
-        path = []
-        c = s
-        while c is not None and c not in done:
-            path.append(c)
-            c = dep[c]
-        for x in reversed(path):
-            done.add(x)
-            out.append(x)
-    return out
 
 
 class VerifyResult:

@@ -1,0 +1,291 @@
+"""Seed blobs and blob parser of the lmc decoder fuzzer (fuzz_decoder.py).
+
+The corpus the fuzzer damages: real blobs of every chunk mode (alone, XOR,
+stored, temporal, predicted exponent) and stream mode (raw, constant, Huffman,
+rANS) -- weights of a small torch model and one Adam step of it, an XOR-coded
+reference, sparse int8 data, random bits, predicted-exponent chunks of
+bf16/fp32/fp16 tensors (build_corpus, pred_specs; save_corpus / load_corpus
+write / read them as .npz) -- and ``Blob``, which parses a blob down to its
+fields (FORMAT.md: header, chunk table, chunk modes, stream records, Huffman
+tables and jump tables, rANS frequency tables, states and words, temporal
+context masks, R and raw bits, the row length of a predicted-exponent chunk)
+and packs it back with the chunk table and header CRC-32 recomputed
+(``Blob.pack``); coverage() counts the modes of a corpus.
+
+A plain module (no tests): fuzz_decoder.py imports it as a sibling, the same
+way as make_vectors, and re-exports its names.
+"""
+import collections
+import json
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import lmc  # noqa: E402
+from lmc import _core  # noqa: E402
+
+CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred"}
+STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
+
+
+# ---------------------------------------------------------------------------
+# corpus
+# ---------------------------------------------------------------------------
+def _model_weights(seed=0):
+    """Flat fp32 weights of a small MLP and the same after one Adam step on a toy task
+    (a deterministic numpy stand-in when torch is missing)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        rng = np.random.default_rng(seed)
+        w = (rng.standard_normal(6000) * 0.05).astype(np.float32)
+        w2 = w + (rng.standard_normal(6000) * 1e-3 * (rng.random(6000) < 0.5)).astype(np.float32)
+        return w, w2.astype(np.float32)
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(48, 64), torch.nn.GELU(), torch.nn.Linear(64, 40))
+    w0 = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy().copy()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+    x = torch.randn(32, 48)
+    loss = (m(x) - torch.roll(x[:, :40], 1, 1)).pow(2).mean()
+    loss.backward()
+    opt.step()
+    w1 = torch.cat([p.detach().reshape(-1) for p in m.parameters()]).numpy().copy()
+    return w1, w0
+
+
+def _walk(n, seed=13):
+    """A log-normal random walk: its exponent follows the left neighbour."""
+    return np.exp(np.cumsum(np.random.default_rng(seed).standard_normal(n)) * 0.3) * 1e-4
+
+
+def _pow2_field(rows, cols, seed=4, mant=True):
+    """2^(row term + column term) times a mantissa (random, or 1.5 for every
+    element: a constant mantissa stream): exponents the median predictor of
+    the predicted-exponent mode gets nearly right."""
+    g = np.random.default_rng(seed)
+    ri = np.cumsum(g.random(rows) < 0.5)
+    ci = np.cumsum(g.random(cols) < 0.5)
+    x = 2.0 ** np.clip(ri[:, None] + ci[None, :] - (rows + cols) // 4, -14, 15)   # (fp16's range)
+    return (x * (1 + g.random((rows, cols))) if mant else x * 1.5).astype(np.float32)
+
+
+def pred_specs(small=False):
+    """Seeds whose chunks the encoder writes in the predicted-exponent mode
+    (chunk mode 4, format v3; no reference): bf16, fp32 and fp16, row length
+    w (the shape's last dimension) inside the chunk, larger than the chunk
+    (1-D, or rows longer than a chunk) and w = 1 (a column)."""
+    import ml_dtypes
+    from make_vectors import second_moment
+    bf = ml_dtypes.bfloat16
+    n = 1400 if small else 2100
+    specs = [
+        ("f32_pred2d", _pow2_field(32, 64), None, 1024),                        # w = 64
+        ("bf16_pred_const", _pow2_field(32, 64, 5, mant=False).astype(bf), None, 1024),  # stream 1 constant
+        ("bf16_pred1d", _walk(n).astype(np.float32).astype(bf), None, 700),    # w = n > chunk
+        ("f32_pred_col", _walk(n, 14).astype(np.float32).reshape(-1, 1), None, 700),   # w = 1
+        ("f16_pred_wide", (_walk(1400) * 1e2).astype(np.float16).reshape(2, 700), None, 600),  # w > chunk
+    ]
+    if small:
+        specs += [("bf16_pred2d", _pow2_field(32, 64, 6).astype(bf), None, 1024),
+                  ("f16_pred2d", _pow2_field(32, 64, 7).astype(np.float16), None, 1024)]
+    else:
+        specs += [("bf16_pred2d", second_moment(bf, 60, 64, 10), None, 2048),
+                  ("f16_pred2d", (second_moment(np.float32, 60, 64, 12, steps=40) * 1e5).astype(np.float16),
+                   None, 2048)]
+    return specs
+
+
+def build_corpus(seed=0, small=False):
+    """A list of cases {name, x, ref, blob}: every chunk mode (alone, XOR, stored,
+    temporal, predicted exponent) and stream mode (raw, const, Huffman, rANS)
+    occurs (see coverage()).  small: arrays and chunks about 5x smaller (for the
+    pure-Python build; the predicted-exponent seeds only a little smaller: the
+    encoder needs chunks of about 700 elements to choose that mode)."""
+    import ml_dtypes
+    rng = np.random.default_rng(seed)
+    w1, w0 = _model_weights(seed)          # 5736 fp32 weights and their previous step
+    n = w1.size
+    bf, bf0 = w1.astype(ml_dtypes.bfloat16), w0.astype(ml_dtypes.bfloat16)
+    f16, f160 = w1.astype(np.float16), w0.astype(np.float16)
+    bfx = bf.copy()
+    bfx.view(np.uint16)[::5] ^= 0x8000     # sign flips: a reference that XOR codes best
+    sparse = np.zeros(4000, np.int8)
+    sparse[::37] = 3                       # rANS streams (one symbol dominates)
+    noise = rng.integers(0, 256, 1200, dtype=np.uint8).view(np.float32)   # stored chunks
+    ints = rng.integers(-3000, 3000, 1500).astype(np.int32)
+    intsr = ints.copy()
+    intsr[::40] += 1
+    mixed = w1.copy()
+    mixed[: n // 3] = 0.0                  # a constant stretch
+    specs = [
+        ("bf16_alone", bf, None, 1024),
+        ("bf16_temporal", bf, bf0, 1024),
+        ("bf16_xor", bf, bfx, 1024),
+        ("f32_temporal", w1, w0, 1500),
+        ("f32_mixed", mixed, None, 700),
+        ("f16_temporal", f16, f160, 2000),
+        ("int8_rans", sparse, None, 1500),
+        ("f32_stored", noise.reshape(20, 15), None, 128),
+        ("int32_xor", ints, intsr, 512),
+        ("bf16_2d", bf[:4096].reshape(64, 64), bf0[:4096].reshape(64, 64), 1000),
+    ]
+    if small:
+        def cut(a, m):
+            return None if a is None else a.reshape(-1)[:m]
+        specs = [(nm, cut(x, max(x.size // 5, 256)), cut(r, max(x.size // 5, 256)), max(c // 5, 64))
+                 if nm != "int32_xor" else (nm, x, r, c) for nm, x, r, c in specs]   # (its rANS needs n)
+    specs += pred_specs(small)
+    return [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c))
+            for nm, x, r, c in specs]
+
+
+def save_corpus(corpus, path):
+    arrs = {}
+    for i, c in enumerate(corpus):
+        arrs[f"x{i}"] = c["x"].view(np.uint8).reshape(-1)
+        arrs[f"b{i}"] = np.frombuffer(c["blob"], np.uint8)
+        if c["ref"] is not None:
+            arrs[f"r{i}"] = c["ref"].view(np.uint8).reshape(-1)
+    meta = [dict(name=c["name"], dtype=str(c["x"].dtype), shape=list(c["x"].shape)) for c in corpus]
+    np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrs)
+
+
+def load_corpus(path):
+    z = np.load(path)
+    meta = json.loads(z["meta"].tobytes().decode())
+    out = []
+    for i, m in enumerate(meta):
+        dt = _core._as_dtype(m["dtype"])
+        x = z[f"x{i}"].view(dt).reshape(m["shape"])
+        ref = z[f"r{i}"].view(dt).reshape(m["shape"]) if f"r{i}" in z else None
+        out.append(dict(name=m["name"], x=x, ref=ref, blob=z[f"b{i}"].tobytes()))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# parsing a blob into fields (FORMAT.md)
+# ---------------------------------------------------------------------------
+class Blob:
+    """A parsed blob: header fields, chunk payloads and per chunk its fields
+    (offset inside the payload, size, name, owner = "chunkmode/streammode")."""
+
+    def __init__(self, blob):
+        buf = np.frombuffer(blob, np.uint8)
+        h = _core._parse_header(buf)
+        self.h = h
+        self.version, self.code, self.shape = h["version"], h["code"], list(h["shape"])
+        self.chunk, self.refhash = h["chunk"], h["refhash"]
+        self.chks = [int(c) for c in h["chks"]]
+        self.payloads = [bytes(blob[o:o + s]) for o, s in zip(h["offsets"], h["sizes"])]
+        self.ns = _core._nstreams(h["unit"], h["layout"])
+        self.W = 32 if h["unit"] == 4 else 16
+        self.fields = [self.chunk_fields(c) for c in range(h["nch"])]
+        self.hl = len(blob) - int(h["sizes"].sum())   # header + chunk table + CRC
+
+    def n_of(self, c):
+        return min(self.chunk, self.h["total"] - c * self.chunk)
+
+    def chunk_fields(self, c):
+        p = self.payloads[c]
+        n = self.n_of(c)
+        cm = p[0]
+        cname = CHUNK_NAMES.get(cm, "?")
+        F = [(0, 1, "chunk_mode", cname)]
+        if cm == 2:
+            F.append((1, len(p) - 1, "stored_units", "stored"))
+        elif cm in (0, 1, 4):
+            pos = 1
+            if cm == 4:   # the row length w (u32), then the records of an alone chunk
+                F.append((1, 4, "pred_w", cname))
+                pos = 5
+            for _ in range(self.ns):
+                sm = p[pos]
+                (plen,) = struct.unpack_from("<I", p, pos + 1)
+                own = f"{cname}/{STREAM_NAMES[sm]}"
+                F += [(pos, 1, "stream_mode", own), (pos + 1, 4, "stream_len", own)]
+                q, e = pos + 5, pos + 5 + plen
+                if sm in (0, 1):
+                    F.append((q, plen, "stream_bytes", own))
+                elif sm == 2:
+                    lo, hi = p[q], p[q + 1]
+                    nbt = (hi - lo + 2) // 2
+                    F += [(q, 1, "huff_lo", own), (q + 1, 1, "huff_hi", own),
+                          (q + 2, nbt, "huff_lengths", own)]
+                    j = q + 2 + nbt
+                    ln = struct.unpack_from("<III", p, j)
+                    F += [(j + 4 * k, 4, "huff_jump", own) for k in range(3)]
+                    s = j + 12
+                    for k in range(4):
+                        L = ln[k] if k < 3 else e - s
+                        F.append((s, L, "huff_substream", own))
+                        s += L
+                else:
+                    t = self._freq_fields(p, q, 255, own, F)
+                    F += [(t + 4 * k, 4, "rans_state", own) for k in range(4)]
+                    F.append((t + 16, e - t - 16, "rans_words", own))
+                pos = e
+        elif cm == 3:
+            own = "temporal"
+            F += [(1, 1, "temporal_E", own), (2, 2, "temporal_cmask", own)]
+            (mask,) = struct.unpack_from("<H", p, 2)
+            q = 4
+            for k in range(16):
+                if mask >> k & 1:
+                    q = self._freq_fields(p, q, 2 * self.W, own, F)
+            (R,) = struct.unpack_from("<I", p, q)
+            F += [(q, 4, "temporal_R", own)]
+            F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(4)]
+            F += [(q + 20, R - 16, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "raw_bits", own)]
+        return [f for f in F if f[1] > 0]
+
+    @staticmethod
+    def _freq_fields(p, q, maxsym, own, F):
+        lo, hi = p[q], p[q + 1]
+        F += [(q, 1, "freq_lo", own), (q + 1, 1, "freq_hi", own)]
+        t = q + 2
+        for _ in range(lo, hi + 1):
+            w = 2 if p[t] & 0x80 else 1
+            F.append((t, w, "freq_value", own))
+            t += w
+        return t
+
+    def pack(self, payloads=None, sizes=None, chks=None, **hdr):
+        """The blob with these payloads (sizes from them unless given), chunk checksums
+        and header fields, the header CRC-32 recomputed."""
+        payloads = self.payloads if payloads is None else payloads
+        sizes = [len(x) for x in payloads] if sizes is None else sizes
+        chks = self.chks if chks is None else chks
+        version = hdr.get("version", self.version)
+        code = hdr.get("code", self.code)
+        shape = hdr.get("shape", self.shape)
+        chunk = hdr.get("chunk", self.chunk)
+        refhash = hdr.get("refhash", self.refhash)
+        nch = hdr.get("nch", len(sizes))
+        head = bytearray(_core.MAGIC)
+        head += struct.pack("<BBBB", version, code, 0 if refhash is None else 1, len(shape))
+        head += struct.pack(f"<{len(shape)}Q", *shape)
+        head += struct.pack("<II", chunk, nch)
+        if refhash is not None:
+            head += struct.pack("<Q", refhash)
+        for s, c in zip(sizes, chks):
+            head += struct.pack("<IQ", s & 0xFFFFFFFF, c & (2**64 - 1))
+        head += struct.pack("<I", zlib.crc32(head))
+        return bytes(head) + b"".join(payloads)
+
+
+def coverage(corpus):
+    """Counter of chunk modes and (chunk mode, stream mode) pairs in the corpus."""
+    cnt = collections.Counter()
+    for case in corpus:
+        b = Blob(case["blob"])
+        for F in b.fields:
+            owners = {f[3] for f in F}
+            for o in owners:
+                cnt[o] += 1
+            cnt["chunk:" + F[0][3]] += 1
+    return cnt
