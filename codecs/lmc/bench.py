@@ -50,7 +50,7 @@ def entropy_bound(x, chunk):
     for s in range(0, total, chunk):
         n = min(chunk, total - s)
         planes = np.empty((ns, n), np.uint8)
-        split_chunk(u8, u8, False, s, n, unit, layout, planes)
+        split_chunk(u8, u8, False, s, n, unit, layout, planes, True)
         for p in planes:
             c = np.bincount(p, minlength=256)
             c = c[c > 0] / n

@@ -20,9 +20,9 @@ class LMC(Codec):
                  prefer: str = "speed"):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
-        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2, 3)):
-            raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's) or 3, "
-                              f"got {format_version!r}")
+        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2, 3, 4)):
+            raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's), 3 or 4 "
+                              f"(word checksums, the default), got {format_version!r}")
         if prefer not in ("speed", "size"):
             raise ConfigError(f"lmc: prefer must be 'speed' (the default) or 'size', got {prefer!r}")
         params = {"threads": threads}
@@ -42,7 +42,7 @@ class LMC(Codec):
     def label(self):
         t = self._params["threads"]
         fv = self._params.get("format_version")
-        base = {1: "lmc-v1", 2: "lmc-v2"}.get(fv, "lmc")
+        base = {1: "lmc-v1", 2: "lmc-v2", 3: "lmc-v3"}.get(fv, "lmc")
         if self._params.get("prefer") == "size":
             base += "-size"
         return base if t == 1 else f"{base}-{t or 'all'}t"

@@ -138,7 +138,10 @@ def _fold(s1, s2):
 # C1 = 0x9E3779B97F4A7C15, C3 = 0xD6E8FEB86659FD93.  s1 catches every
 # single-unit error; the non-linear s2 catches structured multi-unit errors
 # (a purely linear Fletcher-style sum misses e.g. +d,-d,-d,+d patterns).
-# Both are plain reductions, so the loops vectorize.
+# Both are plain reductions, so the loops vectorize.  Format 4 takes the
+# same sums over the chunk's 64-bit little-endian words instead of its units
+# (the last word zero-padded, i = the word's index): one multiply per 8 bytes
+# instead of one per unit, ~4x less work on bf16 (_csum_words).
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
 def copy_bytes(dst, d0, src, s0, n):
@@ -172,8 +175,43 @@ def _csum(d, n):
 
 
 @njit(nogil=True, cache=True)
-def checksum_units(data, start, n, unit):
+def _mix_add(s2, v, ic):
+    x = (v ^ ic) * _C1
+    return s2 + (x ^ (x >> _S29))
+
+
+@njit(nogil=True, cache=True)
+def _csum_words(b, nb):
+    """The format-4 checksum of the nb bytes b[:nb]: the same sums over their
+    64-bit little-endian words (the last zero-padded), i = the word's index.
+    A quarter of the per-unit work on 16-bit units, half on 32-bit ones."""
+    n8 = nb >> 3
+    d = b[:n8 * 8].view(np.uint64)
+    s1 = _U0
+    s2 = _U0
+    ic = _U0
+    for i in range(n8):
+        v = d[i]
+        s1 += v
+        x = (v ^ ic) * _C1
+        ic += _C3
+        s2 += x ^ (x >> _S29)
+    if nb > n8 * 8:
+        v = _U0
+        for j in range(nb - n8 * 8):
+            v |= np.uint64(b[n8 * 8 + j]) << np.uint64(8 * j)
+        s1 += v
+        s2 = _mix_add(s2, v, ic)
+    return _fold(s1, s2)
+
+
+@njit(nogil=True, cache=True)
+def checksum_units(data, start, n, unit, wk):
+    """The checksum of the chunk of n units from unit index start: over its
+    units (format versions 1-3) or, where wk (version 4), over its 64-bit words."""
     base = start * unit
+    if wk:
+        return _csum_words(data[base:base + n * unit], n * unit)
     if unit == 1:
         return _csum(data[base:base + n], n)
     if unit == 2:
@@ -237,11 +275,12 @@ def split_units(src, n, unit, layout, planes):
 
 
 @njit(nogil=True, cache=True)
-def split_chunk(data, ref, use_ref, start, n, unit, layout, planes):
+def split_chunk(data, ref, use_ref, start, n, unit, layout, planes, wk):
     """Split n units (from unit index start) into planes[s, :n], XORed with
-    ref first when use_ref.  Returns the checksum of the ORIGINAL units."""
+    ref first when use_ref.  Returns the checksum of the ORIGINAL units (wk:
+    format 4's, over words)."""
     base = start * unit
-    chk = checksum_units(data, start, n, unit)
+    chk = checksum_units(data, start, n, unit, wk)
     if use_ref:
         tmp = np.empty(n * unit, np.uint8)
         xor_into(tmp, data, ref, base, n * unit)
@@ -288,16 +327,16 @@ def merge_units(planes, n, unit, layout, dst):
 
 
 @njit(nogil=True, cache=True)
-def merge_chunk(planes, n, out, ref, use_ref, start, unit, layout):
+def merge_chunk(planes, n, out, ref, use_ref, start, unit, layout, wk):
     """Write the chunk's n units to out (XOR with ref when use_ref) and
-    return the checksum of the written units."""
+    return the checksum of the written units (wk: format 4's, over words)."""
     base = start * unit
     nb = n * unit
     dst = out[base:base + nb]
     merge_units(planes, n, unit, layout, dst)
     if use_ref:
         xor_into(dst, dst, ref[base:base + nb], 0, nb)
-    return checksum_units(out, start, n, unit)
+    return checksum_units(out, start, n, unit, wk)
 
 
 @njit(nogil=True, cache=True)
@@ -350,8 +389,44 @@ def _csum_fill(r, n, v, use_ref):
 
 
 @njit(nogil=True, cache=True)
-def checksum_fill(ref, use_ref, start, n, unit, v):
+def _csum_fill_words(r, nb, p, use_ref):
+    """The format-4 checksum of nb bytes whose every 64-bit word is p (XORed
+    with r's words when use_ref), without materialising them."""
+    n8 = nb >> 3
+    s1 = _U0
+    s2 = _U0
+    ic = _U0
+    d = r[:n8 * 8 if use_ref else 0].view(np.uint64)
+    for i in range(n8):
+        u = p
+        if use_ref:
+            u = d[i] ^ p
+        s1 += u
+        x = (u ^ ic) * _C1
+        ic += _C3
+        s2 += x ^ (x >> _S29)
+    rem = nb - n8 * 8
+    if rem > 0:
+        u = p
+        if use_ref:
+            for j in range(rem):
+                u ^= np.uint64(r[n8 * 8 + j]) << np.uint64(8 * j)
+        u &= (np.uint64(1) << np.uint64(8 * rem)) - np.uint64(1)
+        s1 += u
+        s2 = _mix_add(s2, u, ic)
+    return _fold(s1, s2)
+
+
+@njit(nogil=True, cache=True)
+def checksum_fill(ref, use_ref, start, n, unit, v, wk):
+    """The checksum (wk: format 4's) of n units all equal to v (XORed with
+    ref's units from unit index start when use_ref)."""
     base = start * unit
+    if wk:
+        p = _U0
+        for j in range(8 // unit):  # units are 1, 2, 4 or 8 bytes: every word is the same
+            p |= v << np.uint64(8 * unit * j)
+        return _csum_fill_words(ref[base:base + n * unit] if use_ref else ref[0:0], n * unit, p, use_ref)
     if not use_ref:
         return _csum_fill(ref[0:0], n, v, False)
     if unit == 1:

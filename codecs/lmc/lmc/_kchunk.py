@@ -50,7 +50,8 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
     tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16 bytes; rbuf: >= n * unit
     bytes; kbt: uint8[NCTX * 65]; et: uint64[2 * NCTX * 65]; out must have
     4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3).
-    fv: the newest format version whose modes may be used (1, 2 or 3); sf:
+    fv: the newest format version whose modes may be used (1, 2 or 3; 4:
+    3's modes, the checksum over 64-bit words); sf:
     size first (every margin below is NO_MARGIN: a slower coding is taken
     whenever it is smaller); w: the row length for the predicted-exponent
     mode (the shape's last dimension).  The mode is chosen from estimates: alone, predicted
@@ -61,6 +62,7 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
     unless sf.
     Returns (size, checksum, the format version the chunk needs)."""
     v2 = fv >= 2
+    wk = fv >= 4  # format 4: checksums over 64-bit words
     rm = 0 if not v2 else (NO_MARGIN if sf else RANS_MARGIN)
     pm = NO_MARGIN if sf else PRED_MARGIN
     tm = NO_MARGIN if sf else TEMPORAL_MARGIN
@@ -97,7 +99,7 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
         # exact counts of the alone coding; the XOR and temporal codings are
         # estimated on a sample first and analysed exactly only where they
         # may win; the chosen mode is split into planes afterwards
-        chk = checksum_units(data, start, n, unit)
+        chk = checksum_units(data, start, n, unit, wk)
         stream_count(data, ref, False, start, n, layout, ha)
         stream_hist(ha, ns, h)
         cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm)
@@ -116,11 +118,11 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
             stream_hist(hx, ns, h2)
             cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, rm)
     else:
-        chk = split_chunk(data, ref, False, start, n, unit, layout, planes)
+        chk = split_chunk(data, ref, False, start, n, unit, layout, planes, wk)
         cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
         cost_x = cost_a
         if has_ref:
-            split_chunk(data, ref, True, start, n, unit, layout, planes2)
+            split_chunk(data, ref, True, start, n, unit, layout, planes2, wk)
             cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, rm)
     best = CHUNK_ALONE
     score = cost_a
@@ -249,18 +251,19 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     st, flags = _chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
     if st != OK:
         return st
+    wk = version >= 4  # format 4: checksums over 64-bit words
     end = off + clen
     if flags == CHUNK_TEMPORAL:
         st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
                              syms)
         if st != OK:
             return st
-        if checksum_units(out, start, n, unit) != expected:
+        if checksum_units(out, start, n, unit, wk) != expected:
             return ERR_CHECKSUM
         return OK
     if flags == CHUNK_STORED:
         copy_bytes(out, start * unit, blob, off + 1, n * unit)
-        if checksum_units(out, start, n, unit) != expected:
+        if checksum_units(out, start, n, unit, wk) != expected:
             return ERR_CHECKSUM
         return OK
     delta = flags == CHUNK_XOR
@@ -273,7 +276,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
         return st
     if flags == CHUNK_PRED:
         exp_restore(planes[0], n, np.int64(load_u32(blob, off + 1)))
-    chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout)
+    chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout, wk)
     if chk != expected:
         return ERR_CHECKSUM
     return OK
@@ -392,7 +395,7 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
         v = _U0
         for j in range(unit):
             v |= np.uint64(ub[j]) << np.uint64(8 * j)
-        if checksum_fill(ref, delta, start, n, unit, v) != expected:
+        if checksum_fill(ref, delta, start, n, unit, v, version >= 4) != expected:
             return ERR_CHECKSUM
     return OK
 
@@ -413,11 +416,11 @@ def check_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref,
 
 
 @njit(nogil=True, cache=True)
-def checksum_range(data, total, chunk, unit, chks, c0, c1):
+def checksum_range(data, total, chunk, unit, wk, chks, c0, c1):
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
-        chks[c] = checksum_units(data, start, n, unit)
+        chks[c] = checksum_units(data, start, n, unit, wk)
 
 
 def _checked_pure_python():

@@ -155,8 +155,8 @@ def mutations(b, rng, ref):
         shp = big[int(rng.integers(len(big)))]
         # (numpy allows some with 1-byte units: then an empty array of that shape is right)
         return "hdr:huge_shape", owner, b.pack(shape=shp, payloads=[], nch=0), None, ("empty", shp, None)
-    if sub == 0:             # another version (1, 2: the newer modes then invalid; 3; 4 unknown)
-        v = int(rng.choice([v for v in (1, 2, 3, 4) if v != b.version]))
+    if sub == 0:             # another version (1, 2: the newer modes then invalid; 3 <-> 4: the other checksum; 5 unknown)
+        v = int(rng.choice([v for v in (1, 2, 3, 4, 5) if v != b.version]))
         return "hdr:version", owner, b.pack(version=v), ref, None
     if sub == 1:             # another chunk size with the same chunk count
         ch = b.chunk + int(rng.integers(-20, 21))
@@ -179,7 +179,7 @@ def mutations(b, rng, ref):
         bu = bad.reshape(-1).view(np.uint8)
         k = int(rng.integers(bu.size))
         bu[k] ^= 1 << int(rng.integers(8))
-        h = _core._ref_hash(_core._ro_bytes(bad), b.h["total"], b.chunk, b.h["unit"], 1)
+        h = _core._ref_hash(_core._ro_bytes(bad), b.h["total"], b.chunk, b.h["unit"], 1, b.version >= 4)
         return "ref:forged_hash", owner, b.pack(refhash=h), bad, None
     if ref is not None:      # a wrong reference, hash left (must be refused)
         bad = ref.copy()
@@ -242,10 +242,10 @@ def _pred_mutation(b, rng, ref):
         w = max(w, 1)
         pl[c] = b"\x04" + struct.pack("<I", w) + pl[c][1:]
         if b.h["layout"] == _LAYOUT_PLANES:
-            return "pred:from_alone_int", "alone", b.pack(pl, version=3), ref, ("error", MSG_FLAGS, None)
+            return "pred:from_alone_int", "alone", b.pack(pl, version=max(3, b.version)), ref, ("error", MSG_FLAGS, None)
         if b.version < 3 and rng.random() < 0.3:
             return "pred:from_alone_v%d" % b.version, "alone", b.pack(pl), ref, ("error", MSG_VERSION, None)
-        return "pred:from_alone", "alone", b.pack(pl, version=3), ref, None
+        return "pred:from_alone", "alone", b.pack(pl, version=max(3, b.version)), ref, None
     c = pred[int(rng.integers(len(pred)))]
     p = bytearray(pl[c])
     n = b.n_of(c)

@@ -7,6 +7,9 @@ entry in its manifest.json; test_vectors_legacy.py decodes them forever):
     python tests/make_vectors.py
 Each vector: NAME.npy (input), NAME.lmc (blob), optional NAME.ref.npy
 (reference), and an entry in manifest.json with the compress arguments.
+Every input is written twice: NAME.lmc with format_version=3 (versions 1-3,
+unit checksums: the oldest version its modes need) and NAME_v4.lmc with
+format_version=4 (word checksums), whose entry names its "input".
 """
 import json
 import os
@@ -109,16 +112,17 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     manifest = {}
     for name, x, ref, chunk in vectors():
-        blob = lmc.compress(x, reference=ref, chunk_size=chunk)
         # ml_dtypes arrays are stored as their bit patterns (.npy cannot hold them)
         np.save(os.path.join(OUT, name + ".npy"), _savable(x))
         if ref is not None:
             np.save(os.path.join(OUT, name + ".ref.npy"), _savable(ref))
-        with open(os.path.join(OUT, name + ".lmc"), "wb") as f:
-            f.write(blob)
-        manifest[name] = {"dtype": str(x.dtype), "chunk_size": chunk,
-                          "reference": ref is not None, "size": len(blob)}
-        print(f"{name:14s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
+        for fv, out in ((3, name), (4, name + "_v4")):
+            blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=fv)
+            with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
+                f.write(blob)
+            manifest[out] = {"dtype": str(x.dtype), "chunk_size": chunk, "input": name, "format_version": fv,
+                             "reference": ref is not None, "size": len(blob)}
+            print(f"{out:17s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
 
@@ -130,7 +134,7 @@ def _savable(x):
 
 
 def load(name, entry, suffix=".npy"):
-    a = np.load(os.path.join(OUT, name + suffix))
+    a = np.load(os.path.join(OUT, entry.get("input", name) + suffix))
     if entry["dtype"] == "bfloat16":
         a = a.view(ml_dtypes.bfloat16)
     return a

@@ -1,4 +1,4 @@
-"""Independent pure-Python decoder of the lmc format (versions 1 to 3),
+"""Independent pure-Python decoder of the lmc format (versions 1 to 4),
 written from FORMAT.md, used as an oracle by the tests.  Slow; for small
 blobs only.  decode(blob, ref_bytes) -> (unit bytes, chunk modes used,
 stream modes used); raises ValueError on anything invalid."""
@@ -24,6 +24,12 @@ def checksum(units):
     def fold(x):
         return (x ^ (x >> 32)) & 0xFFFFFFFF
     return fold(s1) | fold(s2) << 32
+
+
+def word_checksum(data):
+    """Version 4: the same sums over the chunk bytes' 64-bit little-endian words, the last zero-padded."""
+    data = bytes(data) + bytes(-len(data) % 8)
+    return checksum([int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)])
 
 
 def split(v, lay, unit):
@@ -252,7 +258,7 @@ def decode(blob, ref=None):
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if version not in (1, 2, 3) or code not in UNIT or flags & ~1 or ndim > 32:
+    if version not in (1, 2, 3, 4) or code not in UNIT or flags & ~1 or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
@@ -333,10 +339,10 @@ def decode(blob, ref=None):
                 units = [u ^ r for u, r in zip(units, refu)]
         else:
             raise ValueError("chunk mode")
-        if checksum(units) != chk:
+        chunk_bytes = b"".join(u.to_bytes(unit, "little") for u in units)
+        if (word_checksum(chunk_bytes) if version >= 4 else checksum(units)) != chk:
             raise ValueError("checksum")
-        for u in units:
-            out += u.to_bytes(unit, "little")
+        out += chunk_bytes
         pos = end
     if pos != len(b):
         raise ValueError("length")

@@ -112,17 +112,17 @@ def test_v2_modes_rejected_in_v1_blob():
     import ml_dtypes
     from make_vectors import train_pair
     x, r = train_pair(ml_dtypes.bfloat16, 5000, 1)
-    blob = bytearray(lmc.compress(x, reference=r))
+    blob = bytearray(lmc.compress(x, reference=r, format_version=3))
     assert blob[4] == 2
     blob[4] = 1
     with pytest.raises(lmc.FormatError, match="version-1"):
         lmc.decompress(bytes(_refix_crc(blob)), reference=r)
-    blob[4] = 4
+    blob[4] = 5
     with pytest.raises(lmc.FormatError, match="version"):
         lmc.decompress(bytes(_refix_crc(blob)), reference=r)
     y = np.zeros(10000, np.int8)
     y[::41] = 1
-    b2 = bytearray(lmc.compress(y))
+    b2 = bytearray(lmc.compress(y, format_version=3))
     assert b2[4] == 2  # a rANS stream
     b2[4] = 1
     with pytest.raises(lmc.FormatError, match="version-1"):
@@ -136,7 +136,7 @@ def test_every_single_bit_flip_detected_v2():
     encoder parameter: other values of E may give the same contexts), where
     the result must then be exact."""
     x, r = train_pair(ml_dtypes.bfloat16, 400, 3)
-    blob = lmc.compress(x, reference=r, chunk_size=200)
+    blob = lmc.compress(x, reference=r, chunk_size=200, format_version=3)
     assert lmc.info(blob)["version"] == 2
     h = len(blob) - sum(lmc._core._parse_header(np.frombuffer(blob, np.uint8))["sizes"])
     e_pos = {h + 1}  # first chunk (temporal): mode byte, then E

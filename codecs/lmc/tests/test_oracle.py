@@ -132,7 +132,7 @@ def test_split_matches_python_planes():
     x = (np.random.default_rng(1).standard_normal(10000) * 0.02).astype(ml_dtypes.bfloat16)
     planes = np.empty((2, 10000), np.uint8)
     u8 = x.view(np.uint8)
-    _kbase.split_chunk(u8, u8, False, 0, 10000, 2, _kbase.LAYOUT_BF16, planes)
+    _kbase.split_chunk(u8, u8, False, 0, 10000, 2, _kbase.LAYOUT_BF16, planes, True)
     e, m = _py_planes_bf16(x)
     assert np.array_equal(planes[0], e) and np.array_equal(planes[1], m)
 

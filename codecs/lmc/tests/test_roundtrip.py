@@ -263,7 +263,7 @@ def test_temporal_all_patterns(dtype):
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
 def test_temporal_mode_used_and_smaller(dtype):
     x, r = train_pair(dtype, 100000, 9)
-    blob = lmc.compress(x, reference=r)
+    blob = lmc.compress(x, reference=r, format_version=3)  # (the oldest version its modes need)
     assert lmc.info(blob)["version"] == 2
     # the v0.1 choice (XOR only) is what the v1 mode set can do; v2 beats it clearly
     xr = x.view(np.uint8) ^ r.view(np.uint8)
@@ -272,8 +272,10 @@ def test_temporal_mode_used_and_smaller(dtype):
 
 def test_v1_written_when_no_v2_mode_needed():
     x = make(ml_dtypes.bfloat16, 10000)
-    assert lmc.info(lmc.compress(x))["version"] == 1
-    assert lmc.info(lmc.compress(x, reference=x))["version"] == 1  # XOR of equal: constant
+    assert lmc.info(lmc.compress(x, format_version=3))["version"] == 1
+    assert lmc.info(lmc.compress(x, reference=x, format_version=3))["version"] == 1  # XOR of equal: constant
+    assert lmc.info(lmc.compress(x))["version"] == 4  # the default: word checksums, always version 4
+    assert lmc.info(lmc.compress(x, reference=x))["chunk_modes"] == {"xor": 1}
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
@@ -285,7 +287,7 @@ def test_format_version_1(dtype):
         assert lmc.info(v1)["version"] == 1
         assert same_bits(lmc.decompress(v1, reference=ref), x)
         assert len(lmc.compress(x, reference=ref)) <= len(v1)
-    for bad in (0, 4, True, "1", None):
+    for bad in (0, 5, True, "1", None):
         with pytest.raises(ValueError, match="format_version"):
             lmc.compress(x, format_version=bad)
 
@@ -304,7 +306,7 @@ def test_predicted_exponent_smaller_on_second_moments(dtype):
     mode's margin, bit-exact through lmc and the Python oracle; format_version=2 never writes version 3."""
     x = second_moment(np.float32, 96, 96, 1, steps=40)
     x = (x * 1e5).astype(dtype) if dtype == np.float16 else x.astype(dtype)
-    b3 = lmc.compress(x, chunk_size=4096)
+    b3 = lmc.compress(x, chunk_size=4096, format_version=3)
     b2 = lmc.compress(x, chunk_size=4096, format_version=2)
     assert lmc.info(b3)["version"] == 3 and lmc.info(b2)["version"] <= 2
     assert len(b3) < len(b2) * (1 - 1 / 64)
@@ -331,7 +333,7 @@ def test_predicted_exponent_row_lengths(shape, chunk):
 
 def _pred_blob():
     x = second_moment(ml_dtypes.bfloat16, 40, 96, 3)
-    blob = bytearray(lmc.compress(x, chunk_size=len(x.reshape(-1))))
+    blob = bytearray(lmc.compress(x, chunk_size=len(x.reshape(-1)), format_version=3))
     assert blob[4] == 3
     return x, blob
 
@@ -390,7 +392,7 @@ def test_reference_never_larger_than_the_predicted_exponent(dtype):
     unrelated reference is at most the 8-byte reference hash larger than coded alone (format 3)."""
     x = second_moment(np.float32, 96, 96, 1, steps=40).astype(dtype)
     unrelated = second_moment(np.float32, 96, 96, 2, steps=40).astype(dtype)
-    alone = lmc.compress(x, chunk_size=4096)
+    alone = lmc.compress(x, chunk_size=4096, format_version=3)
     assert lmc.info(alone)["version"] == 3
     with_ref = lmc.compress(x, chunk_size=4096, reference=unrelated)
     assert len(with_ref) <= len(alone) + 8

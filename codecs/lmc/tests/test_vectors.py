@@ -21,8 +21,13 @@ def test_vector(name):
     assert len(blob) == e["size"]
     y = lmc.decompress(blob, reference=ref)
     assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
-    assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"]) == blob
+    assert lmc.info(blob)["version"] == 4 if e["format_version"] == 4 else lmc.info(blob)["version"] <= 3
+    assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"]) == blob
 
 
 def test_manifest_not_empty():
     assert len(MANIFEST) >= 10
+    # every input frozen in both checksums: versions 1-3 (units) and 4 (words)
+    inputs = {e["input"] for e in MANIFEST.values()}
+    for fv in (3, 4):
+        assert {e["input"] for e in MANIFEST.values() if e["format_version"] == fv} == inputs

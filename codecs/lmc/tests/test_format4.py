@@ -1,0 +1,144 @@
+"""Format version 4: the chunk checksums (and the reference hash) over 64-bit words instead of units.
+
+The oracle (pyref, written from FORMAT.md) decodes version-4 blobs of every dtype and chunk tail; a
+constant chunk's checksum (computed without writing it, in the structural pre-pass) agrees with the
+written chunk's; the payloads are format 3's, byte for byte; a blob relabelled between versions 3 and 4
+is refused (its checksums are the other kind)."""
+import struct
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lmc
+import pyref
+from lmc import _core
+from lmc._kbase import checksum_fill, checksum_units
+from test_corruption import _refix_crc
+
+DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.int8, np.uint8, np.int16, np.int32,
+          np.int64, np.bool_, np.complex64]
+
+
+def _sample(dt, n, seed):
+    rng = np.random.default_rng(seed)
+    if dt == np.bool_:
+        return rng.random(n) < 0.2
+    if np.issubdtype(np.dtype(dt), np.integer):
+        return rng.integers(-3, 4, n).astype(dt)
+    if dt == np.complex64:
+        return (rng.standard_normal(n) * 0.02 + 1j * rng.standard_normal(n) * 0.02).astype(dt)
+    return (rng.standard_normal(n) * 0.02).astype(np.float32).astype(dt)
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 7, 8, 9, 15, 16, 17, 1000, 1003])
+def test_word_checksum_matches_the_oracle(nbytes):
+    b = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    for unit in (1, 2, 4, 8):
+        if nbytes % unit:
+            continue
+        assert int(checksum_units(b, 0, nbytes // unit, unit, True)) == pyref.word_checksum(b.tobytes())
+        assert int(checksum_units(b, 0, nbytes // unit, unit, False)) == pyref.checksum(
+            [int.from_bytes(b[i:i + unit].tobytes(), "little") for i in range(0, nbytes, unit)])
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_v4_blobs_decode_in_the_oracle(dt):
+    """Chunks of odd lengths (the last word padded), alone and with a reference."""
+    x = _sample(dt, 2003, 1)
+    r = _sample(dt, 2003, 2)
+    r.reshape(-1)[::3] = x.reshape(-1)[::3]
+    for ref in (None, r):
+        for chunk in (257, 1000):
+            blob = lmc.compress(x, reference=ref, chunk_size=chunk)
+            assert lmc.info(blob)["version"] == 4
+            assert lmc.decompress(blob, reference=ref).tobytes() == x.tobytes()
+            out, _, _ = pyref.decode(blob, None if ref is None else ref.tobytes())
+            assert out == x.tobytes()
+
+
+@pytest.mark.parametrize("unit", [1, 2, 4, 8])
+@pytest.mark.parametrize("use_ref", [False, True])
+def test_constant_chunk_checksum_without_writing_it(unit, use_ref):
+    """checksum_fill (the pre-pass's checksum of a chunk of one repeated unit, XORed with a reference)
+    equals the checksum of the materialised chunk, for odd unit counts and offsets."""
+    rng = np.random.default_rng(unit)
+    for start, n in ((0, 1), (3, 5), (5, 13), (1, 64), (7, 1001)):
+        v = int(rng.integers(0, 1 << (8 * unit), dtype=np.uint64)) if unit < 8 else int(rng.integers(1 << 62))
+        ref = rng.integers(0, 256, (start + n) * unit, dtype=np.uint8)
+        units = np.full(n, v, dtype=f"<u{unit}").view(np.uint8)
+        if use_ref:
+            units = units ^ ref[start * unit:(start + n) * unit]
+        buf = np.zeros((start + n) * unit, np.uint8)
+        buf[start * unit:] = units
+        for wk in (False, True):
+            want = int(checksum_units(buf, start, n, unit, wk))
+            got = int(checksum_fill(ref if use_ref else np.zeros(0, np.uint8), use_ref, start, n, unit,
+                                    np.uint64(v), wk))
+            assert got == want, (wk, start, n)
+
+
+def test_constant_chunks_verified_in_the_prepass():
+    """Constant chunks (alone and XOR with the reference) decode in version 4; a wrong checksum on one is
+    refused before any chunk is decoded."""
+    x = np.full(3001, -7, np.int32)
+    ref = x.copy()
+    for r in (None, ref):
+        blob = lmc.compress(x, reference=r, chunk_size=1000)
+        assert lmc.decompress(blob, reference=r).tobytes() == x.tobytes()
+        h = _core._parse_header(np.frombuffer(blob, np.uint8))
+        tab = h["offsets"][0] - 4 - 12 * h["nch"]
+        b = bytearray(blob)
+        k = tab + 12 * 2 + 4   # the last chunk's checksum
+        b[k] ^= 1
+        with pytest.raises(lmc.FormatError, match="checksum"):
+            lmc.decompress(bytes(_refix_crc(b)), reference=r)
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.int8])
+def test_same_payloads_as_format_3(dt):
+    """Version 4 changes the checksums only: the same chunks, the same sizes."""
+    from make_vectors import train_pair
+    if dt == np.int8:
+        x, r = _sample(dt, 9000, 3), None
+    else:
+        x, r = train_pair(dt, 9000, 4)
+    b3 = lmc.compress(x, reference=r, chunk_size=2048, format_version=3)
+    b4 = lmc.compress(x, reference=r, chunk_size=2048)
+    assert len(b3) == len(b4)
+    h3 = _core._parse_header(np.frombuffer(b3, np.uint8))
+    h4 = _core._parse_header(np.frombuffer(b4, np.uint8))
+    assert h3["version"] <= 3 and h4["version"] == 4
+    assert b3[h3["offsets"][0]:] == b4[h4["offsets"][0]:]
+    assert (h3["sizes"] == h4["sizes"]).all()
+    if r is not None:
+        assert h3["refhash"] != h4["refhash"]
+
+
+def test_relabelled_version_refused():
+    """A version-4 blob read as version 3 (and a version-3 one as 4) fails its checksums."""
+    x = _sample(ml_dtypes.bfloat16, 5000, 5)
+    b4 = bytearray(lmc.compress(x, chunk_size=1024))
+    b3 = bytearray(lmc.compress(x, chunk_size=1024, format_version=3))
+    assert b3[4] <= 3 and b4[4] == 4
+    b4[4], b3[4] = 3, 4
+    for b in (b4, b3):
+        with pytest.raises(lmc.FormatError, match="checksum"):
+            lmc.decompress(bytes(_refix_crc(b)))
+
+
+def test_reference_hash_follows_the_version():
+    """The reference hash is over the reference's word checksums in version 4: the right reference
+    decodes, a reference one bit off is refused before decoding."""
+    x = _sample(np.float32, 4000, 6)
+    r = x.copy()
+    r[::7] += 1e-3
+    blob = lmc.compress(x, reference=r, chunk_size=1000)
+    (rh,) = struct.unpack_from("<Q", blob, 8 + 8 + 8)
+    assert rh == _core._ref_hash(_core._ro_bytes(r), r.size, 1000, 4, 1, True)
+    assert rh != _core._ref_hash(_core._ro_bytes(r), r.size, 1000, 4, 1, False)
+    assert lmc.decompress(blob, reference=r).tobytes() == x.tobytes()
+    bad = r.copy()
+    bad.view(np.uint8)[123] ^= 4
+    with pytest.raises(lmc.FormatError, match="reference hash"):
+        lmc.decompress(blob, reference=bad)
