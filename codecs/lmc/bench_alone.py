@@ -1,5 +1,6 @@
-"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: format 3 (the
-predicted-exponent mode) against format 2 (lmc 0.2's modes), lmc 0.3 with ``prefer="size"`` (the slower
+"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: format 4 (the default:
+word checksums) against format 3 (the same modes, unit checksums) and format 2 (lmc 0.2's modes, without the
+predicted exponent), lmc 0.3 with ``prefer="size"`` (the slower
 codings wherever they are smaller), z4ai ``compress`` and ZipNN, one thread.
 
 Usage: python bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
@@ -40,7 +41,9 @@ PREPARE = {}  # codec -> what its compress is given (made outside the timing); d
 
 
 def codecs(dtype):
-    out = {"lmc 0.3 (format 3)": (lambda a: lmc.compress(a, threads=1), lambda b: lmc.decompress(b, threads=1)),
+    out = {"lmc 0.3.2 (format 4)": (lambda a: lmc.compress(a, threads=1), lambda b: lmc.decompress(b, threads=1)),
+           "lmc format 3": (lambda a: lmc.compress(a, threads=1, format_version=3),
+                            lambda b: lmc.decompress(b, threads=1)),
            "lmc format 2": (lambda a: lmc.compress(a, threads=1, format_version=2),
                             lambda b: lmc.decompress(b, threads=1)),
            "lmc 0.3 prefer=size": (lambda a: lmc.compress(a, threads=1, prefer="size"),

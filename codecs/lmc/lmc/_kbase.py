@@ -42,6 +42,11 @@ PRED_MARGIN = 64
 # where the caller puts size first (compress(prefer="size")) every margin
 # above is this divisor: a slower coding is taken whenever it is smaller
 NO_MARGIN = 1 << 50
+# a plane of at least NEAR_RAW_MIN bytes whose sampled entropy is within
+# NEAR_RAW_BITS of 8 bits is stored raw without being counted (except where
+# size comes first): _kstreams.near_raw
+NEAR_RAW_MIN = 32768
+NEAR_RAW_BITS = 0.05
 
 LAYOUT_PLANES = 0
 LAYOUT_BF16 = 1

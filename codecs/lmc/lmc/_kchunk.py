@@ -102,7 +102,7 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
         chk = checksum_units(data, start, n, unit, wk)
         stream_count(data, ref, False, start, n, layout, ha)
         stream_hist(ha, ns, h)
-        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm)
+        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0)
         E = temporal_base(ref, start, n, layout)
         est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
         do_t = est_t - est_t // 16 < cost_a
@@ -116,7 +116,7 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
         if do_x:
             stream_count(data, ref, True, start, n, layout, hx)
             stream_hist(hx, ns, h2)
-            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, rm)
+            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, rm, 0)
     else:
         chk = split_chunk(data, ref, False, start, n, unit, layout, planes, wk)
         cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
@@ -146,7 +146,7 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
             and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / pm):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
-        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm) + 4
+        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm, 0) + 4
         every_const = mr[0] == MODE_CONST
         for s in range(1, ns):
             every_const = every_const and modes[s] == MODE_CONST

@@ -11,8 +11,8 @@ from numba import njit
 
 from ._intrinsics import ld, load_u32, store_u32
 from ._kbase import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
-                     LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, OK, PROB_SCALE, RANS_L,
-                     RANS_SLACK, _inc, copy_bytes, nonzero_range)
+                     LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, NEAR_RAW_BITS,
+                     NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes, nonzero_range)
 from ._krans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                      read_freq_table, write_freq_table)
 from ._khuffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
@@ -92,27 +92,64 @@ def _table_bytes(lens):
 
 
 @njit(nogil=True, cache=True)
-def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm):
-    """Count the symbols of each plane per sub-stream into h (zeroed by the
-    caller), then analyze_hist."""
-    for s in range(ns):
-        histo4(planes[s], n, h[s])
-    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm)
+def near_raw(p, n):
+    """Whether plane p[:n] is sure to be stored raw: the order-0 entropy of a
+    sample (64-byte blocks, one in every 1024 bytes), Miller-Madow corrected,
+    is within NEAR_RAW_BITS of 8 bits.  No coding of the plane's bytes one at
+    a time saves more than about 1% there (Huffman saves nothing), under
+    the speed setting's 1/RANS_MARGIN for rANS; counting the whole plane
+    (a third of the encoder's time on a bf16 mantissa plane) is skipped."""
+    if n < NEAR_RAW_MIN:
+        return False
+    t = np.zeros(256, np.int64)
+    m = 0
+    for b0 in range(0, n - 63, 1024):
+        for i in range(b0, b0 + 64):
+            t[p[i]] += 1
+        m += 64
+    k = 0
+    acc = 0.0
+    for c in range(256):
+        if t[c] > 0:
+            k += 1
+            acc += t[c] * np.log2(np.float64(t[c]))
+    ent = np.log2(np.float64(m)) - acc / m + (k - 1) / (2.0 * m * np.log(2.0))
+    return ent >= 8.0 - NEAR_RAW_BITS
 
 
 @njit(nogil=True, cache=True)
-def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm):
+def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm):
+    """Count the symbols of each plane per sub-stream into h (zeroed by the
+    caller), then analyze_hist.  Except where size comes first (rm ==
+    NO_MARGIN), a plane near_raw is not counted: it is stored raw."""
+    skip = 0
+    for s in range(ns):
+        if rm != NO_MARGIN and near_raw(planes[s], n):
+            skip |= 1 << s
+        else:
+            histo4(planes[s], n, h[s])
+    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip)
+
+
+@njit(nogil=True, cache=True)
+def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip):
     """Choose a mode per stream from its counts h[s, sub-stream, symbol];
     returns the total payload size (incl. the 5-byte stream headers).
     Huffman and raw sizes are exact; the rANS size (f, cm: its quantised
     table per stream at s * 256) is estimated from the quantised
     frequencies.  rm: 0, no rANS (format v1); else rANS is taken only when
     it saves more than 1/rm of the faster choice plus RANS_SLACK bytes
-    (rm = RANS_MARGIN by default, NO_MARGIN where size comes first)."""
+    (rm = RANS_MARGIN by default, NO_MARGIN where size comes first).
+    skip: a bit mask of the streams stored raw without their counts."""
     freq = np.empty(256, np.int64)
     sub = np.empty(4, np.int64)
     total = 0
     for s in range(ns):
+        if (skip >> s) & 1:
+            modes[s] = MODE_RAW
+            sizes[s] = n
+            total += 5 + n
+            continue
         for c in range(256):
             freq[c] = h[s, 0, c] + h[s, 1, c] + h[s, 2, c] + h[s, 3, c]
         m = huffman_lengths(freq, lens[s])
@@ -272,14 +309,20 @@ def exp_residuals(p, n, w, r):
 def pred_gain(p, n, w, step):
     """Estimated bits per exponent the prediction saves (order-0 entropy of
     the exponents minus that of the residuals), from every step-th element
-    past the first row; 1.0 when the sample is too small to tell."""
+    past the first 4 (in the first row the residual is against the element
+    4 to the left, as exp_residuals; a 1-D tensor is one row); 1.0 when the
+    sample is too small to tell."""
     he = np.zeros(256, np.int64)
     hr = np.zeros(256, np.int64)
     m = 0
-    for i in range(min(w + 4, n), n, step):
+    lim = min(w + 4, n)
+    for i in range(4, n, step):
         v = p[i]
         he[v] += 1
-        hr[np.uint8(v - _med8(p[i - 4], p[i - w], p[i - w - 4]))] += 1
+        if i < lim:
+            hr[np.uint8(v - p[i - 4])] += 1
+        else:
+            hr[np.uint8(v - _med8(p[i - 4], p[i - w], p[i - w - 4]))] += 1
         m += 1
     if m < 256:
         return 1.0
