@@ -38,7 +38,9 @@ def _pack_container(payload: bytes, archiver: str, level: int | None) -> bytes:
         archived = zstandard.ZstdCompressor(level=level, write_content_size=True).compress(payload)
     elif archiver == "lmc":
         import lmc
-        archived = lmc.compress(np.frombuffer(payload, np.uint8), chunk_size=_LMC_CHUNK)
+        # format_version=3: the oldest lmc version its chunks need (a uint8 payload gains nothing from format 4),
+        # so ExCP files stay readable by lmc 0.2+ and the frozen vectors reproduce
+        archived = lmc.compress(np.frombuffer(payload, np.uint8), chunk_size=_LMC_CHUNK, format_version=3)
     else:
         raise ExCPError(f"unknown archiver {archiver!r}")
     header = _HEADER.pack(MAGIC, VERSION, _ARCHIVERS[archiver], 0, len(payload), len(archived),
