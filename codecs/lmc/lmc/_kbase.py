@@ -98,7 +98,7 @@ _M63 = np.uint64(63)
 _M15 = np.uint64(15)
 _M3 = np.uint64(3)
 _S8 = np.uint64(8)
-_CM = np.uint64(15 | (3 << 32))
+_CM = np.uint64(15 | (7 << 40))  # a multi-symbol entry's bit count and symbol count (_khuffman)
 _M57 = np.uint64((1 << 57) - 1)
 _B57 = np.uint64(1 << 57)
 _U0 = np.uint64(0)
@@ -329,6 +329,15 @@ def merge_units(planes, n, unit, layout, dst):
             p = planes[j]
             for i in range(n):
                 dst[i * unit + j] = p[i]
+
+
+@njit(nogil=True, cache=True)
+def merge_bf16(p0, p1, n, d):
+    """merge_units for bf16 from any two planes (p1 may be a raw stream's
+    bytes in the blob itself): d (uint16[n])."""
+    for i in range(n):
+        sm = np.uint16(p1[i])
+        d[i] = np.uint16(((sm & 0x80) << 8) | (np.uint16(p0[i]) << 7) | (sm & 0x7F))
 
 
 @njit(nogil=True, cache=True)

@@ -30,13 +30,13 @@ from numba import njit
 
 from ._intrinsics import load_u32
 from ._kbase import (CHUNK_ALONE, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
-                     ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST,
+                     ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST,
                      NCTX, NO_MARGIN, OK, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0,
                      checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
                      xor_into)
 from ._khuffman import histo4
-from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_planes, exp_residuals,
-                        exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
+from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
+                        exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
 
@@ -268,14 +268,27 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
         return OK
     delta = flags == CHUNK_XOR
     pos = off + 1
+    w = 0
     if flags == CHUNK_PRED:
         pos = off + 5
+        w = np.int64(load_u32(blob, off + 1))
+    if layout == LAYOUT_BF16:
+        base = start * 2
+        st = decode_bf16(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w,
+                         out[base:base + 2 * n].view(np.uint16))
+        if st != OK:
+            return st
+        if delta:
+            xor_into(out[base:base + 2 * n], out, ref, base, 2 * n)
+        if checksum_units(out, start, n, unit, wk) != expected:
+            return ERR_CHECKSUM
+        return OK
     st = decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
                        dtab)
     if st != OK:
         return st
     if flags == CHUNK_PRED:
-        exp_restore(planes[0], n, np.int64(load_u32(blob, off + 1)))
+        exp_restore(planes[0], n, w)
     chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout, wk)
     if chk != expected:
         return ERR_CHECKSUM

@@ -300,33 +300,28 @@ def _encode4(p, n, codes, lens, out, o, sub):
 
 @njit(nogil=True, cache=True)
 def build_multi_table(dec, dec3):
-    """From the single-symbol table build dec3 (uint64[2048]): up to 3
-    symbols whose codes fit entirely in the 11 peeked bits.  Entry:
-    total_bits | sym1 << 8 | sym2 << 16 | sym3 << 24 | count << 32 (bits
-    4-7 are zero, so ``x & 63`` is the shift count)."""
+    """From the single-symbol table build dec3 (uint64[2048]): up to 4
+    symbols whose codes fit entirely in the 11 peeked bits (one 4-byte store
+    writes them all).  Entry: total_bits | sym1 << 8 | sym2 << 16 |
+    sym3 << 24 | sym4 << 32 | count << 40 (bits 4-7 are zero, so ``x & 63``
+    is the shift count, and ``x & _CM`` adds the bit and symbol counts to a
+    reader's ``bits | symbols << 40``)."""
     for idx in range(TABSIZE):
         e = np.int64(dec[idx])
-        l1 = e >> 8
+        tot = e >> 8
         syms = e & 255
-        tot = l1
         cnt = 1
-        rest = idx >> l1
-        avail = MAXLEN - l1
-        e2 = np.int64(dec[rest])
-        l2 = e2 >> 8
-        if l2 <= avail:
-            syms |= (e2 & 255) << 8
+        rest = idx >> tot
+        while cnt < 4:
+            e2 = np.int64(dec[rest])
+            l2 = e2 >> 8
+            if tot + l2 > MAXLEN:
+                break
+            syms |= (e2 & 255) << (8 * cnt)
             tot += l2
-            cnt = 2
-            avail -= l2
+            cnt += 1
             rest >>= l2
-            e3 = np.int64(dec[rest])
-            l3 = e3 >> 8
-            if l3 <= avail:
-                syms |= (e3 & 255) << 16
-                tot += l3
-                cnt = 3
-        dec3[idx] = np.uint64(tot | (syms << 8) | (cnt << 32))
+        dec3[idx] = np.uint64(tot | (syms << 8) | (cnt << 40))
 
 
 @njit(nogil=True, cache=True)
@@ -352,11 +347,11 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
     b1 = 0
     b2 = 0
     b3 = 0
-    # symbol counts of the sub-streams minus 15 (5 lookups of <= 3 symbols)
-    e0 = ((n + 3) >> 2) - 15
-    e1 = ((n + 2) >> 2) - 15
-    e2 = ((n + 1) >> 2) - 15
-    e3 = (n >> 2) - 15
+    # symbol counts of the sub-streams minus 20 (5 lookups of <= 4 symbols)
+    e0 = ((n + 3) >> 2) - 20
+    e1 = ((n + 2) >> 2) - 20
+    e2 = ((n + 1) >> 2) - 20
+    e3 = (n >> 2) - 20
     if single:
         # every code is >= 6 bits: one symbol per lookup, all readers advance
         # in lockstep (5 symbols per refill).  A sentinel bit above the 57
@@ -396,7 +391,7 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
         o2 = o
         o3 = o
     else:
-        # per reader: c = bits consumed | symbols decoded << 32 (the bit count
+        # per reader: c = bits consumed | symbols decoded << 40 (the bit count
         # stays < 2^32: <= 11 bits per symbol, <= 2^25 symbols per sub-stream)
         c0 = 0
         c1 = 0
@@ -411,7 +406,7 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
             b1 = c1 & 0xFFFFFFFF
             b2 = c2 & 0xFFFFFFFF
             b3 = c3 & 0xFFFFFFFF
-            if ((c0 >> 32) > e0 or (c1 >> 32) > e1 or (c2 >> 32) > e2 or (c3 >> 32) > e3
+            if ((c0 >> 40) > e0 or (c1 >> 40) > e1 or (c2 >> 40) > e2 or (c3 >> 40) > e3
                     or (b0 >> 3) + 8 > L0 or (b1 >> 3) + 8 > L1
                     or (b2 >> 3) + 8 > L2 or (b3 >> 3) + 8 > L3):
                 break
@@ -426,10 +421,10 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
                 x1 = ld(dec3, a1 & _M11)
                 x2 = ld(dec3, a2 & _M11)
                 x3 = ld(dec3, a3 & _M11)
-                store_u32(t0, c0 >> 32, np.uint32((x0 >> _S8) & _M32))
-                store_u32(t1, c1 >> 32, np.uint32((x1 >> _S8) & _M32))
-                store_u32(t2, c2 >> 32, np.uint32((x2 >> _S8) & _M32))
-                store_u32(t3, c3 >> 32, np.uint32((x3 >> _S8) & _M32))
+                store_u32(t0, c0 >> 40, np.uint32((x0 >> _S8) & _M32))
+                store_u32(t1, c1 >> 40, np.uint32((x1 >> _S8) & _M32))
+                store_u32(t2, c2 >> 40, np.uint32((x2 >> _S8) & _M32))
+                store_u32(t3, c3 >> 40, np.uint32((x3 >> _S8) & _M32))
                 a0 >>= x0 & _M63
                 a1 >>= x1 & _M63
                 a2 >>= x2 & _M63
@@ -442,10 +437,10 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
         b1 = c1 & 0xFFFFFFFF
         b2 = c2 & 0xFFFFFFFF
         b3 = c3 & 0xFFFFFFFF
-        o0 = c0 >> 32
-        o1 = c1 >> 32
-        o2 = c2 >> 32
-        o3 = c3 >> 32
+        o0 = c0 >> 40
+        o1 = c1 >> 40
+        o2 = c2 >> 40
+        o3 = c3 >> 40
     bp = _i4(b0, b1, b2, b3)
     op = _i4(o0, o1, o2, o3)
     for k in range(4):

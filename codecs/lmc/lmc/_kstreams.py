@@ -12,7 +12,8 @@ from numba import njit
 from ._intrinsics import ld, load_u32, store_u32
 from ._kbase import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
                      LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, NEAR_RAW_BITS,
-                     NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes, nonzero_range)
+                     NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes, merge_bf16,
+                     nonzero_range)
 from ._krans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                      read_freq_table, write_freq_table)
 from ._khuffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
@@ -412,6 +413,21 @@ def _read_record(blob, pos, end, n, version):
 
 
 @njit(nogil=True, cache=True)
+def _decode_stream(blob, pos, plen, mode, p, n, lens, dec, dec3, dec1, tmp, f, cm, dtab):
+    """Decode the payload blob[pos:pos+plen] of a stream record (its header
+    read by _read_record) into p[:n].  Returns a status."""
+    if mode == MODE_RAW:
+        copy_bytes(p, 0, blob, pos, n)
+    elif mode == MODE_CONST:
+        p[:n] = blob[pos]  # fill (fast)
+    elif mode == MODE_HUFF:
+        return decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
+    else:  # MODE_RANS
+        return decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab)
+    return OK
+
+
+@njit(nogil=True, cache=True)
 def decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab):
     """Read the ns stream records of an alone or XOR chunk (blob[pos:end],
     after its mode byte) into planes[s, :n]; the scratch is decode_chunk's.
@@ -421,22 +437,43 @@ def decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, ver
         if st != OK:
             return st
         pos += 5
-        p = planes[s]
-        if mode == MODE_RAW:
-            copy_bytes(p, 0, blob, pos, n)
-        elif mode == MODE_CONST:
-            p[:n] = blob[pos]  # fill (fast)
-        elif mode == MODE_HUFF:
-            st = decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
-            if st != OK:
-                return st
-        else:  # MODE_RANS
-            st = decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab)
-            if st != OK:
-                return st
+        st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+        if st != OK:
+            return st
         pos += plen
     if pos != end:
         return ERR_TRAIL
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def decode_bf16(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w, dst):
+    """decode_planes and merge_units for a bf16 alone, predicted (w > 0: the
+    row length) or XOR chunk into dst (uint16[n]; XOR chunks: before the
+    reference is applied), a raw sign/mantissa stream (the common case)
+    merged straight from the blob, without a copy.  Returns a status."""
+    st, m0, l0 = _read_record(blob, pos, end, n, version)
+    if st != OK:
+        return st
+    q0 = pos + 5
+    st, m1, l1 = _read_record(blob, q0 + l0, end, n, version)
+    if st != OK:
+        return st
+    q1 = q0 + l0 + 5
+    if q1 + l1 != end:
+        return ERR_TRAIL
+    st = _decode_stream(blob, q0, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+    if st != OK:
+        return st
+    if w > 0:
+        exp_restore(planes[0], n, w)
+    if m1 == MODE_RAW:
+        merge_bf16(planes[0], blob[q1:q1 + n], n, dst)
+        return OK
+    st = _decode_stream(blob, q1, l1, m1, planes[1], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+    if st != OK:
+        return st
+    merge_bf16(planes[0], planes[1], n, dst)
     return OK
 
 
