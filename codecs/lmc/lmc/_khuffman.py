@@ -209,12 +209,10 @@ def build_decode_table(lens, dec):
 def _encode4(p, n, codes, lens, out, o, sub):
     """Encode the n symbols of p into 4 interleaved LSB-first sub-streams
     (symbol i -> sub-stream i % 4) written back to back at out[o:], whose
-    exact byte sizes sub[0..3] are known in advance.  Never writes outside
+    exact byte sizes sub[0..3] are known in advance (codes: uint64[256],
+    lens: int64[256], every length <= MAXLEN = 11).  Never writes outside
     [o, o + sum(sub)).  Returns the end position (or -1 on a size mismatch,
     which would be an internal error)."""
-    ct = np.empty(256, np.uint64)  # code | length << 32
-    for c in range(256):
-        ct[c] = codes[c] | (np.uint64(lens[c]) << _S32)
     q0 = o
     en0 = q0 + sub[0]
     q1 = en0
@@ -231,43 +229,49 @@ def _encode4(p, n, codes, lens, out, o, sub):
     n1 = 0
     n2 = 0
     n3 = 0
-    nblk = n >> 4
+    # blocks of 20 symbols, 5 per sub-stream: < 8 pending bits + 5 codes of
+    # <= 11 bits fit the 64-bit accumulator, flushed by one 8-byte store
+    nblk = n // 20
     j = 0
     while j < nblk:
-        # the 8-byte stores below must stay inside each sub-stream
-        if q0 + 8 > en0 or q1 + 8 > en1 or q2 + 8 > en2 or q3 + 8 > en3:
+        # a block advances a sub-stream by <= 7 bytes: the 8-byte stores of
+        # the next g blocks stay inside every sub-stream (no check per block)
+        g = min(min(en0 - q0, en1 - q1), min(en2 - q2, en3 - q3)) - 8
+        if g < 0:
             break
-        i = 16 * j
-        for t in range(4):
-            e0 = ld(ct, ld(p, i + 4 * t))
-            e1 = ld(ct, ld(p, i + 4 * t + 1))
-            e2 = ld(ct, ld(p, i + 4 * t + 2))
-            e3 = ld(ct, ld(p, i + 4 * t + 3))
-            a0 |= (e0 & _M32) << np.uint64(n0)
-            a1 |= (e1 & _M32) << np.uint64(n1)
-            a2 |= (e2 & _M32) << np.uint64(n2)
-            a3 |= (e3 & _M32) << np.uint64(n3)
-            n0 += np.int64(e0 >> _S32)
-            n1 += np.int64(e1 >> _S32)
-            n2 += np.int64(e2 >> _S32)
-            n3 += np.int64(e3 >> _S32)
-        store_u64(out, q0, a0)
-        store_u64(out, q1, a1)
-        store_u64(out, q2, a2)
-        store_u64(out, q3, a3)
-        q0 += n0 >> 3
-        q1 += n1 >> 3
-        q2 += n2 >> 3
-        q3 += n3 >> 3
-        a0 >>= np.uint64(n0 & ~7)
-        a1 >>= np.uint64(n1 & ~7)
-        a2 >>= np.uint64(n2 & ~7)
-        a3 >>= np.uint64(n3 & ~7)
-        n0 &= 7
-        n1 &= 7
-        n2 &= 7
-        n3 &= 7
-        j += 1
+        g = min(g // 7 + 1, nblk - j)
+        for jj in range(j, j + g):
+            i = 20 * jj
+            for t in range(5):
+                c0 = ld(p, i + 4 * t)
+                c1 = ld(p, i + 4 * t + 1)
+                c2 = ld(p, i + 4 * t + 2)
+                c3 = ld(p, i + 4 * t + 3)
+                a0 |= ld(codes, c0) << np.uint64(n0)
+                a1 |= ld(codes, c1) << np.uint64(n1)
+                a2 |= ld(codes, c2) << np.uint64(n2)
+                a3 |= ld(codes, c3) << np.uint64(n3)
+                n0 += ld(lens, c0)
+                n1 += ld(lens, c1)
+                n2 += ld(lens, c2)
+                n3 += ld(lens, c3)
+            store_u64(out, q0, a0)
+            store_u64(out, q1, a1)
+            store_u64(out, q2, a2)
+            store_u64(out, q3, a3)
+            q0 += n0 >> 3
+            q1 += n1 >> 3
+            q2 += n2 >> 3
+            q3 += n3 >> 3
+            a0 >>= np.uint64(n0 & ~7)
+            a1 >>= np.uint64(n1 & ~7)
+            a2 >>= np.uint64(n2 & ~7)
+            a3 >>= np.uint64(n3 & ~7)
+            n0 &= 7
+            n1 &= 7
+            n2 &= 7
+            n3 &= 7
+        j += g
     qs = _i4(q0, q1, q2, q3)
     accs = _u4(a0, a1, a2, a3)
     nbs = _i4(n0, n1, n2, n3)
@@ -276,7 +280,7 @@ def _encode4(p, n, codes, lens, out, o, sub):
         q = qs[k]
         acc = accs[k]
         nb = nbs[k]
-        for i in range(16 * j + k, n, 4):
+        for i in range(20 * j + k, n, 4):
             c = p[i]
             acc |= codes[c] << np.uint64(nb)
             nb += lens[c]
