@@ -10,7 +10,9 @@ CHECKPOINT_DIR is a Hugging Face Trainer checkpoint folder (``model.safetensors`
 tensor of at least N elements (default 65536) with its shape: the weights and AdamW's two moments (mapped to
 parameter names by order), as fp32 and cast to bf16. Per (dtype, kind): ratio of every codec (all tensors of the
 kind together), then compress / decompress MiB/s with one thread, the codecs interleaved in each of K runs
-(default 3), each the best of R calls (default 3); every round trip checked. Speeds vary between runs on a
+(default 3), each the best of R calls (default 3); every round trip checked. Each run ends with lmc's default
+decompressing into arrays allocated once (``out=``): the gap to its own figure in the run is what the page
+faults of a fresh output cost (every codec's decompress returns new memory). Speeds vary between runs on a
 shared machine: compare within a run.
 """
 import argparse
@@ -110,6 +112,13 @@ def main():
                     tc = best(lambda ins: [enc(x) for x in ins], a.repeat, lambda: [prep(x) for x in arrs])
                     td = best(lambda _: [dec(b) for b in blobs[name]], a.repeat)
                     row.append(f"{name} {mib / tc:.0f}/{mib / td:.0f}")
+                # the default's decompress again, into arrays allocated (and touched) once outside the clock:
+                # what the page faults of a fresh output cost
+                first = next(iter(cs))
+                outs = [np.ones_like(x) for x in arrs]
+                td = best(lambda _: [lmc.decompress(b, threads=1, out=o) for b, o in zip(blobs[first], outs)],
+                          a.repeat)
+                row.append(f"| {first} decompress into out=: {mib / td:.0f}")
                 print(f"  run {run + 1}  MiB/s compress/decompress: " + "  ".join(row))
 
 

@@ -1,0 +1,279 @@
+"""Could a context-free delta coding keep the temporal mode's ratio at the alone mode's speed? (issue 21, target 2:
+a measurement, not a codec mode)
+
+lmc's temporal mode codes each float's difference from the reference (the previous checkpoint) symbol by symbol:
+a bit-length class through one of 16 rANS tables chosen by the reference's exponent, then the raw bits below the
+leading one. It decodes at ~0.25-0.35x of the alone mode's speed on weights. The obvious faster candidate is a
+delta coded with the alone mode's own stream machinery: per element ``z = zigzag(d)``,
+``d = mono(x) - mono(r)`` (mod 2^W, read as signed; ``mono`` the temporal mode's monotone map of the float bits),
+and the W/8 bytes of ``z`` (least significant first) as byte streams, each coded raw / constant / Huffman / rANS
+as lmc codes the streams of an alone chunk. Its decoder is the alone mode's stream decoders plus one vectorized
+pass (un-zigzag, add ``mono(r)``, un-mono).
+
+This probe measures that candidate without adding a format: ``lmc.compress(z)`` on the ``z`` array (uint16 for
+bf16, uint32 for fp32) writes exactly those byte streams (lmc's byte-plane layout for integer units), and
+``lmc.compress(z, format_version=1)`` the same with Huffman only (no rANS). Per (dtype, kind) of a checkpoint pair
+(R, S) of a Hugging Face Trainer series (every tensor of at least 65,536 elements, fp32 and cast to bf16):
+
+* ratio of lmc alone, lmc with the reference (the default, per chunk the smallest of alone / XOR / temporal),
+  ``prefer="size"``, the ``z`` streams (rANS where it pays, as the default does), the ``z`` streams Huffman only,
+  and z4ai 0.2 ``compress_delta``;
+* one-thread decode speed (MiB/s of original data, best of ``--repeat``): lmc alone, lmc with the reference, and
+  each ``z`` coding (its streams' decode plus the reconstruction pass, timed together);
+* which stream modes the ``z`` coding takes per byte plane, and each plane's share of its bytes.
+
+Usage:  python codecs/lmc/delta_probe.py SERIES_DIR [--pairs 500:550,950:1000] [--repeat 3] [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import struct
+import subprocess
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+from numba import njit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import lmc  # noqa: E402
+from lmc._core import _parse_header  # noqa: E402
+from lmc._kbase import NCTX, PROB_SCALE, TABSIZE, checksum_units  # noqa: E402
+from lmc._kstreams import decode_planes  # noqa: E402
+
+MODE_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
+
+
+def load(folder, min_el=65536):
+    import torch
+    from safetensors.numpy import load_file
+    w = load_file(os.path.join(folder, "model.safetensors"))
+    opt = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True, map_location="cpu")
+    kinds = {"weight": [v for v in w.values() if v.dtype == np.float32 and v.size >= min_el]}
+    for k in ("exp_avg", "exp_avg_sq"):
+        kinds[k] = [s[k].numpy() for s in opt["state"].values() if s[k].numel() >= min_el]
+    return kinds
+
+
+def mono(u, W):
+    """The temporal mode's monotone map of float bits (as unsigned W-bit integers)."""
+    sb = np.array(1 << (W - 1), u.dtype)
+    allm = np.array((1 << W) - 1, u.dtype)
+    return np.where(u & sb, u ^ allm, u ^ sb)
+
+
+def zigzag_delta(x, r, W):
+    ui = np.uint16 if W == 16 else np.uint32
+    si = np.int16 if W == 16 else np.int32
+    d = (mono(x.view(ui), W) - mono(r.view(ui), W)).astype(ui).view(si).astype(np.int64)
+    return ((d << 1) ^ (d >> (W - 1))).astype(ui)
+
+
+@njit(nogil=True, cache=True)
+def _recon16(z, r, out):
+    for i in range(z.size):
+        zv = np.int64(z[i])
+        d = (zv >> 1) ^ -(zv & 1)
+        rv = np.int64(r[i])
+        m = rv ^ 0x8000 ^ (-np.int64((rv & 0x8000) != 0) & 0x7FFF)
+        m = (m + d) & 0xFFFF
+        out[i] = np.uint16(m ^ 0x8000 ^ (-np.int64((m & 0x8000) == 0) & 0x7FFF))
+
+
+@njit(nogil=True, cache=True)
+def _recon32(z, r, out):
+    for i in range(z.size):
+        zv = np.int64(z[i])
+        d = (zv >> 1) ^ -(zv & 1)
+        rv = np.int64(r[i])
+        m = rv ^ 0x80000000 ^ (-np.int64((rv & 0x80000000) != 0) & 0x7FFFFFFF)
+        m = (m + d) & 0xFFFFFFFF
+        out[i] = np.uint32(m ^ 0x80000000 ^ (-np.int64((m & 0x80000000) == 0) & 0x7FFFFFFF))
+
+
+@njit(nogil=True, cache=True)
+def _delta_decode(blob, offsets, sizes, total, chunk, W, ref, out, out_u8, sink):
+    """What a delta chunk mode's decoder would do, per chunk of the z blob (alone chunks of W/8 byte streams;
+    stored chunks copied): lmc's own stream decoders into byte planes, then one pass that merges the planes,
+    un-zigzags, adds mono(r) and un-monos; and the chunk checksum, as lmc verifies every chunk (the blob's own
+    checksums: those of z, as the probe codes z, cost what the decoded floats' would). Returns 0, or the first
+    failing status."""
+    unit = W // 8
+    m = min(chunk, total) + 16
+    planes = np.empty((unit, m), np.uint8)
+    dec = np.empty(TABSIZE, np.uint16)
+    dec3 = np.empty(TABSIZE, np.uint64)
+    dec1 = np.empty(TABSIZE, np.uint16)
+    lens = np.empty(256, np.uint8)
+    tmp = np.empty(4 * (((min(chunk, total) + 3) >> 2) + 16), np.uint8)
+    f = np.empty(NCTX * 256, np.int64)
+    cm = np.empty(NCTX * 256, np.int64)
+    dtab = np.empty(NCTX * PROB_SCALE, np.uint32)
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    for c in range(offsets.size):
+        start = c * chunk
+        n = min(chunk, total - start)
+        off = offsets[c]
+        if blob[off] == 2:  # stored
+            for j in range(unit):
+                for i in range(n):
+                    planes[j, i] = blob[off + 1 + i * unit + j]
+        else:
+            st = decode_planes(blob, off + 1, off + sizes[c], n, unit, planes, dec, dec3, dec1, lens, tmp, 4, f,
+                               cm, dtab)
+            if st != 0:
+                return st
+        if W == 16:
+            p0 = planes[0]
+            p1 = planes[1]
+            for i in range(n):
+                z = np.int64(p0[i]) | (np.int64(p1[i]) << 8)
+                d = (z >> 1) ^ -(z & 1)
+                rv = np.int64(ref[start + i])
+                mm = (rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d
+                mm &= mask
+                out[start + i] = mm ^ sb ^ (-np.int64((mm & sb) == 0) & (sb - 1))
+        else:
+            p0 = planes[0]
+            p1 = planes[1]
+            p2 = planes[2]
+            p3 = planes[3]
+            for i in range(n):
+                z = (np.int64(p0[i]) | (np.int64(p1[i]) << 8) | (np.int64(p2[i]) << 16)
+                     | (np.int64(p3[i]) << 24))
+                d = (z >> 1) ^ -(z & 1)
+                rv = np.int64(ref[start + i])
+                mm = (rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d
+                mm &= mask
+                out[start + i] = mm ^ sb ^ (-np.int64((mm & sb) == 0) & (sb - 1))
+        sink[0] ^= checksum_units(out_u8, start, n, unit, True)
+    return 0
+
+
+def delta_decode(blob, r, W):
+    """The float bits back from a z blob and the reference, as a delta chunk mode would decode them."""
+    h = _parse_header(blob)
+    ui = np.uint16 if W == 16 else np.uint32
+    out = np.empty(h["total"], ui)
+    b = np.frombuffer(blob, np.uint8)
+    st = _delta_decode(b, h["offsets"].astype(np.int64), h["sizes"].astype(np.int64), h["total"], h["chunk"], W,
+                       r.reshape(-1).view(ui), out, out.view(np.uint8), np.zeros(1, np.uint64))
+    if st:
+        raise SystemExit(f"delta_probe: stream decode failed (status {st})")
+    return out
+
+
+def recon(z, r, W):
+    """The delta mode's reconstruction pass: the original float bits from z and the reference."""
+    ui = np.uint16 if W == 16 else np.uint32
+    out = np.empty(z.size, ui)
+    (_recon16 if W == 16 else _recon32)(z.reshape(-1), r.reshape(-1).view(ui), out)
+    return out
+
+
+def plane_modes(blob, unit):
+    """Per byte plane of an lmc blob of integer units: {mode: bytes} over its chunks (alone chunks only)."""
+    h = _parse_header(blob)
+    out = [dict() for _ in range(unit)]
+    for off, size in zip(h["offsets"], h["sizes"]):
+        if blob[off] != 0:  # stored chunk: every plane raw
+            for j in range(unit):
+                out[j]["stored"] = out[j].get("stored", 0) + (size - 1) // unit
+            continue
+        p = off + 1
+        for j in range(unit):
+            mode = blob[p]
+            ln = struct.unpack_from("<I", blob, p + 1)[0]
+            name = MODE_NAMES.get(mode, str(mode))
+            out[j][name] = out[j].get(name, 0) + 5 + ln
+            p += 5 + ln
+    return out
+
+
+def best(fn, repeat):
+    t = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        t = min(t, time.perf_counter() - t0)
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("series")
+    ap.add_argument("--pairs", default="500:550,950:1000")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    import z4ai
+    try:
+        commit = subprocess.run(["git", "-C", HERE, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True).stdout.strip()
+    except OSError:
+        commit = "?"
+    lines = [f"series {a.series}; lmc {lmc.__version__}, z4ai {getattr(z4ai, '__version__', '?')}; git {commit}; "
+             f"{platform.processor() or platform.machine()}; one thread; best of {a.repeat}", ""]
+    hdr = ("| pair | dtype / kind | alone | with reference (default) | prefer=size | z streams | z streams, Huffman only "
+           "| z4ai delta | decode MiB/s: alone / with reference / z streams / z Huffman only | z streams' plane modes "
+           "(share of bytes) |")
+    lines += [hdr, "|" + "---|" * 10]
+    print("\n".join(lines), flush=True)
+    for pair in a.pairs.split(","):
+        s0, s1 = (int(v) for v in pair.split(":"))
+        A = load(os.path.join(a.series, f"checkpoint-{s0}"))
+        B = load(os.path.join(a.series, f"checkpoint-{s1}"))
+        for dt in ("bf16", "fp32"):
+            W = 16 if dt == "bf16" else 32
+            for kind in ("weight", "exp_avg", "exp_avg_sq"):
+                xs, rs = B[kind], A[kind]
+                if dt == "bf16":
+                    xs = [v.astype(ml_dtypes.bfloat16) for v in xs]
+                    rs = [v.astype(ml_dtypes.bfloat16) for v in rs]
+                raw = sum(v.nbytes for v in xs)
+                zs = [zigzag_delta(x, r, W) for x, r in zip(xs, rs)]
+                b_alone = [lmc.compress(x, threads=1) for x in xs]
+                b_ref = [lmc.compress(x, reference=r, threads=1) for x, r in zip(xs, rs)]
+                b_size = [lmc.compress(x, reference=r, threads=1, prefer="size") for x, r in zip(xs, rs)]
+                b_z = [lmc.compress(z, threads=1) for z in zs]
+                b_zh = [lmc.compress(z, threads=1, format_version=1) for z in zs]
+                b_z4 = [z4ai.compress_delta(x.tobytes(), r.tobytes(), dtype=dt, threads=1) for x, r in zip(xs, rs)]
+                ui = np.uint16 if W == 16 else np.uint32
+                for x, r, bz, bzh in zip(xs, rs, b_z, b_zh):  # the probe's own round trip
+                    for b in (bz, bzh):
+                        for y in (recon(lmc.decompress(b, threads=1), r, W), delta_decode(b, r, W)):
+                            if not np.array_equal(y, x.reshape(-1).view(ui)):
+                                raise SystemExit(f"delta_probe: round trip failed ({dt} {kind})")
+                ratio = lambda bl: raw / sum(len(b) for b in bl)  # noqa: E731
+                t_alone = best(lambda: [lmc.decompress(b, threads=1) for b in b_alone], a.repeat)
+                t_ref = best(lambda: [lmc.decompress(b, reference=r, threads=1) for b, r in zip(b_ref, rs)],
+                             a.repeat)
+                t_z = best(lambda: [delta_decode(b, r, W) for b, r in zip(b_z, rs)], a.repeat)
+                t_zh = best(lambda: [delta_decode(b, r, W) for b, r in zip(b_zh, rs)], a.repeat)
+                mib = lambda t: f"{raw / t / 2**20:.0f}"  # noqa: E731
+                modes = [dict() for _ in range(W // 8)]
+                for b in b_z:
+                    for j, m in enumerate(plane_modes(b, W // 8)):
+                        for k, v in m.items():
+                            modes[j][k] = modes[j].get(k, 0) + v
+                tot = sum(sum(m.values()) for m in modes)
+                desc = "; ".join(f"byte {j}: " + ", ".join(f"{k} {v / tot:.0%}" for k, v in sorted(m.items(),
+                                 key=lambda kv: -kv[1])) for j, m in enumerate(modes))
+                row = (f"| {s0}→{s1} | {dt} {kind} | {ratio(b_alone):.4f} | {ratio(b_ref):.4f} | {ratio(b_size):.4f} "
+                       f"| {ratio(b_z):.4f} | {ratio(b_zh):.4f} | {ratio(b_z4):.4f} | {mib(t_alone)} / {mib(t_ref)} / "
+                       f"{mib(t_z)} / {mib(t_zh)} | {desc} |")
+                lines.append(row)
+                print(row, flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
