@@ -17,9 +17,12 @@ bf16, uint32 for fp32) writes exactly those byte streams (lmc's byte-plane layou
 
 * ratio of lmc alone, lmc with the reference (the default, per chunk the smallest of alone / XOR / temporal),
   ``prefer="size"``, the ``z`` streams (rANS where it pays, as the default does), the ``z`` streams Huffman only,
-  and z4ai 0.2 ``compress_delta``;
+  the ``z`` split (``t = min(z >> s, 255)`` one coded byte stream, the s low bits raw, escapes stored whole; per
+  tensor the s of 0, 4, .. W - 4 that is smallest: leaves the noisy low bits raw, as the alone mode leaves the
+  low mantissa raw) and z4ai 0.2 ``compress_delta``;
 * one-thread decode speed (MiB/s of original data, best of ``--repeat``): lmc alone, lmc with the reference, and
-  each ``z`` coding (its streams' decode plus the reconstruction pass, timed together);
+  each ``z`` coding (lmc's stream decoders plus one reconstruction pass, timed together, every output new
+  memory as ``lmc.decompress``'s is);
 * which stream modes the ``z`` coding takes per byte plane, and each plane's share of its bytes.
 
 Usage:  python codecs/lmc/delta_probe.py SERIES_DIR [--pairs 500:550,950:1000] [--repeat 3] [--out FILE.md]
@@ -45,6 +48,7 @@ import lmc  # noqa: E402
 from lmc._core import _parse_header  # noqa: E402
 from lmc._kbase import NCTX, PROB_SCALE, TABSIZE, checksum_units  # noqa: E402
 from lmc._kstreams import decode_planes  # noqa: E402
+from lmc._intrinsics import load_u64  # noqa: E402
 
 MODE_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
 
@@ -169,6 +173,72 @@ def delta_decode(blob, r, W):
     return out
 
 
+def split_encode(z, W):
+    """The split coding of z: ``t = min(z >> s, 255)`` as one byte stream coded by lmc (raw / constant / Huffman /
+    rANS per chunk), the s bits below it packed raw, and every z whose t is 255 (an escape) stored whole; s, a
+    multiple of 4, the one of 0 .. W - 4 that makes the smallest total. Returns (size in bytes, parts)."""
+    z = z.reshape(-1).astype(np.uint64)
+    best_parts = None
+    for sh in range(0, W - 3, 4):
+        top = z >> np.uint64(sh)
+        esc = top >= 255
+        t8 = np.where(esc, 255, top).astype(np.uint8)
+        tb = lmc.compress(t8, threads=1)
+        low = pack_low(z, sh)
+        exc = z[esc].astype(np.uint16 if W == 16 else np.uint32)
+        size = len(tb) + low.size + exc.nbytes
+        if best_parts is None or size < best_parts[0]:
+            best_parts = (size, (sh, tb, low, exc))
+    return best_parts
+
+
+def pack_low(z, sh):
+    """The sh low bits of every z (sh a multiple of 4), LSB-first, back to back."""
+    n = z.size
+    if sh == 0:
+        return np.zeros(0, np.uint8)
+    nib = sh // 4
+    out = np.zeros((n * nib + 1) // 2 + 8, np.uint8)
+    for k in range(nib):  # nibble k of element i -> nibble i * nib + k of the stream
+        v = ((z >> np.uint64(4 * k)) & np.uint64(15)).astype(np.uint8)
+        pos = np.arange(n, dtype=np.int64) * nib + k
+        np.add.at(out, pos >> 1, (v << ((pos & 1) * 4).astype(np.uint8)).astype(np.uint8))
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _split_decode(t8, low, sh, exc, W, ref, out):
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    lm = (np.int64(1) << sh) - 1
+    j = 0
+    for i in range(t8.size):
+        t = np.int64(t8[i])
+        b = i * sh
+        lo = np.int64(load_u64(low, b >> 3) >> np.uint64(b & 7)) & lm if sh > 0 else np.int64(0)
+        z = (t << sh) | lo
+        if t == 255:
+            if j >= exc.size:
+                return -1
+            z = np.int64(exc[j])
+            j += 1
+        d = (z >> 1) ^ -(z & 1)
+        rv = np.int64(ref[i])
+        mm = ((rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d) & mask
+        out[i] = mm ^ sb ^ (-np.int64((mm & sb) == 0) & (sb - 1))
+    return 0 if j == exc.size else -1
+
+
+def split_decode(parts, r, W):
+    sh, tb, low, exc = parts
+    ui = np.uint16 if W == 16 else np.uint32
+    t8 = lmc.decompress(tb, threads=1)
+    out = np.empty(t8.size, ui)
+    if _split_decode(t8, low, sh, exc, W, r.reshape(-1).view(ui), out) != 0:
+        raise SystemExit("delta_probe: split decode failed")
+    return out
+
+
 def recon(z, r, W):
     """The delta mode's reconstruction pass: the original float bits from z and the reference."""
     ui = np.uint16 if W == 16 else np.uint32
@@ -221,9 +291,9 @@ def main():
     lines = [f"series {a.series}; lmc {lmc.__version__}, z4ai {getattr(z4ai, '__version__', '?')}; git {commit}; "
              f"{platform.processor() or platform.machine()}; one thread; best of {a.repeat}", ""]
     hdr = ("| pair | dtype / kind | alone | with reference (default) | prefer=size | z streams | z streams, Huffman only "
-           "| z4ai delta | decode MiB/s: alone / with reference / z streams / z Huffman only | z streams' plane modes "
-           "(share of bytes) |")
-    lines += [hdr, "|" + "---|" * 10]
+           "| z split | z4ai delta | decode MiB/s: alone / with reference / z streams / z Huffman only / z split "
+           "| z streams' plane modes (share of bytes) | z split: shifts, escapes |")
+    lines += [hdr, "|" + "---|" * 13]
     print("\n".join(lines), flush=True)
     for pair in a.pairs.split(","):
         s0, s1 = (int(v) for v in pair.split(":"))
@@ -243,6 +313,7 @@ def main():
                 b_size = [lmc.compress(x, reference=r, threads=1, prefer="size") for x, r in zip(xs, rs)]
                 b_z = [lmc.compress(z, threads=1) for z in zs]
                 b_zh = [lmc.compress(z, threads=1, format_version=1) for z in zs]
+                sp = [split_encode(z, W) for z in zs]
                 b_z4 = [z4ai.compress_delta(x.tobytes(), r.tobytes(), dtype=dt, threads=1) for x, r in zip(xs, rs)]
                 ui = np.uint16 if W == 16 else np.uint32
                 for x, r, bz, bzh in zip(xs, rs, b_z, b_zh):  # the probe's own round trip
@@ -250,12 +321,19 @@ def main():
                         for y in (recon(lmc.decompress(b, threads=1), r, W), delta_decode(b, r, W)):
                             if not np.array_equal(y, x.reshape(-1).view(ui)):
                                 raise SystemExit(f"delta_probe: round trip failed ({dt} {kind})")
+                for x, r, (_, parts) in zip(xs, rs, sp):
+                    if not np.array_equal(split_decode(parts, r, W), x.reshape(-1).view(ui)):
+                        raise SystemExit(f"delta_probe: split round trip failed ({dt} {kind})")
                 ratio = lambda bl: raw / sum(len(b) for b in bl)  # noqa: E731
                 t_alone = best(lambda: [lmc.decompress(b, threads=1) for b in b_alone], a.repeat)
                 t_ref = best(lambda: [lmc.decompress(b, reference=r, threads=1) for b, r in zip(b_ref, rs)],
                              a.repeat)
                 t_z = best(lambda: [delta_decode(b, r, W) for b, r in zip(b_z, rs)], a.repeat)
                 t_zh = best(lambda: [delta_decode(b, r, W) for b, r in zip(b_zh, rs)], a.repeat)
+                t_sp = best(lambda: [split_decode(parts, r, W) for (_, parts), r in zip(sp, rs)], a.repeat)
+                r_sp = raw / sum(size for size, _ in sp)
+                shifts = sorted({parts[0] for _, parts in sp})
+                esc = sum(parts[3].size for _, parts in sp) / sum(z.size for z in zs)
                 mib = lambda t: f"{raw / t / 2**20:.0f}"  # noqa: E731
                 modes = [dict() for _ in range(W // 8)]
                 for b in b_z:
@@ -266,8 +344,9 @@ def main():
                 desc = "; ".join(f"byte {j}: " + ", ".join(f"{k} {v / tot:.0%}" for k, v in sorted(m.items(),
                                  key=lambda kv: -kv[1])) for j, m in enumerate(modes))
                 row = (f"| {s0}→{s1} | {dt} {kind} | {ratio(b_alone):.4f} | {ratio(b_ref):.4f} | {ratio(b_size):.4f} "
-                       f"| {ratio(b_z):.4f} | {ratio(b_zh):.4f} | {ratio(b_z4):.4f} | {mib(t_alone)} / {mib(t_ref)} / "
-                       f"{mib(t_z)} / {mib(t_zh)} | {desc} |")
+                       f"| {ratio(b_z):.4f} | {ratio(b_zh):.4f} | {r_sp:.4f} | {ratio(b_z4):.4f} | {mib(t_alone)} / "
+                       f"{mib(t_ref)} / {mib(t_z)} / {mib(t_zh)} / {mib(t_sp)} | {desc} | s {shifts}, escapes "
+                       f"{esc:.3%} |")
                 lines.append(row)
                 print(row, flush=True)
     if a.out:
