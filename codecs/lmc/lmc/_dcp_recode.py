@@ -42,8 +42,8 @@ class _Recoder:
     """Writes the previous checkpoint's items, re-coded against this save's, into a new data file of the
     previous checkpoint's folder (with its save id, so its metadata, replaced at the end, names it)."""
 
-    def __init__(self, ref: CheckpointFolder, name: str, threads, sync):
-        self.ref, self.name, self.threads = ref, name, threads
+    def __init__(self, ref: CheckpointFolder, name: str, threads, sync, prefer="speed"):
+        self.ref, self.name, self.threads, self.prefer = ref, name, threads, prefer
         self.f = ref.fs.open_write(name, sync=sync)
         self.f.write(MAGIC + ref.save_id.encode("ascii"))
 
@@ -62,7 +62,7 @@ class _Recoder:
         if cur is None or old.codec != "lmc" or old.dtype != item.dtype or old.shape != item.shape:
             return self.carry(key)
         arr = np.asarray(self.ref.decode(key)).view(cur.dtype)
-        blob = compress(arr, reference=cur, threads=self.threads)
+        blob = compress(arr, reference=cur, threads=self.threads, prefer=self.prefer)
         del arr
         use = bool(info(blob)["has_reference"])
         return self._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape,
@@ -75,8 +75,8 @@ class _Recoder:
             return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, crc32=old.crc32,
                              dtype=old.dtype, shape=old.shape)
         arr = np.asarray(self.ref.decode(key)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
-        return self._put(compress(shaped(arr, old.shape), threads=self.threads), codec="lmc", size=old.size,
-                         crc32=old.crc32, dtype=old.dtype, shape=old.shape)
+        return self._put(compress(shaped(arr, old.shape), threads=self.threads, prefer=self.prefer), codec="lmc",
+                         size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape)
 
     def commit(self):
         self.f.commit()

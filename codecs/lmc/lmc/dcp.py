@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from ._core import FormatError, compress, shaped
+from ._core import PREFER, FormatError, compress, shaped
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
 from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
@@ -60,15 +60,19 @@ class LMCStorageWriter(StorageWriter):
     as the newest), one coding against this save. ``max_chain``: a reference whose group (it and the
     checkpoints whose chains end at it) already holds ``max_chain`` checkpoints is left as it is, so loading
     any checkpoint decodes at most ``max_chain`` versions of a tensor (``None``: no limit). ``keyframe=True``
-    leaves the reference alone. ``threads``: LMC threads (None: all cores). Bytes items are stored as they are,
-    or zlib-compressed when smaller.
+    leaves the reference alone. ``threads``: LMC threads (None: all cores). ``prefer``: ``"speed"`` (default)
+    or ``"size"``, ``lmc.compress``'s choice for this save's tensors and the reference's re-coded ones. Bytes
+    items are stored as they are, or zlib-compressed when smaller.
 
     Saving into a folder that another checkpoint beside it depends on is refused (it would become unloadable);
     a plain DCP checkpoint's ``.metadata`` and ``.distcp`` files left in the folder are removed."""
 
     def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True,
-                 max_chain=DEFAULT_KEYFRAME_EVERY):
+                 max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed"):
         super().__init__()
+        if prefer not in PREFER:
+            raise ValueError(f"lmc.dcp: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
+        self.prefer = prefer
         if max_chain is not None and (isinstance(max_chain, bool) or not isinstance(max_chain, int) or max_chain < 1):
             raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")
         self.max_chain = max_chain
@@ -187,7 +191,7 @@ class LMCStorageWriter(StorageWriter):
         recoder = None
         if ref is not None:  # the reference's items re-coded against this save's, into a new data file of its own
             gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
-            recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files)
+            recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer)
         f = None
         try:
             # a local file appears by a rename when complete; an object when its upload completes
@@ -251,7 +255,7 @@ class LMCStorageWriter(StorageWriter):
             blob, codec = self._code_bytes(u8)
             return blob, dict(rec, codec=codec), None
         arr = u8.view(npdt)
-        return compress(shaped(arr, shape), threads=self.threads), dict(rec, codec="lmc"), arr
+        return compress(shaped(arr, shape), threads=self.threads, prefer=self.prefer), dict(rec, codec="lmc"), arr
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         items, prev = {}, {}

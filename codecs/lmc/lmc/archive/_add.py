@@ -184,11 +184,12 @@ class StepEncoder:
     """Encodes files into a SegmentWriter, coding each tensor against the same
     tensor of step `prev` (None: a keyframe, everything coded alone)."""
 
-    def __init__(self, view, writer, prev, threads=None, reference_folder=None, on_tensor=None):
+    def __init__(self, view, writer, prev, threads=None, reference_folder=None, on_tensor=None, prefer="speed"):
         self.view = view
         self.w = writer
         self.prev = prev
         self.threads = threads
+        self.prefer = prefer  # lmc.compress's prefer
         self.raw = RawSource(reference_folder)
         self.ref_paths = {}
         self.on_tensor = on_tensor  # (rel, kind, key, entry, bytes) after each lmc-coded tensor
@@ -287,7 +288,8 @@ class StepEncoder:
                     ref = ref.view(dt)
                 else:
                     ref = self.view.decode(self.prev, prel, pt)
-        blob = compress(shaped(u8.view(dt), shape), reference=shaped(ref, shape), threads=self.threads)
+        blob = compress(shaped(u8.view(dt), shape), reference=shaped(ref, shape), threads=self.threads,
+                        prefer=self.prefer)
         del ref
         if prel is not None and self.raw.path == prel:
             self.raw.release(key)  # (its pages of the previous step's raw file, read once)

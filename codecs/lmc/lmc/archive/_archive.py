@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 
 from .. import compress, info as blob_info
-from .._core import shaped
+from .._core import PREFER, shaped
 from . import _torchio
 from ._add import StepEncoder, canonical_path, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
@@ -54,14 +54,18 @@ class Archive:
 
     keyframe_every: every K-th step is coded alone, so restoring a step decodes
     at most K versions of each tensor (stored in the archive; a value given
-    here replaces the stored one for later steps).  threads: lmc threads."""
+    here replaces the stored one for later steps).  threads: lmc threads.  prefer: "speed" (default) or
+    "size", lmc.compress's choice for the tensors this object codes (steps added, and those re-coded)."""
 
-    def __init__(self, path, *, keyframe_every=None, threads=None):
+    def __init__(self, path, *, keyframe_every=None, threads=None, prefer="speed"):
         self.path = str(path) if is_url(path) else os.fspath(path)
         if keyframe_every is not None and int(keyframe_every) < 1:
             raise ValueError("keyframe_every must be >= 1")
         self.keyframe_every = keyframe_every
         self.threads = threads
+        if prefer not in PREFER:
+            raise ValueError(f"prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
+        self.prefer = prefer
 
     # -- reading
     def _manifest(self):
@@ -171,8 +175,8 @@ class Archive:
                     if recode:  # the last step's tensors re-coded as the new step's are coded
                         wl = SegmentWriter(self.path, last["step"])
                         rec = _NextRecoder(view, last["step"], wl, reference_folder, self.threads,
-                                           list_files(folder))
-                    enc = StepEncoder(view, w, None, self.threads,
+                                           list_files(folder), prefer=self.prefer)
+                    enc = StepEncoder(view, w, None, self.threads, prefer=self.prefer,
                                       on_tensor=None if rec is None else rec.on_tensor)
                     files, nbytes = enc.folder(folder)
                     fname, ftime = _folder_name(folder, step), _folder_time(folder)
@@ -554,7 +558,8 @@ class Archive:
                 self._check_tensor(step, fe, t, arr)
                 tt = tts.get(t["key"])
                 ref = view.decode(target, tpath, tt) if tt is not None and same_identity(tt, t) else None
-                blob = compress(shaped(arr, t["shape"]), reference=shaped(ref, t["shape"]), threads=self.threads)
+                blob = compress(shaped(arr, t["shape"]), reference=shaped(ref, t["shape"]), threads=self.threads,
+                                prefer=self.prefer)
                 del arr, ref
                 t["sec"] = w.add_section(blob)
                 t["ref"] = bool(blob_info(blob)["has_reference"])

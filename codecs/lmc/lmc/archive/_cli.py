@@ -14,6 +14,9 @@ def _parser():
     p = argparse.ArgumentParser(prog=PROG, description="Lossless archive of a checkpoint "
                                 "series: every tensor lmc-coded against the previous step.")
     p.add_argument("--threads", type=int, default=None, help="lmc threads (default: all cores)")
+    p.add_argument("--prefer", choices=("speed", "size"), default="speed",
+                   help="what lmc favours where they differ for the tensors a command codes: decode speed "
+                        "(default) or size (rANS and the slower chunk modes wherever they are smaller)")
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("add", help="append one checkpoint folder")
     a.add_argument("archive")
@@ -85,7 +88,7 @@ def _opaque_note(e):
 def _run(args):
     out = sys.stdout
     if args.cmd == "add":
-        a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads)
+        a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads, prefer=args.prefer)
         t = time.perf_counter()
         s = a.add(args.checkpoint_dir, args.step)
         e = a.entries()[-1]
@@ -99,7 +102,7 @@ def _run(args):
         if not found:
             raise ArchiveError(f"{args.run_dir}: no step folders (checkpoint-<N>, global_step<N>, "
                                "step-<N>, step<N>)")
-        a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads)
+        a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads, prefer=args.prefer)
         have = a.steps()
         for s, name in found:
             if s in have:
@@ -117,7 +120,7 @@ def _run(args):
                   f"({time.perf_counter() - t:.1f} s){_opaque_note(e)}", file=out, flush=True)
         return 0
     if args.cmd == "restore":
-        a = Archive(args.archive, threads=args.threads)
+        a = Archive(args.archive, threads=args.threads, prefer=args.prefer)
         have = a.steps()
         if not have:
             raise ArchiveError(f"{args.archive}: no such archive or no steps")
@@ -158,7 +161,7 @@ def _run(args):
                   f"{tin / max(tout, 1):>7.3f} {top:>14,} {100 * top / max(tin, 1):>7.2f}", file=out)
         return 0
     if args.cmd == "verify":
-        res = Archive(args.archive, threads=args.threads).verify()
+        res = Archive(args.archive, threads=args.threads, prefer=args.prefer).verify()
         for s in res.steps:
             if s in res.damaged:
                 print(f"step {s}: DAMAGED: {res.damaged[s]}", file=out)
@@ -175,7 +178,7 @@ def _run(args):
               file=out)
         return 0 if res.ok else 1
     if args.cmd == "repair":
-        steps, bad, res = Archive(args.archive, threads=args.threads).repair(args.keyframe_every)
+        steps, bad, res = Archive(args.archive, threads=args.threads, prefer=args.prefer).repair(args.keyframe_every)
         for name, why in bad:
             print(f"unreadable segment {name} (renamed damaged-{name}): {why}", file=out)
         lost = res.unrestorable
@@ -186,7 +189,7 @@ def _run(args):
         print(f"repair: {len(steps) - len(lost)} step(s) restorable, {len(lost)} lost", file=out)
         return 0 if not lost and not bad else 1
     if args.cmd == "prune":
-        a = Archive(args.archive, threads=args.threads)
+        a = Archive(args.archive, threads=args.threads, prefer=args.prefer)
         if args.keep_last is None and args.keep_every is None and args.keep_within is None:
             raise ArchiveError("prune: give --keep-last, --keep-every and/or --keep-within")
         gone = a.prune(args.keep_last, keep_every=args.keep_every, keep_within=args.keep_within)

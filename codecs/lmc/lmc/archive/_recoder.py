@@ -17,8 +17,9 @@ class _NextRecoder:
     bytes come from its raw folder when they hash to the archived checksum, else are decoded (the
     last step is coded alone: one decode).  finish() copies everything else and gives the index."""
 
-    def __init__(self, view, step, w, raw_folder, threads, next_paths):
+    def __init__(self, view, step, w, raw_folder, threads, next_paths, prefer="speed"):
         self.view, self.step, self.w, self.threads = view, step, w, threads
+        self.prefer = prefer  # lmc.compress's prefer
         self.r = view.reader(step)
         self.idx = copy.deepcopy(self.r.index)
         self.paths = reference_paths([fe["path"] for fe in self.idx["files"]], next_paths)
@@ -44,7 +45,7 @@ class _NextRecoder:
         cur = self.raw.get(fe["path"], kind, key, lt["sha"])
         cur = self.view.decode(self.step, fe["path"], lt) if cur is None else cur.view(dt)
         blob = compress(shaped(cur.reshape(-1).view(dt), lt["shape"]), reference=shaped(u8.view(dt), lt["shape"]),
-                        threads=self.threads)
+                        threads=self.threads, prefer=self.prefer)
         del cur
         self.raw.release(key)  # (its pages of the previous step's raw file, read once)
         self.done[(fe["path"], key)] = (self.w.add_section(blob), bool(blob_info(blob)["has_reference"]))
@@ -65,7 +66,8 @@ class _NextRecoder:
                     t["sec"] = self.w.add_section(self.r.read(ot["sec"], fe["path"]))
                 else:  # it referred to an older step (version 1): now coded alone
                     arr = self.view.decode(self.step, fe["path"], ot)
-                    t["sec"] = self.w.add_section(compress(shaped(arr, t["shape"]), threads=self.threads))
+                    t["sec"] = self.w.add_section(compress(shaped(arr, t["shape"]), threads=self.threads,
+                                                           prefer=self.prefer))
                     t["ref"] = False
                     del arr
                 file_used |= t["ref"]
