@@ -45,23 +45,13 @@ from numba import njit
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import lmc  # noqa: E402
+from bench_alone import load  # noqa: E402  (the same tensors as the alone benchmark)
 from lmc._core import _parse_header  # noqa: E402
 from lmc._kbase import NCTX, PROB_SCALE, TABSIZE, checksum_units  # noqa: E402
 from lmc._kstreams import decode_planes  # noqa: E402
 from lmc._intrinsics import load_u64  # noqa: E402
 
 MODE_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
-
-
-def load(folder, min_el=65536):
-    import torch
-    from safetensors.numpy import load_file
-    w = load_file(os.path.join(folder, "model.safetensors"))
-    opt = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True, map_location="cpu")
-    kinds = {"weight": [v for v in w.values() if v.dtype == np.float32 and v.size >= min_el]}
-    for k in ("exp_avg", "exp_avg_sq"):
-        kinds[k] = [s[k].numpy() for s in opt["state"].values() if s[k].numel() >= min_el]
-    return kinds
 
 
 def mono(u, W):
@@ -79,25 +69,15 @@ def zigzag_delta(x, r, W):
 
 
 @njit(nogil=True, cache=True)
-def _recon16(z, r, out):
+def _recon(z, r, out, W):
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
     for i in range(z.size):
         zv = np.int64(z[i])
         d = (zv >> 1) ^ -(zv & 1)
         rv = np.int64(r[i])
-        m = rv ^ 0x8000 ^ (-np.int64((rv & 0x8000) != 0) & 0x7FFF)
-        m = (m + d) & 0xFFFF
-        out[i] = np.uint16(m ^ 0x8000 ^ (-np.int64((m & 0x8000) == 0) & 0x7FFF))
-
-
-@njit(nogil=True, cache=True)
-def _recon32(z, r, out):
-    for i in range(z.size):
-        zv = np.int64(z[i])
-        d = (zv >> 1) ^ -(zv & 1)
-        rv = np.int64(r[i])
-        m = rv ^ 0x80000000 ^ (-np.int64((rv & 0x80000000) != 0) & 0x7FFFFFFF)
-        m = (m + d) & 0xFFFFFFFF
-        out[i] = np.uint32(m ^ 0x80000000 ^ (-np.int64((m & 0x80000000) == 0) & 0x7FFFFFFF))
+        m = ((rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d) & mask
+        out[i] = m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
 
 
 @njit(nogil=True, cache=True)
@@ -243,7 +223,7 @@ def recon(z, r, W):
     """The delta mode's reconstruction pass: the original float bits from z and the reference."""
     ui = np.uint16 if W == 16 else np.uint32
     out = np.empty(z.size, ui)
-    (_recon16 if W == 16 else _recon32)(z.reshape(-1), r.reshape(-1).view(ui), out)
+    _recon(z.reshape(-1), r.reshape(-1).view(ui), out, W)
     return out
 
 
@@ -297,8 +277,8 @@ def main():
     print("\n".join(lines), flush=True)
     for pair in a.pairs.split(","):
         s0, s1 = (int(v) for v in pair.split(":"))
-        A = load(os.path.join(a.series, f"checkpoint-{s0}"))
-        B = load(os.path.join(a.series, f"checkpoint-{s1}"))
+        A = load(os.path.join(a.series, f"checkpoint-{s0}"), 65536)
+        B = load(os.path.join(a.series, f"checkpoint-{s1}"), 65536)
         for dt in ("bf16", "fp32"):
             W = 16 if dt == "bf16" else 32
             for kind in ("weight", "exp_avg", "exp_avg_sq"):
