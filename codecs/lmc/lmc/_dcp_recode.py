@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ._core import FormatError, compress, info, shaped
+from ._core import PREFER, FormatError, compress, info, shaped
 from ._dcp_folder import (
     LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint, item_json,
 )
@@ -86,19 +86,23 @@ class _Recoder:
 
 
 # ------------------------------------------------------------------------------------------------ retention
-def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_regex=r"(\d+)$", threads=None):
+def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_regex=r"(\d+)$", threads=None,
+          prefer="speed"):
     """Delete LMC DCP checkpoint folders under ``parent`` (``step-<N>/`` and the like: the step is the number
     ``step_regex`` finds in the name), keeping every folder that any policy keeps, and always the newest:
     ``keep_last`` K (the newest K), ``keep_every`` N (steps that are multiples of N, as Orbax's keep_period),
     ``keep_within`` seconds (checkpoints saved within that long before the newest one: the save time the
-    metadata records, else its file's mtime). A kept checkpoint coded against one that goes is re-coded first, against the next
-    kept checkpoint along its chain (else alone), into a new data file of its own folder with its metadata
-    replaced atomically: no kept checkpoint is ever lost. Deleting only the oldest re-codes nothing (a plain
-    ``rm -rf`` does the same). Returns the deleted folders. One process; no save may run meanwhile."""
+    metadata records, else its file's mtime). A kept checkpoint coded against one that goes is re-coded first,
+    against the next kept checkpoint along its chain (else alone), into a new data file of its own folder with its
+    metadata replaced atomically: no kept checkpoint is ever lost. Deleting only the oldest re-codes nothing (a
+    plain ``rm -rf`` does the same). ``prefer``: ``lmc.compress``'s choice for those re-codings. Returns the
+    deleted folders. One process; no save may run meanwhile."""
     import re
 
     if keep_last is None and keep_every is None and keep_within is None:
         raise ValueError("lmc.dcp.prune: give at least one of keep_last, keep_every, keep_within")
+    if prefer not in PREFER:
+        raise ValueError(f"lmc.dcp.prune: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
     rx = re.compile(step_regex)
     parent = _location(parent)
     found = []
@@ -135,7 +139,7 @@ def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_reg
                 break
         if c is ck or (target is not None and canonical(ck.reference().path) == canonical(target.path)):
             continue  # coded alone, or against a kept checkpoint already
-        _recode_against(ck, target, threads)
+        _recode_against(ck, target, threads, prefer)
     for p in drop:
         backend(p, FormatError).rmtree()
     return drop
@@ -149,11 +153,11 @@ def _saved_at(path) -> float:
     return backend(path, FormatError).mtime(METADATA_FILE)
 
 
-def _recode_against(ck: CheckpointFolder, target, threads):
+def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
     """Re-code every item of checkpoint ``ck`` against ``target``'s same item (None: alone), into one new data
     file of its folder, then replace its metadata atomically and remove the data files it no longer names."""
     gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ck.items.values())
-    rec = _Recoder(ck, f"__0_{gen}{SUFFIX}", threads, True)
+    rec = _Recoder(ck, f"__0_{gen}{SUFFIX}", threads, True, prefer)
     new = {}
     try:
         for key, (_idx, old) in ck.items.items():
@@ -163,7 +167,7 @@ def _recode_against(ck: CheckpointFolder, target, threads):
                 npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]])
                 ref = np.asarray(target.decode(key)).view(npdt)
                 arr = np.asarray(ck.decode(key)).view(npdt)
-                blob = compress(arr, reference=ref, threads=threads)
+                blob = compress(arr, reference=ref, threads=threads, prefer=prefer)
                 use = bool(info(blob)["has_reference"])
                 new[key] = rec._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype,
                                     shape=old.shape, ref=(target.save_id, t[1].crc32) if use else None)

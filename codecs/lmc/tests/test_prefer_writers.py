@@ -105,3 +105,19 @@ def test_dcp_writer_prefer_size(tmp_path, spy):
     assert_same(s2, load(s2, tmp_path / "step-2"))
     with pytest.raises(ValueError, match="prefer must be one of"):
         LMCStorageWriter(tmp_path / "x", prefer="small")
+
+
+def test_dcp_prune_prefer_size(tmp_path, spy):
+    """prune's re-coding of a kept checkpoint whose reference goes takes prefer too."""
+    from lmc.dcp import prune
+    from test_dcp import save_series
+
+    states = save_series(tmp_path, 4, max_chain=4)  # one group: 1 -> 2 -> 3 -> 4
+    calls = spy(DCP_MODULES)
+    gone = prune(tmp_path, keep_every=2, prefer="size")  # step-2 loses step-3: re-coded against step-4
+    assert sorted(os.path.basename(p) for p in gone) == ["step-1", "step-3"]
+    assert calls and {m for m, _ in calls} == {"lmc._dcp_recode"} and {p for _, p in calls} == {"size"}
+    for i in (2, 4):
+        assert_same(states[i], load(states[i], tmp_path / f"step-{i}"))
+    with pytest.raises(ValueError, match="prefer must be one of"):
+        prune(tmp_path, keep_last=1, prefer="tiny")
