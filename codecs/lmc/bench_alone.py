@@ -43,7 +43,8 @@ PREPARE = {}  # codec -> what its compress is given (made outside the timing); d
 
 
 def codecs(dtype):
-    out = {f"lmc {lmc.__version__} (format 4)": (lambda a: lmc.compress(a, threads=1), lambda b: lmc.decompress(b, threads=1)),
+    out = {f"lmc {lmc.__version__} (format 4)": (lambda a: lmc.compress(a, threads=1),
+                                                 lambda b: lmc.decompress(b, threads=1)),
            "lmc format 3": (lambda a: lmc.compress(a, threads=1, format_version=3),
                             lambda b: lmc.decompress(b, threads=1)),
            "lmc format 2": (lambda a: lmc.compress(a, threads=1, format_version=2),
