@@ -271,7 +271,8 @@ def main():
     lines = [f"series {a.series}; lmc {lmc.__version__}, z4ai {getattr(z4ai, '__version__', '?')}; git {commit}; "
              f"{platform.processor() or platform.machine()}; one thread; best of {a.repeat}", ""]
     hdr = ("| pair | dtype / kind | alone | with reference (default) | prefer=size | z streams "
-           "| z streams, Huffman only | z split | z4ai delta | decode MiB/s: alone / with reference / z streams / z Huffman only / z split "
+           "| z streams, Huffman only | z split | z4ai delta "
+           "| decode MiB/s: alone / with reference / z streams / z Huffman only / z split "
            "| z streams' plane modes (share of bytes) | z split: shifts, escapes |")
     lines += [hdr, "|" + "---|" * 13]
     print("\n".join(lines), flush=True)

@@ -31,8 +31,8 @@ from numba import njit
 from ._intrinsics import load_u32
 from ._kbase import (CHUNK_ALONE, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
                      ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES,
-                     MODE_CONST, NCTX, NO_MARGIN, OK, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0,
-                     checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
+                     MODE_CONST, NCTX, NO_MARGIN, OK, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN,
+                     _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
                      xor_into)
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
