@@ -98,6 +98,11 @@ def _finish():
     still talks to it aborts that peer ("terminate called without an active exception", SIGABRT)."""
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+    # and leaves without the interpreter's shutdown, where a C++ thread still joinable at exit can abort it the
+    # same way (everything the rank writes is written by now)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def resume(rank: int, world: int, root: str, tag: str, stage: int, hidden: int, out_json: str, port: int):
