@@ -85,8 +85,19 @@ def _train(rank, world, port, out, steps, every):
         _step(m, opt, step, rank)
         if step % every == 0:
             dcp.save(_state(m, opt), checkpoint_id=os.path.join(out, f"step-{step}"))
+    _leave(dist)
+
+
+def _leave(dist):
+    """Every rank waits for the others, leaves the group, then the process at once (os._exit): the
+    interpreter's shutdown can abort a rank ("terminate called without an active exception", SIGABRT) when a
+    C++ thread is still joinable at exit, as CI saw after a resume had written its results. Everything the
+    rank writes is written by now."""
     dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _full_sha(m):
@@ -115,8 +126,7 @@ def _resume(rank, world, port, ckpt, out_json, more):
     if rank == 0:
         with open(out_json, "w") as f:
             json.dump({"losses": [float.hex(x) for x in losses], "weights_sha256": sha}, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    _leave(dist)
 
 
 def main(argv=None):
