@@ -50,6 +50,7 @@ from lmc._core import _parse_header  # noqa: E402
 from lmc._kbase import NCTX, PROB_SCALE, TABSIZE, checksum_units  # noqa: E402
 from lmc._kstreams import decode_planes  # noqa: E402
 from lmc._intrinsics import load_u64  # noqa: E402
+from lmc._ktemporal import _mono, _unmono  # noqa: E402  (the temporal mode's monotone map)
 
 MODE_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
 
@@ -76,8 +77,8 @@ def _recon(z, r, out, W):
         zv = np.int64(z[i])
         d = (zv >> 1) ^ -(zv & 1)
         rv = np.int64(r[i])
-        m = ((rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d) & mask
-        out[i] = m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
+        m = (_mono(rv, sb, mask) + d) & mask
+        out[i] = _unmono(m, sb, mask)
 
 
 @njit(nogil=True, cache=True)
@@ -120,9 +121,9 @@ def _delta_decode(blob, offsets, sizes, total, chunk, W, ref, out, out_u8, sink)
                 z = np.int64(p0[i]) | (np.int64(p1[i]) << 8)
                 d = (z >> 1) ^ -(z & 1)
                 rv = np.int64(ref[start + i])
-                mm = (rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d
+                mm = _mono(rv, sb, mask) + d
                 mm &= mask
-                out[start + i] = mm ^ sb ^ (-np.int64((mm & sb) == 0) & (sb - 1))
+                out[start + i] = _unmono(mm, sb, mask)
         else:
             p0 = planes[0]
             p1 = planes[1]
@@ -133,9 +134,9 @@ def _delta_decode(blob, offsets, sizes, total, chunk, W, ref, out, out_u8, sink)
                      | (np.int64(p3[i]) << 24))
                 d = (z >> 1) ^ -(z & 1)
                 rv = np.int64(ref[start + i])
-                mm = (rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d
+                mm = _mono(rv, sb, mask) + d
                 mm &= mask
-                out[start + i] = mm ^ sb ^ (-np.int64((mm & sb) == 0) & (sb - 1))
+                out[start + i] = _unmono(mm, sb, mask)
         sink[0] ^= checksum_units(out_u8, start, n, unit, True)
     return 0
 
@@ -204,8 +205,8 @@ def _split_decode(t8, low, sh, exc, W, ref, out):
             j += 1
         d = (z >> 1) ^ -(z & 1)
         rv = np.int64(ref[i])
-        mm = ((rv ^ sb ^ (-np.int64((rv & sb) != 0) & (sb - 1))) + d) & mask
-        out[i] = mm ^ sb ^ (-np.int64((mm & sb) == 0) & (sb - 1))
+        mm = (_mono(rv, sb, mask) + d) & mask
+        out[i] = _unmono(mm, sb, mask)
     return 0 if j == exc.size else -1
 
 

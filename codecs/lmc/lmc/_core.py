@@ -241,6 +241,12 @@ def shaped(arr, shape):
 PREFER = ("speed", "size")
 
 
+def check_prefer(prefer, who):
+    """The writers' check of a ``prefer`` they will hand to compress (``who``: the error's prefix)."""
+    if prefer not in PREFER:
+        raise ValueError(f"{who}: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
+
+
 def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=4,
              prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)

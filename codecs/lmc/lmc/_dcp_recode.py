@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ._core import PREFER, FormatError, compress, info, shaped
+from ._core import FormatError, check_prefer, compress, info, shaped
 from ._dcp_folder import (
     LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint, item_json,
 )
@@ -101,8 +101,7 @@ def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_reg
 
     if keep_last is None and keep_every is None and keep_within is None:
         raise ValueError("lmc.dcp.prune: give at least one of keep_last, keep_every, keep_within")
-    if prefer not in PREFER:
-        raise ValueError(f"lmc.dcp.prune: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
+    check_prefer(prefer, "lmc.dcp.prune")
     rx = re.compile(step_regex)
     parent = _location(parent)
     found = []

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from ._core import PREFER, FormatError, compress, shaped
+from ._core import FormatError, check_prefer, compress, shaped
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
 from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
@@ -70,8 +70,7 @@ class LMCStorageWriter(StorageWriter):
     def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True,
                  max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed"):
         super().__init__()
-        if prefer not in PREFER:
-            raise ValueError(f"lmc.dcp: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
+        check_prefer(prefer, "lmc.dcp")
         self.prefer = prefer
         if max_chain is not None and (isinstance(max_chain, bool) or not isinstance(max_chain, int) or max_chain < 1):
             raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")

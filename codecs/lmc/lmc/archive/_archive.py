@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 
 from .. import compress, info as blob_info
-from .._core import PREFER, shaped
+from .._core import check_prefer, shaped
 from . import _torchio
 from ._add import StepEncoder, canonical_path, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
@@ -63,8 +63,7 @@ class Archive:
             raise ValueError("keyframe_every must be >= 1")
         self.keyframe_every = keyframe_every
         self.threads = threads
-        if prefer not in PREFER:
-            raise ValueError(f"prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
+        check_prefer(prefer, "lmc.archive")
         self.prefer = prefer
 
     # -- reading
