@@ -299,12 +299,7 @@ def split_chunk(data, ref, use_ref, start, n, unit, layout, planes, wk):
 def merge_units(planes, n, unit, layout, dst):
     """Inverse of split_units: write n units to dst (uint8, n*unit bytes)."""
     if layout == LAYOUT_BF16:
-        d = dst[:2 * n].view(np.uint16)
-        p0 = planes[0]
-        p1 = planes[1]
-        for i in range(n):
-            sm = np.uint16(p1[i])
-            d[i] = np.uint16(((sm & 0x80) << 8) | (np.uint16(p0[i]) << 7) | (sm & 0x7F))
+        merge_bf16(planes[0], planes[1], n, dst[:2 * n].view(np.uint16))
     elif layout == LAYOUT_F16:
         d = dst[:2 * n].view(np.uint16)
         p0 = planes[0]
