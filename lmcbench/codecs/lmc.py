@@ -20,9 +20,10 @@ class LMC(Codec):
                  prefer: str = "speed"):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
-        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2, 3, 4)):
-            raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's), 3 or 4 "
-                              f"(word checksums, the default), got {format_version!r}")
+        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2, 3, 4, 5)):
+            raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's), 3, 4 (word "
+                              f"checksums) or 5 (the default: adds the bf16 mantissa-context mode, which only "
+                              f"prefer=size takes), got {format_version!r}")
         if prefer not in ("speed", "size"):
             raise ConfigError(f"lmc: prefer must be 'speed' (the default) or 'size', got {prefer!r}")
         params = {"threads": threads}

@@ -14,7 +14,8 @@ from ._kbase import ERROR_MESSAGES, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_
 from ._kchunk import check_range, checksum_range, decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
-VERSIONS = (1, 2, 3, 4)   # 4 (default): checksums over words; else the oldest version its chunk modes allow (FORMAT.md)
+VERSIONS = (1, 2, 3, 4, 5)   # 4 and 5: checksums over words (5: a blob with a mantissa-context chunk); up to 3 the
+                             # oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
 MAX_NDIM = 32
@@ -247,7 +248,7 @@ def check_prefer(prefer, who):
         raise ValueError(f"{who}: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=4,
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=5,
              prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
@@ -256,20 +257,22 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     ``chunk_size``: elements per chunk (default 131072).  ``format_version``:
     the newest format whose modes the encoder may use: 1 (Huffman, alone or
     XOR: what lmc 0.1 wrote and decodes), 2 (adds rANS streams and the
-    temporal mode: lmc 0.2), 3 (adds the predicted-exponent mode) or 4 (the
-    default: 3's modes, its checksums over 64-bit words instead of units,
-    ~4x cheaper on bf16; every blob is version 4).  Up to 3, a blob is
+    temporal mode: lmc 0.2), 3 (adds the predicted-exponent mode), 4 (3's
+    modes, its checksums over 64-bit words instead of units, ~4x cheaper on
+    bf16) or 5 (the default: adds the bf16 mantissa-context mode, which only
+    ``prefer="size"`` takes; a blob without such a chunk is written as
+    version 4, readable by lmc 0.3.2 and 0.3.3).  Up to 3, a blob is
     written as the oldest version its chunks need, so one that uses no
     newer mode stays readable by older decoders.
     ``prefer``: ``"speed"`` (default) takes a coding that decodes slower
     (rANS over Huffman, the temporal and predicted-exponent modes) only
     where it saves a margin (1/32 to 1/64 of the chunk); ``"size"`` takes
-    it wherever it is smaller: the smallest blobs, decoded slower.  Both
-    write the same format."""
+    it wherever it is smaller, and on bf16 the mantissa-context mode too: the
+    smallest blobs, decoded slower."""
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
     if isinstance(format_version, bool) or format_version not in VERSIONS:
-        raise ValueError(f"lmc: format_version must be 1, 2, 3 or 4, got {format_version!r}")
+        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4 or 5, got {format_version!r}")
     if prefer not in PREFER:
         raise ValueError(f"lmc: prefer must be 'speed' or 'size', got {prefer!r}")
     return _compress(data, threads, reference, chunk_size, dtype, format_version, prefer == "size")
@@ -315,7 +318,10 @@ def _compress(data, threads, reference, chunk_size, dtype, fv, size_first=False)
                                      layout, ns, scratch, cap, sizes, chks, used), nch, nth)
         if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
             raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
-        version = 4 if fv >= 4 else (int(used.max()) if nch else 1)
+        if fv >= 4:
+            version = 5 if nch and int(used.max()) >= 5 else 4
+        else:
+            version = int(used.max()) if nch else 1
         head = bytearray()
         head += MAGIC
         head += struct.pack("<BBBB", version, code, flags, len(shape))
@@ -457,7 +463,7 @@ def _blob_view(blob):
     return b
 
 
-_CHUNK_MODE_NAMES = ("alone", "xor", "stored", "temporal", "predicted")
+_CHUNK_MODE_NAMES = ("alone", "xor", "stored", "temporal", "predicted", "mantissa-context")
 
 
 def info(blob):

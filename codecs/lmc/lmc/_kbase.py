@@ -24,6 +24,7 @@ CHUNK_XOR = 1
 CHUNK_STORED = 2
 CHUNK_TEMPORAL = 3     # format v2
 CHUNK_PRED = 4         # format v3: alone, the exponent stream as residuals of a 2-D prediction
+CHUNK_MCTX = 5         # format v5: alone, bf16: sign + top 3 mantissa bits with the exponent as context
 
 # rANS (format v2): 32-bit states in [2^16, 2^32), 16-bit renormalisation,
 # 4 interleaved states (symbol i uses state i % 4), frequencies sum to 2^12
@@ -72,6 +73,7 @@ ERR_RANS = 14
 ERR_CTX = 15
 ERR_BITS = 16
 ERR_PRED = 17
+ERR_MCTX = 18
 
 ERROR_MESSAGES = {
     ERR_TRUNC: "chunk data truncated (a length points past the end of the chunk)",
@@ -82,15 +84,16 @@ ERROR_MESSAGES = {
     ERR_TABLE: "invalid Huffman table header",
     ERR_KRAFT: "invalid Huffman code lengths (length > 11 or Kraft sum != 1)",
     ERR_STREAM: "Huffman bit stream overrun or length mismatch",
-    ERR_PAD: "non-zero padding bits at the end of a Huffman bit stream",
+    ERR_PAD: "non-zero padding bits (a Huffman sub-stream's last byte, or a mantissa-context chunk's unused final nibble)",
     ERR_TRAIL: "unused trailing bytes in chunk",
     ERR_CHECKSUM: "chunk checksum mismatch (corrupt data or wrong reference)",
-    ERR_VERSION: "chunk or stream mode not allowed in a format-version-1 blob",
+    ERR_VERSION: "chunk or stream mode newer than the blob's format version",
     ERR_FREQ: "invalid rANS frequency table (bad range, encoding, or sum != 4096)",
     ERR_RANS: "rANS stream overrun/underrun or final state mismatch",
-    ERR_CTX: "temporal chunk: context tables do not match the reference's contexts",
+    ERR_CTX: "context mask does not match the chunk's contexts (temporal: the reference's exponents; mantissa context: the chunk's)",
     ERR_BITS: "raw bit stream overrun, length mismatch or non-zero padding",
     ERR_PRED: "predicted-exponent chunk: row length 0, or every stream constant",
+    ERR_MCTX: "mantissa-context chunk: context count outside 1..8, or a context mask empty or past it",
 }
 
 _M11 = np.uint64(TABSIZE - 1)

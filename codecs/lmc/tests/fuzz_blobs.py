@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
 from lmc import _core  # noqa: E402
 
-CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred"}
+CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx"}
 STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
 
 
@@ -100,6 +100,26 @@ def pred_specs(small=False):
     return specs
 
 
+def _skewed(n, seed):
+    """Values whose largest binade has its mantissa bunched near 1.0 (top 3 bits zero) and the binades
+    below uniform: the mantissa-context mode (chunk mode 5, format v5, bf16) wins even on ~1000-element
+    chunks, where on real weights it needs larger ones."""
+    g = np.random.default_rng(seed)
+    e = np.minimum(g.geometric(0.5, n), 8)
+    m = np.where(e == 1, g.random(n) / 16, g.random(n))
+    return (np.where(g.random(n) < 0.5, -1, 1) * 2.0 ** (-3 - e) * (1 + m)).astype(np.float32)
+
+
+def mctx_specs():
+    """Seeds with mantissa-context chunks (prefer="size"): alone, the last chunk of odd length; and with a
+    reference that codes worse than alone (mode 5 is then the alone option of a blob with a reference)."""
+    import ml_dtypes
+    bf = ml_dtypes.bfloat16
+    x = _skewed(2101, 21).astype(bf)
+    far = _skewed(2101, 22).astype(bf)
+    return [("bf16_mctx", x, None, 1051), ("bf16_mctx_ref", x, far, 1051)]
+
+
 def build_corpus(seed=0, small=False):
     """A list of cases {name, x, ref, blob}: every chunk mode (alone, XOR, stored,
     temporal, predicted exponent) and stream mode (raw, const, Huffman, rANS)
@@ -145,6 +165,8 @@ def build_corpus(seed=0, small=False):
     v3 = set() if small else {"bf16_temporal", "f32_mixed", "bf16_pred2d"}
     return ([dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c))
              for nm, x, r, c in specs]
+            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="size"))
+               for nm, x, r, c in mctx_specs()]
             + [dict(name=nm + "_v3", x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=3))
                for nm, x, r, c in specs if nm in v3])
 
@@ -209,31 +231,18 @@ class Blob:
                 F.append((1, 4, "pred_w", cname))
                 pos = 5
             for _ in range(self.ns):
-                sm = p[pos]
-                (plen,) = struct.unpack_from("<I", p, pos + 1)
-                own = f"{cname}/{STREAM_NAMES[sm]}"
-                F += [(pos, 1, "stream_mode", own), (pos + 1, 4, "stream_len", own)]
-                q, e = pos + 5, pos + 5 + plen
-                if sm in (0, 1):
-                    F.append((q, plen, "stream_bytes", own))
-                elif sm == 2:
-                    lo, hi = p[q], p[q + 1]
-                    nbt = (hi - lo + 2) // 2
-                    F += [(q, 1, "huff_lo", own), (q + 1, 1, "huff_hi", own),
-                          (q + 2, nbt, "huff_lengths", own)]
-                    j = q + 2 + nbt
-                    ln = struct.unpack_from("<III", p, j)
-                    F += [(j + 4 * k, 4, "huff_jump", own) for k in range(3)]
-                    s = j + 12
-                    for k in range(4):
-                        L = ln[k] if k < 3 else e - s
-                        F.append((s, L, "huff_substream", own))
-                        s += L
-                else:
-                    t = self._freq_fields(p, q, 255, own, F)
-                    F += [(t + 4 * k, 4, "rans_state", own) for k in range(4)]
-                    F.append((t + 16, e - t - 16, "rans_words", own))
-                pos = e
+                pos = self._record_fields(p, pos, cname, F)
+        elif cm == 5:
+            own = "mctx"
+            F += [(1, 1, "mctx_E", own), (2, 1, "mctx_K", own), (3, 1, "mctx_mask", own)]
+            q = self._record_fields(p, 4, cname, F)   # the exponent's stream record
+            for k in range(8):
+                if p[3] >> k & 1:
+                    q = self._freq_fields(p, q, 15, own, F)
+            (R,) = struct.unpack_from("<I", p, q)
+            F += [(q, 4, "mctx_R", own)]
+            F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(4)]
+            F += [(q + 20, R - 16, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "mctx_nibbles", own)]
         elif cm == 3:
             own = "temporal"
             F += [(1, 1, "temporal_E", own), (2, 2, "temporal_cmask", own)]
@@ -247,6 +256,34 @@ class Blob:
             F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(4)]
             F += [(q + 20, R - 16, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "raw_bits", own)]
         return [f for f in F if f[1] > 0]
+
+    def _record_fields(self, p, pos, cname, F):
+        """The fields of the stream record at p[pos:] into F; returns its end."""
+        sm = p[pos]
+        (plen,) = struct.unpack_from("<I", p, pos + 1)
+        own = f"{cname}/{STREAM_NAMES[sm]}"
+        F += [(pos, 1, "stream_mode", own), (pos + 1, 4, "stream_len", own)]
+        q, e = pos + 5, pos + 5 + plen
+        if sm in (0, 1):
+            F.append((q, plen, "stream_bytes", own))
+        elif sm == 2:
+            lo, hi = p[q], p[q + 1]
+            nbt = (hi - lo + 2) // 2
+            F += [(q, 1, "huff_lo", own), (q + 1, 1, "huff_hi", own),
+                  (q + 2, nbt, "huff_lengths", own)]
+            j = q + 2 + nbt
+            ln = struct.unpack_from("<III", p, j)
+            F += [(j + 4 * k, 4, "huff_jump", own) for k in range(3)]
+            s = j + 12
+            for k in range(4):
+                L = ln[k] if k < 3 else e - s
+                F.append((s, L, "huff_substream", own))
+                s += L
+        else:
+            t = self._freq_fields(p, q, 255, own, F)
+            F += [(t + 4 * k, 4, "rans_state", own) for k in range(4)]
+            F.append((t + 16, e - t - 16, "rans_words", own))
+        return e
 
     @staticmethod
     def _freq_fields(p, q, maxsym, own, F):

@@ -71,10 +71,15 @@ def mutations(b, rng, ref):
     p = bytearray(b.payloads[c])
     F = b.fields[c]
     kind = rng.choice(["field", "byte", "truncate", "extend", "cut", "splice", "boundary", "chk",
-                       "header", "mode", "valid_table", "pred"],
-                      p=[.32, .10, .08, .04, .06, .04, .04, .03, .06, .05, .12, .06])
+                       "header", "mode", "valid_table", "pred", "mctx"],
+                      p=[.30, .10, .08, .04, .06, .04, .04, .03, .06, .05, .11, .05, .04])
     if kind == "pred":
         r = _pred_mutation(b, rng, ref)
+        if r is not None:
+            return r
+        kind = "field"
+    if kind == "mctx":
+        r = _mctx_mutation(b, rng, ref)
         if r is not None:
             return r
         kind = "field"
@@ -113,7 +118,7 @@ def mutations(b, rng, ref):
     if kind == "mode":
         modes = [g for g in F if g[2] in ("chunk_mode", "stream_mode")]
         g = modes[int(rng.integers(len(modes)))]
-        p[g[0]] = int(rng.integers(6))     # 0..4 valid chunk modes (0..3 stream modes), 5 not
+        p[g[0]] = int(rng.integers(7))     # 0..5 valid chunk modes (0..3 stream modes), 6 not
         pl[c] = bytes(p)
         return f"mode:{g[2]}", g[3], b.pack(pl), ref, None
     if kind == "truncate":   # cut inside a field, sizes and CRC fixed
@@ -155,8 +160,8 @@ def mutations(b, rng, ref):
         shp = big[int(rng.integers(len(big)))]
         # (numpy allows some with 1-byte units: then an empty array of that shape is right)
         return "hdr:huge_shape", owner, b.pack(shape=shp, payloads=[], nch=0), None, ("empty", shp, None)
-    if sub == 0:             # another version (1, 2: the newer modes then invalid; 3 <-> 4: the other checksum; 5 unknown)
-        v = int(rng.choice([v for v in (1, 2, 3, 4, 5) if v != b.version]))
+    if sub == 0:             # another version (1-4: the newer modes then invalid; 3 <-> 4, 5: the other checksum; 6 unknown)
+        v = int(rng.choice([v for v in (1, 2, 3, 4, 5, 6) if v != b.version]))
         return "hdr:version", owner, b.pack(version=v), ref, None
     if sub == 1:             # another chunk size with the same chunk count
         ch = b.chunk + int(rng.integers(-20, 21))
@@ -191,8 +196,11 @@ def mutations(b, rng, ref):
 # FormatError messages a forgery must get (FORMAT.md; _kbase.ERROR_MESSAGES)
 MSG_PRED = "predicted-exponent chunk"
 MSG_TRUNC = "chunk data truncated"
-MSG_VERSION = "not allowed in a format-version"
+MSG_VERSION = "newer than the blob's format version"
 MSG_FLAGS = "invalid chunk flags byte"
+MSG_MCTX = "mantissa-context chunk"
+MSG_PAD = "non-zero padding bits"
+MSG_LEN = "payload length inconsistent"
 
 
 def _records(p, pos, ns):
@@ -296,6 +304,70 @@ def _pred_mutation(b, rng, ref):
     return "pred:as_alone", "pred", b.pack(pl), ref, None
 
 
+def _mctx_mutation(b, rng, ref):
+    """A forgery of the mantissa-context mode (chunk mode 5: byte 5, E, K in 1..8, a context mask inside
+    the K contexts, the exponent's stream record, the context tables, u32 R, the rANS stream, ceil(n / 2)
+    nibble bytes; format v5, bfloat16 only).  Refused: K = 0 or > 8, a mask empty or with a bit at or past
+    K, a cut inside the 4-byte head, the blob's version set to 2 or 4, the dtype relabelled float16 (units
+    of 2 bytes, no mode 5), a set unused final high nibble (odd n), a nibble byte cut or added.  Not
+    refused by structure (they must decode exactly or fail on the context mask, the rANS stream or the
+    checksum): another base E, another K or mask that stays valid, the exponent record replaced by a raw
+    one of random bytes.  Returns (kind, owner, blob, reference, expected) as mutations() or None if the
+    blob has no mode-5 chunk."""
+    mc = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x05"]
+    if not mc:
+        return None
+    pl = list(b.payloads)
+    c = mc[int(rng.integers(len(mc)))]
+    p = bytearray(pl[c])
+    n = b.n_of(c)
+    K = p[2]
+    sub = rng.choice(["E", "K_bad", "mask_bad", "K_mask", "exp_raw", "head_cut", "version", "as_f16",
+                      "nibble_pad", "nibble_len"],
+                     p=[.14, .1, .1, .12, .12, .08, .08, .08, .08, .1])
+    if sub == "E":
+        p[1] = int(rng.choice([0, 255, p[1] - 1, p[1] + 1, int(rng.integers(256))])) & 0xFF
+        pl[c] = bytes(p)
+        return "mctx:E", "mctx", b.pack(pl), ref, None
+    if sub == "K_bad":
+        p[2] = int(rng.choice([0, 9, 16, 255]))
+        pl[c] = bytes(p)
+        return "mctx:K_bad", "mctx", b.pack(pl), ref, ("error", MSG_MCTX, None)
+    if sub == "mask_bad":
+        p[3] = 0 if rng.random() < 0.3 or K >= 8 else p[3] | (1 << int(rng.integers(K, 8)))
+        pl[c] = bytes(p)
+        return "mctx:mask_bad", "mctx", b.pack(pl), ref, ("error", MSG_MCTX, None)
+    if sub == "K_mask":     # valid by structure, wrong for the exponents (or right by chance)
+        k2 = int(rng.integers(1, 9))
+        p[2] = k2
+        p[3] = int(rng.integers(1, 1 << k2))
+        pl[c] = bytes(p)
+        return "mctx:K_mask", "mctx", b.pack(pl), ref, None
+    if sub == "exp_raw":    # the exponent record replaced by a raw one of random bytes
+        (plen,) = struct.unpack_from("<I", p, 5)
+        rec = bytes([0]) + struct.pack("<I", n) + rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        pl[c] = bytes(p[:4]) + rec + bytes(p[9 + plen:])
+        return "mctx:exp_raw", "mctx", b.pack(pl), ref, None
+    if sub == "head_cut":   # 0..3 bytes: inside the mode byte, E, K and mask
+        pl[c] = bytes(p[:int(rng.integers(4))])
+        return "mctx:head_cut", "mctx", b.pack(pl), ref, ("error", MSG_TRUNC, None)
+    if sub == "version":    # a mode-5 chunk in a version-2 or -4 blob (with a reference version 4 only: the
+        # reference hash of versions 1-3 is over units, and is checked first)
+        v = 4 if ref is not None else int(rng.choice([2, 4]))
+        return f"mctx:in_v{v}", "mctx", b.pack(version=v), ref, ("error", MSG_VERSION, None)
+    if sub == "as_f16":     # the same units read as float16: no mode 5 there (the message required where
+        # chunk 0 is the mode-5 chunk: another chunk before it may fail first, as float16 streams)
+        r = None if ref is None else ref.view(np.float16)
+        return "mctx:as_f16", "mctx", b.pack(code=2), r, ("error", MSG_FLAGS, None) if mc[0] == 0 else None
+    if sub == "nibble_pad" and n % 2:
+        p[-1] |= 0x10 << int(rng.integers(4))
+        pl[c] = bytes(p)
+        return "mctx:nibble_pad", "mctx", b.pack(pl), ref, ("error", MSG_PAD, None)
+    # nibble_len: one nibble byte less or more
+    pl[c] = bytes(p[:-1]) if rng.random() < 0.5 else bytes(p) + bytes([int(rng.integers(256))])
+    return "mctx:nibble_len", "mctx", b.pack(pl), ref, ("error", MSG_LEN, None)
+
+
 def _freq_encode(vals):
     out = bytearray()
     for v in vals:
@@ -375,7 +447,7 @@ def _valid_table_mutation(b, c, p, F, rng):
     new = bytes([lo, hi]) + _freq_encode(vals)
     p = p[:q] + new + p[t:]
     delta = len(new) - (t - q)
-    if g[3] != "temporal" and delta:   # a stream record: fix its length
+    if g[3] not in ("temporal", "mctx") and delta:   # a stream record: fix its length
         rec = max(h[0] for h in F if h[2] == "stream_len" and h[0] < q)
         v = struct.unpack_from("<I", p, rec)[0]
         struct.pack_into("<I", p, rec, v + delta)

@@ -9,7 +9,9 @@ Each vector: NAME.npy (input), NAME.lmc (blob), optional NAME.ref.npy
 (reference), and an entry in manifest.json with the compress arguments.
 Every input is written twice: NAME.lmc with format_version=3 (versions 1-3,
 unit checksums: the oldest version its modes need) and NAME_v4.lmc with
-format_version=4 (word checksums), whose entry names its "input".
+format_version=4 (word checksums), whose entry names its "input"; a bfloat16
+input a third time, NAME_v5.lmc with format_version=5 and prefer="size"
+(version 5 where a chunk takes the mantissa-context mode, else 4).
 """
 import json
 import os
@@ -106,6 +108,8 @@ def vectors():
     yield "f16_sq2d", (second_moment(np.float32, 96, 96, 12, steps=40) * 1e5).astype(np.float16), None, 4608
     walk = np.exp(np.cumsum(np.random.default_rng(13).standard_normal(6000)) * 0.3) * 1e-4
     yield "bf16_walk1d", walk.astype(np.float32).astype(ml_dtypes.bfloat16), None, 2500
+    # format v5: mantissa-context chunks (prefer="size"), the last one of odd length
+    yield "bf16_mctx", weights(ml_dtypes.bfloat16, 2 * 16384 + 12001, 15), None, 16384
 
 
 def main():
@@ -116,12 +120,15 @@ def main():
         np.save(os.path.join(OUT, name + ".npy"), _savable(x))
         if ref is not None:
             np.save(os.path.join(OUT, name + ".ref.npy"), _savable(ref))
-        for fv, out in ((3, name), (4, name + "_v4")):
-            blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=fv)
+        runs = [(3, name, "speed"), (4, name + "_v4", "speed")]
+        if x.dtype == ml_dtypes.bfloat16:
+            runs.append((5, name + "_v5", "size"))
+        for fv, out, prefer in runs:
+            blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=fv, prefer=prefer)
             with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
                 f.write(blob)
             manifest[out] = {"dtype": str(x.dtype), "chunk_size": chunk, "input": name, "format_version": fv,
-                             "reference": ref is not None, "size": len(blob)}
+                             "prefer": prefer, "reference": ref is not None, "size": len(blob)}
             print(f"{out:17s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)

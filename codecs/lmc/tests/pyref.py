@@ -221,6 +221,59 @@ def temporal(b, pos, end, n, lay, ref_units):
     return out
 
 
+def stream_record(b, q, end, n, version, smodes):
+    """One stream record at b[q:end]: (its n symbols, the position after it)."""
+    sm = b[q]
+    (L,) = struct.unpack_from("<I", b, q + 1)
+    q += 5
+    if L > end - q:
+        raise ValueError("stream length")
+    smodes.add(sm)
+    if sm == 0 and L == n:
+        plane = list(b[q:q + n])
+    elif sm == 1 and L == 1:
+        plane = [b[q]] * n
+    elif sm == 2:
+        plane = huffman(b, q, q + L, n)
+    elif sm == 3 and version >= 2:
+        t, r0 = freq_table(b, q, q + L, 255)
+        plane = rans(b, r0, q + L, [t] * n, n)
+    else:
+        raise ValueError("stream mode")
+    return plane, q + L
+
+
+def mantissa_context(b, pos, end, n, version, smodes):
+    """A mantissa-context chunk body (FORMAT.md, mode 5): E, K, the context mask, the exponent's stream
+    record, one table per context in the mask, R, the rANS stream of sign << 3 | top 3 mantissa bits (context
+    clamp(E - e, 0, K - 1)), then the low 4 mantissa bits, two per byte."""
+    if end - pos < 3:
+        raise ValueError("mctx header")
+    E, K, cmask = b[pos], b[pos + 1], b[pos + 2]
+    if not 1 <= K <= 8 or cmask == 0 or cmask >> K:
+        raise ValueError("mctx header")
+    exps, q = stream_record(b, pos + 3, end, n, version, smodes)
+    ctx = [min(max(E - e, 0), K - 1) for e in exps]
+    if sum(1 << c for c in set(ctx)) != cmask:
+        raise ValueError("context mask")
+    tabs = {}
+    for c in range(8):
+        if cmask >> c & 1:
+            tabs[c], q = freq_table(b, q, end, 15)
+    if end - q < 4:
+        raise ValueError("R")
+    (R,) = struct.unpack_from("<I", b, q)
+    q += 4
+    if R > end - q:
+        raise ValueError("R")
+    syms = rans(b, q, q + R, [tabs[c] for c in ctx], n)
+    nib = b[q + R:end]
+    if len(nib) != (n + 1) // 2 or (n % 2 and nib[-1] >> 4):
+        raise ValueError("nibbles")
+    return [(t >> 3) << 15 | e << 7 | (t & 7) << 4 | (nib[i // 2] >> (4 * (i % 2)) & 15)
+            for i, (e, t) in enumerate(zip(exps, syms))]
+
+
 def smodes_chunk_all_const(b, q, ns):
     """Every stream record of the chunk at b[q:] is constant (mode 1, or rANS with one symbol)."""
     for _ in range(ns):
@@ -258,7 +311,7 @@ def decode(blob, ref=None):
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if version not in (1, 2, 3, 4) or code not in UNIT or flags & ~1 or ndim > 32:
+    if version not in (1, 2, 3, 4, 5) or code not in UNIT or flags & ~1 or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
@@ -297,6 +350,10 @@ def decode(blob, ref=None):
             if version < 2 or lay == "planes" or refu is None:
                 raise ValueError("temporal not allowed")
             units = temporal(b, pos + 1, end, n, lay, refu)
+        elif mode == 5:
+            if version < 5 or lay != "bf16":
+                raise ValueError("mantissa context not allowed")
+            units = mantissa_context(b, pos + 1, end, n, version, smodes)
         elif mode in (0, 1, 4):
             if mode == 1 and refu is None:
                 raise ValueError("no ref")
@@ -310,24 +367,8 @@ def decode(blob, ref=None):
                 q += 4
             planes = []
             for s in range(ns):
-                sm = b[q]
-                (L,) = struct.unpack_from("<I", b, q + 1)
-                q += 5
-                if L > end - q:
-                    raise ValueError("stream length")
-                smodes.add(sm)
-                if sm == 0 and L == n:
-                    planes.append(list(b[q:q + n]))
-                elif sm == 1 and L == 1:
-                    planes.append([b[q]] * n)
-                elif sm == 2:
-                    planes.append(huffman(b, q, q + L, n))
-                elif sm == 3 and version >= 2:
-                    t, r0 = freq_table(b, q, q + L, 255)
-                    planes.append(rans(b, r0, q + L, [t] * n, n))
-                else:
-                    raise ValueError("stream mode")
-                q += L
+                plane, q = stream_record(b, q, end, n, version, smodes)
+                planes.append(plane)
             if q != end:
                 raise ValueError("trailing")
             if mode == 4:

@@ -21,8 +21,11 @@ def test_vector(name):
     assert len(blob) == e["size"]
     y = lmc.decompress(blob, reference=ref)
     assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
-    assert lmc.info(blob)["version"] == 4 if e["format_version"] == 4 else lmc.info(blob)["version"] <= 3
-    assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"]) == blob
+    version = lmc.info(blob)["version"]
+    assert version in {3: (1, 2, 3), 4: (4,), 5: (4, 5)}[e["format_version"]]
+    prefer = e.get("prefer", "speed")
+    assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"],
+                        prefer=prefer) == blob
 
 
 def test_manifest_not_empty():
@@ -31,3 +34,7 @@ def test_manifest_not_empty():
     inputs = {e["input"] for e in MANIFEST.values()}
     for fv in (3, 4):
         assert {e["input"] for e in MANIFEST.values() if e["format_version"] == fv} == inputs
+    # every bfloat16 input also as format_version=5, prefer="size"; some of them use the version-5 mode
+    v5 = [n for n, e in MANIFEST.items() if e["format_version"] == 5]
+    assert {MANIFEST[n]["input"] for n in v5} == {e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
+    assert any(lmc.info(open(os.path.join(OUT, n + ".lmc"), "rb").read())["version"] == 5 for n in v5)
