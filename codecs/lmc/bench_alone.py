@@ -1,7 +1,7 @@
-"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: format 4 (the default:
-word checksums) against format 3 (the same modes, unit checksums) and format 2 (lmc 0.2's modes, without the
-predicted exponent), lmc 0.3 with ``prefer="size"`` (the slower
-codings wherever they are smaller), z4ai ``compress`` and ZipNN, one thread.
+"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: format 5 (the default:
+word checksums with the strong mix) against format 4 (the same payloads, 0.3.3's word checksums) and format 2
+(lmc 0.2's modes, without the predicted exponent), lmc with ``prefer="size"`` (the slower codings wherever they
+are smaller, and on bf16 format 5's mantissa-context mode), z4ai ``compress`` and ZipNN, one thread.
 
 Usage: python bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
 
@@ -43,13 +43,13 @@ PREPARE = {}  # codec -> what its compress is given (made outside the timing); d
 
 
 def codecs(dtype):
-    out = {f"lmc {lmc.__version__} (format 4)": (lambda a: lmc.compress(a, threads=1),
+    out = {f"lmc {lmc.__version__} (format 5)": (lambda a: lmc.compress(a, threads=1),
                                                  lambda b: lmc.decompress(b, threads=1)),
-           "lmc format 3": (lambda a: lmc.compress(a, threads=1, format_version=3),
+           "lmc format 4": (lambda a: lmc.compress(a, threads=1, format_version=4),
                             lambda b: lmc.decompress(b, threads=1)),
            "lmc format 2": (lambda a: lmc.compress(a, threads=1, format_version=2),
                             lambda b: lmc.decompress(b, threads=1)),
-           "lmc 0.3 prefer=size": (lambda a: lmc.compress(a, threads=1, prefer="size"),
+           f"lmc {lmc.__version__} prefer=size": (lambda a: lmc.compress(a, threads=1, prefer="size"),
                                    lambda b: lmc.decompress(b, threads=1))}
     try:
         import z4ai

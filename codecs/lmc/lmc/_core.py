@@ -10,12 +10,12 @@ import numba
 import numpy as np
 
 from . import _intrinsics
-from ._kbase import ERROR_MESSAGES, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
+from ._kbase import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
 from ._kchunk import check_range, checksum_range, decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
-VERSIONS = (1, 2, 3, 4, 5)   # 4 and 5: checksums over words (5: a blob with a mantissa-context chunk); up to 3 the
-                             # oldest version its chunk modes allow (FORMAT.md)
+VERSIONS = (1, 2, 3, 4, 5)   # 4, 5 (default): checksums over words (5: the strong mix, the mantissa-context mode);
+                             # up to 3 the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
 MAX_NDIM = 32
@@ -212,10 +212,10 @@ def _give_scratch(b):
 
 
 def _ref_hash(ref_u8, total, chunk, unit, nthreads, wk):
-    """The reference's hash: over its chunk checksums (wk: format 4's)."""
+    """The reference's hash: over its chunk checksums (wk: _kbase.ck_mode of the blob's version)."""
     nch = -(-total // chunk) if total else 0
     chks = np.zeros(nch, np.uint64)
-    _run_chunks(checksum_range, (ref_u8, total, chunk, unit, bool(wk), chks), nch, nthreads)
+    _run_chunks(checksum_range, (ref_u8, total, chunk, unit, int(wk), chks), nch, nthreads)
     b = chks.tobytes() + struct.pack("<QQ", total, unit)
     return zlib.crc32(b) | (zlib.adler32(b) << 32)
 
@@ -259,9 +259,9 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     XOR: what lmc 0.1 wrote and decodes), 2 (adds rANS streams and the
     temporal mode: lmc 0.2), 3 (adds the predicted-exponent mode), 4 (3's
     modes, its checksums over 64-bit words instead of units, ~4x cheaper on
-    bf16) or 5 (the default: adds the bf16 mantissa-context mode, which only
-    ``prefer="size"`` takes; a blob without such a chunk is written as
-    version 4, readable by lmc 0.3.2 and 0.3.3).  Up to 3, a blob is
+    bf16) or 5 (the default, lmc 0.3.4: 4's word checksums with a stronger
+    mix, and the bf16 mantissa-context mode, which only ``prefer="size"``
+    takes; every blob is version 5).  Up to 3, a blob is
     written as the oldest version its chunks need, so one that uses no
     newer mode stays readable by older decoders.
     ``prefer``: ``"speed"`` (default) takes a coding that decodes slower
@@ -306,7 +306,7 @@ def _compress(data, threads, reference, chunk_size, dtype, fv, size_first=False)
         flags |= FLAG_REF
     nth = _nthreads(threads)
     if has_ref:
-        refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit, nth, fv >= 4))
+        refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit, nth, ck_mode(fv)))
     sizes = np.zeros(nch, np.int64)
     chks = np.zeros(nch, np.uint64)
     used = np.ones(nch, np.int64)
@@ -319,7 +319,7 @@ def _compress(data, threads, reference, chunk_size, dtype, fv, size_first=False)
         if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
             raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
         if fv >= 4:
-            version = 5 if nch and int(used.max()) >= 5 else 4
+            version = fv
         else:
             version = int(used.max()) if nch else 1
         head = bytearray()
@@ -538,7 +538,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
             raise ValueError("lmc: out must be C-contiguous and writeable")
     nth = _nthreads(threads)
     if has_ref:
-        if _ref_hash(ref_u8, total, h["chunk"], unit, nth, h["version"] >= 4) != h["refhash"]:
+        if _ref_hash(ref_u8, total, h["chunk"], unit, nth, ck_mode(h["version"])) != h["refhash"]:
             raise FormatError("lmc: wrong reference (reference hash mismatch)")
     nch = h["nch"]
     if nch:

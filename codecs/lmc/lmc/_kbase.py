@@ -110,6 +110,7 @@ _S32 = np.uint64(32)
 _S29 = np.uint64(29)
 _C1 = np.uint64(0x9E3779B97F4A7C15)
 _C3 = np.uint64(0xD6E8FEB86659FD93)
+_C2 = np.uint64(0xBF58476D1CE4E5B9)
 
 
 @njit(nogil=True, cache=True)
@@ -183,43 +184,73 @@ def _csum(d, n):
 
 
 @njit(nogil=True, cache=True)
-def _mix_add(s2, v, ic):
+def _mix(v, ic, strong):
+    """The mix of word v at index multiple ic: format 4's (x ^ x >> 29 of x = (v ^ ic) * C1) or, strong
+    (format 5), with x ^= x >> 32, x *= C2 between: format 4's lets bit 63 of v reach only bits 63 and 34 of
+    the mix, so an even number of flips of words' top bits (a bf16 sign every 4th element) can cancel."""
     x = (v ^ ic) * _C1
-    return s2 + (x ^ (x >> _S29))
+    if strong:
+        x ^= x >> _S32
+        x *= _C2
+    return x ^ (x >> _S29)
 
 
 @njit(nogil=True, cache=True)
-def _csum_words(b, nb):
-    """The format-4 checksum of the nb bytes b[:nb]: the same sums over their
-    64-bit little-endian words (the last zero-padded), i = the word's index.
-    A quarter of the per-unit work on 16-bit units, half on 32-bit ones."""
+def _mix_add(s2, v, ic, strong):
+    return s2 + _mix(v, ic, strong)
+
+
+@njit(nogil=True, cache=True)
+def _csum_words(b, nb, strong):
+    """The format-4 (strong: format-5) checksum of the nb bytes b[:nb]: the
+    same sums over their 64-bit little-endian words (the last zero-padded),
+    i = the word's index.  A quarter of the per-unit work on 16-bit units,
+    half on 32-bit ones."""
     n8 = nb >> 3
     d = b[:n8 * 8].view(np.uint64)
     s1 = _U0
     s2 = _U0
     ic = _U0
-    for i in range(n8):
-        v = d[i]
-        s1 += v
-        x = (v ^ ic) * _C1
-        ic += _C3
-        s2 += x ^ (x >> _S29)
+    if strong:
+        for i in range(n8):
+            v = d[i]
+            s1 += v
+            x = (v ^ ic) * _C1
+            ic += _C3
+            x ^= x >> _S32
+            x *= _C2
+            s2 += x ^ (x >> _S29)
+    else:
+        for i in range(n8):
+            v = d[i]
+            s1 += v
+            x = (v ^ ic) * _C1
+            ic += _C3
+            s2 += x ^ (x >> _S29)
     if nb > n8 * 8:
         v = _U0
         for j in range(nb - n8 * 8):
             v |= np.uint64(b[n8 * 8 + j]) << np.uint64(8 * j)
         s1 += v
-        s2 = _mix_add(s2, v, ic)
+        s2 = _mix_add(s2, v, ic, strong)
     return _fold(s1, s2)
+
+
+@njit(nogil=True, cache=True)
+def ck_mode(version):
+    """The checksum of a format version: 0 over units (1-3), 1 over words (4),
+    2 over words with the strong mix (5)."""
+    return 0 if version < 4 else (1 if version == 4 else 2)
 
 
 @njit(nogil=True, cache=True)
 def checksum_units(data, start, n, unit, wk):
     """The checksum of the chunk of n units from unit index start: over its
-    units (format versions 1-3) or, where wk (version 4), over its 64-bit words."""
+    units (wk 0: format versions 1-3) or over its 64-bit words (wk 1: version
+    4; wk 2: version 5, the strong mix).  See ck_mode."""
     base = start * unit
     if wk:
-        return _csum_words(data[base:base + n * unit], n * unit)
+        return _csum_words(data[base:base + n * unit], n * unit, wk >= 2)
     if unit == 1:
         return _csum(data[base:base + n], n)
     if unit == 2:
@@ -341,7 +372,7 @@ def merge_bf16(p0, p1, n, d):
 @njit(nogil=True, cache=True)
 def merge_chunk(planes, n, out, ref, use_ref, start, unit, layout, wk):
     """Write the chunk's n units to out (XOR with ref when use_ref) and
-    return the checksum of the written units (wk: format 4's, over words)."""
+    return the checksum of the written units (wk as checksum_units)."""
     base = start * unit
     nb = n * unit
     dst = out[base:base + nb]
@@ -401,9 +432,10 @@ def _csum_fill(r, n, v, use_ref):
 
 
 @njit(nogil=True, cache=True)
-def _csum_fill_words(r, nb, p, use_ref):
-    """The format-4 checksum of nb bytes whose every 64-bit word is p (XORed
-    with r's words when use_ref), without materialising them."""
+def _csum_fill_words(r, nb, p, use_ref, strong):
+    """The format-4 (strong: format-5) checksum of nb bytes whose every
+    64-bit word is p (XORed with r's words when use_ref), without
+    materialising them."""
     n8 = nb >> 3
     s1 = _U0
     s2 = _U0
@@ -414,9 +446,8 @@ def _csum_fill_words(r, nb, p, use_ref):
         if use_ref:
             u = d[i] ^ p
         s1 += u
-        x = (u ^ ic) * _C1
+        s2 += _mix(u, ic, strong)
         ic += _C3
-        s2 += x ^ (x >> _S29)
     rem = nb - n8 * 8
     if rem > 0:
         u = p
@@ -425,20 +456,21 @@ def _csum_fill_words(r, nb, p, use_ref):
                 u ^= np.uint64(r[n8 * 8 + j]) << np.uint64(8 * j)
         u &= (np.uint64(1) << np.uint64(8 * rem)) - np.uint64(1)
         s1 += u
-        s2 = _mix_add(s2, u, ic)
+        s2 = _mix_add(s2, u, ic, strong)
     return _fold(s1, s2)
 
 
 @njit(nogil=True, cache=True)
 def checksum_fill(ref, use_ref, start, n, unit, v, wk):
-    """The checksum (wk: format 4's) of n units all equal to v (XORed with
+    """The checksum (wk as checksum_units) of n units all equal to v (XORed with
     ref's units from unit index start when use_ref)."""
     base = start * unit
     if wk:
         p = _U0
         for j in range(8 // unit):  # units are 1, 2, 4 or 8 bytes: every word is the same
             p |= v << np.uint64(8 * unit * j)
-        return _csum_fill_words(ref[base:base + n * unit] if use_ref else ref[0:0], n * unit, p, use_ref)
+        return _csum_fill_words(ref[base:base + n * unit] if use_ref else ref[0:0], n * unit, p, use_ref,
+                                wk >= 2)
     if not use_ref:
         return _csum_fill(ref[0:0], n, v, False)
     if unit == 1:

@@ -32,7 +32,7 @@ from ._intrinsics import load_u32
 from ._kbase import (CHUNK_ALONE, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
                      ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES,
                      MODE_CONST, NCTX, NO_MARGIN, OK, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN,
-                     _U0, checksum_fill, checksum_units, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
+                     _U0, checksum_fill, checksum_units, ck_mode, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
                      xor_into)
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
@@ -66,7 +66,7 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
     unless sf.
     Returns (size, checksum, the format version the chunk needs)."""
     v2 = fv >= 2
-    wk = fv >= 4  # format 4: checksums over 64-bit words
+    wk = ck_mode(fv)  # format 4 and 5: checksums over 64-bit words
     rm = 0 if not v2 else (NO_MARGIN if sf else RANS_MARGIN)
     pm = NO_MARGIN if sf else PRED_MARGIN
     tm = NO_MARGIN if sf else TEMPORAL_MARGIN
@@ -278,7 +278,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     st, flags = _chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
     if st != OK:
         return st
-    wk = version >= 4  # format 4: checksums over 64-bit words
+    wk = ck_mode(version)  # format 4 and 5: checksums over 64-bit words
     end = off + clen
     if flags == CHUNK_TEMPORAL:
         st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
@@ -449,7 +449,7 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
         v = _U0
         for j in range(unit):
             v |= np.uint64(ub[j]) << np.uint64(8 * j)
-        if checksum_fill(ref, delta, start, n, unit, v, version >= 4) != expected:
+        if checksum_fill(ref, delta, start, n, unit, v, ck_mode(version)) != expected:
             return ERR_CHECKSUM
     return OK
 

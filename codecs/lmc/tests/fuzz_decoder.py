@@ -48,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
 from lmc import _core  # noqa: E402
-from lmc._kbase import LAYOUT_PLANES as _LAYOUT_PLANES  # noqa: E402
+from lmc._kbase import LAYOUT_PLANES as _LAYOUT_PLANES, ck_mode  # noqa: E402
 from fuzz_blobs import (  # noqa: E402,F401  (the seed blobs and the blob parser; re-exported)
     CHUNK_NAMES, STREAM_NAMES, Blob, build_corpus, coverage, load_corpus, pred_specs, save_corpus)
 
@@ -184,7 +184,7 @@ def mutations(b, rng, ref):
         bu = bad.reshape(-1).view(np.uint8)
         k = int(rng.integers(bu.size))
         bu[k] ^= 1 << int(rng.integers(8))
-        h = _core._ref_hash(_core._ro_bytes(bad), b.h["total"], b.chunk, b.h["unit"], 1, b.version >= 4)
+        h = _core._ref_hash(_core._ro_bytes(bad), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(b.version))
         return "ref:forged_hash", owner, b.pack(refhash=h), bad, None
     if ref is not None:      # a wrong reference, hash left (must be refused)
         bad = ref.copy()
@@ -351,10 +351,13 @@ def _mctx_mutation(b, rng, ref):
     if sub == "head_cut":   # 0..3 bytes: inside the mode byte, E, K and mask
         pl[c] = bytes(p[:int(rng.integers(4))])
         return "mctx:head_cut", "mctx", b.pack(pl), ref, ("error", MSG_TRUNC, None)
-    if sub == "version":    # a mode-5 chunk in a version-2 or -4 blob (with a reference version 4 only: the
-        # reference hash of versions 1-3 is over units, and is checked first)
-        v = 4 if ref is not None else int(rng.choice([2, 4]))
-        return f"mctx:in_v{v}", "mctx", b.pack(version=v), ref, ("error", MSG_VERSION, None)
+    if sub == "version":    # a mode-5 chunk in a version-2 or -4 blob (with a reference, its hash forged to
+        # that version's: it is checked first, and each version has its own checksums)
+        v = int(rng.choice([2, 4]))
+        h = b.refhash
+        if ref is not None:
+            h = _core._ref_hash(_core._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
+        return f"mctx:in_v{v}", "mctx", b.pack(version=v, refhash=h), ref, ("error", MSG_VERSION, None)
     if sub == "as_f16":     # the same units read as float16: no mode 5 there (the message required where
         # chunk 0 is the mode-5 chunk: another chunk before it may fail first, as float16 streams)
         r = None if ref is None else ref.view(np.float16)

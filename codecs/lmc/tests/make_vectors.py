@@ -9,9 +9,10 @@ Each vector: NAME.npy (input), NAME.lmc (blob), optional NAME.ref.npy
 (reference), and an entry in manifest.json with the compress arguments.
 Every input is written twice: NAME.lmc with format_version=3 (versions 1-3,
 unit checksums: the oldest version its modes need) and NAME_v4.lmc with
-format_version=4 (word checksums), whose entry names its "input"; a bfloat16
-input a third time, NAME_v5.lmc with format_version=5 and prefer="size"
-(version 5 where a chunk takes the mantissa-context mode, else 4).
+format_version=4 (word checksums), whose entry names its "input"; then
+NAME_v5.lmc with format_version=5 (the strong word checksums) and a
+bfloat16 input a fourth time, NAME_v5s.lmc with prefer="size" (where its
+chunks take the mantissa-context mode).
 """
 import json
 import os
@@ -120,9 +121,9 @@ def main():
         np.save(os.path.join(OUT, name + ".npy"), _savable(x))
         if ref is not None:
             np.save(os.path.join(OUT, name + ".ref.npy"), _savable(ref))
-        runs = [(3, name, "speed"), (4, name + "_v4", "speed")]
+        runs = [(3, name, "speed"), (4, name + "_v4", "speed"), (5, name + "_v5", "speed")]
         if x.dtype == ml_dtypes.bfloat16:
-            runs.append((5, name + "_v5", "size"))
+            runs.append((5, name + "_v5s", "size"))
         for fv, out, prefer in runs:
             blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=fv, prefer=prefer)
             with open(os.path.join(OUT, out + ".lmc"), "wb") as f:

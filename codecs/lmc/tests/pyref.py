@@ -13,12 +13,15 @@ FLOAT = {"f32": (32, 23, 0xFF), "f16": (16, 10, 0x1F), "bf16": (16, 7, 0xFF)}
 M64 = (1 << 64) - 1
 
 
-def checksum(units):
-    C1, C3 = 0x9E3779B97F4A7C15, 0xD6E8FEB86659FD93
+def checksum(units, strong=False):
+    """Versions 1-4; strong (version 5): x ^= x >> 32, x *= C2 before the last step."""
+    C1, C2, C3 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0xD6E8FEB86659FD93
     s1 = s2 = 0
     for i, v in enumerate(units):
         s1 = (s1 + v) & M64
         x = ((v ^ (i * C3 & M64)) * C1) & M64
+        if strong:
+            x = ((x ^ (x >> 32)) * C2) & M64
         s2 = (s2 + (x ^ (x >> 29))) & M64
 
     def fold(x):
@@ -26,10 +29,11 @@ def checksum(units):
     return fold(s1) | fold(s2) << 32
 
 
-def word_checksum(data):
-    """Version 4: the same sums over the chunk bytes' 64-bit little-endian words, the last zero-padded."""
+def word_checksum(data, strong=False):
+    """Versions 4 and 5: the same sums over the chunk bytes' 64-bit little-endian words, the last
+    zero-padded (version 5: the strong mix)."""
     data = bytes(data) + bytes(-len(data) % 8)
-    return checksum([int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)])
+    return checksum([int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)], strong)
 
 
 def split(v, lay, unit):
@@ -381,7 +385,7 @@ def decode(blob, ref=None):
         else:
             raise ValueError("chunk mode")
         chunk_bytes = b"".join(u.to_bytes(unit, "little") for u in units)
-        if (word_checksum(chunk_bytes) if version >= 4 else checksum(units)) != chk:
+        if (word_checksum(chunk_bytes, version >= 5) if version >= 4 else checksum(units)) != chk:
             raise ValueError("checksum")
         out += chunk_bytes
         pos = end

@@ -1,4 +1,5 @@
-"""Format version 4: the chunk checksums (and the reference hash) over 64-bit words instead of units.
+"""Format versions 4 and 5: the chunk checksums (and the reference hash) over 64-bit words instead of units
+(version 5: with a stronger mix, see the last test).
 
 The oracle (pyref, written from FORMAT.md) decodes version-4 blobs of every dtype and chunk tail; a
 constant chunk's checksum (computed without writing it, in the structural pre-pass) agrees with the
@@ -37,8 +38,9 @@ def test_word_checksum_matches_the_oracle(nbytes):
     for unit in (1, 2, 4, 8):
         if nbytes % unit:
             continue
-        assert int(checksum_units(b, 0, nbytes // unit, unit, True)) == pyref.word_checksum(b.tobytes())
-        assert int(checksum_units(b, 0, nbytes // unit, unit, False)) == pyref.checksum(
+        assert int(checksum_units(b, 0, nbytes // unit, unit, 1)) == pyref.word_checksum(b.tobytes())
+        assert int(checksum_units(b, 0, nbytes // unit, unit, 2)) == pyref.word_checksum(b.tobytes(), True)
+        assert int(checksum_units(b, 0, nbytes // unit, unit, 0)) == pyref.checksum(
             [int.from_bytes(b[i:i + unit].tobytes(), "little") for i in range(0, nbytes, unit)])
 
 
@@ -48,10 +50,10 @@ def test_v4_blobs_decode_in_the_oracle(dt):
     x = _sample(dt, 2003, 1)
     r = _sample(dt, 2003, 2)
     r.reshape(-1)[::3] = x.reshape(-1)[::3]
-    for ref in (None, r):
+    for ref, fv in ((None, 4), (r, 4), (None, 5), (r, 5)):
         for chunk in (257, 1000):
-            blob = lmc.compress(x, reference=ref, chunk_size=chunk)
-            assert lmc.info(blob)["version"] == 4
+            blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=fv)
+            assert lmc.info(blob)["version"] == fv
             assert lmc.decompress(blob, reference=ref).tobytes() == x.tobytes()
             out, _, _ = pyref.decode(blob, None if ref is None else ref.tobytes())
             assert out == x.tobytes()
@@ -71,7 +73,7 @@ def test_constant_chunk_checksum_without_writing_it(unit, use_ref):
             units = units ^ ref[start * unit:(start + n) * unit]
         buf = np.zeros((start + n) * unit, np.uint8)
         buf[start * unit:] = units
-        for wk in (False, True):
+        for wk in (0, 1, 2):     # units (versions 1-3), words (4), words with the strong mix (5)
             want = int(checksum_units(buf, start, n, unit, wk))
             got = int(checksum_fill(ref if use_ref else np.zeros(0, np.uint8), use_ref, start, n, unit,
                                     np.uint64(v), wk))
@@ -97,34 +99,36 @@ def test_constant_chunks_verified_in_the_prepass():
 
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16, np.int8])
 def test_same_payloads_as_format_3(dt):
-    """Version 4 changes the checksums only: the same chunks, the same sizes."""
+    """Versions 4 and 5 (the default setting) change the checksums only: the same chunks, the same sizes."""
     from make_vectors import train_pair
     if dt == np.int8:
         x, r = _sample(dt, 9000, 3), None
     else:
         x, r = train_pair(dt, 9000, 4)
     b3 = lmc.compress(x, reference=r, chunk_size=2048, format_version=3)
-    b4 = lmc.compress(x, reference=r, chunk_size=2048)
-    assert len(b3) == len(b4)
-    h3 = _core._parse_header(np.frombuffer(b3, np.uint8))
-    h4 = _core._parse_header(np.frombuffer(b4, np.uint8))
-    assert h3["version"] <= 3 and h4["version"] == 4
-    assert b3[h3["offsets"][0]:] == b4[h4["offsets"][0]:]
-    assert (h3["sizes"] == h4["sizes"]).all()
-    if r is not None:
-        assert h3["refhash"] != h4["refhash"]
+    for fv in (4, 5):
+        b4 = lmc.compress(x, reference=r, chunk_size=2048, format_version=fv)
+        assert len(b3) == len(b4)
+        h3 = _core._parse_header(np.frombuffer(b3, np.uint8))
+        h4 = _core._parse_header(np.frombuffer(b4, np.uint8))
+        assert h3["version"] <= 3 and h4["version"] == fv
+        assert b3[h3["offsets"][0]:] == b4[h4["offsets"][0]:]
+        assert (h3["sizes"] == h4["sizes"]).all()
+        if r is not None:
+            assert h3["refhash"] != h4["refhash"]
 
 
 def test_relabelled_version_refused():
-    """A version-4 blob read as version 3 (and a version-3 one as 4) fails its checksums."""
+    """A blob of version 3, 4 or 5 read as another of them fails its checksums."""
     x = _sample(ml_dtypes.bfloat16, 5000, 5)
-    b4 = bytearray(lmc.compress(x, chunk_size=1024))
-    b3 = bytearray(lmc.compress(x, chunk_size=1024, format_version=3))
-    assert b3[4] <= 3 and b4[4] == 4
-    b4[4], b3[4] = 3, 4
-    for b in (b4, b3):
-        with pytest.raises(lmc.FormatError, match="checksum"):
-            lmc.decompress(bytes(_refix_crc(b)))
+    blobs = {fv: bytes(lmc.compress(x, chunk_size=1024, format_version=fv)) for fv in (3, 4, 5)}
+    assert blobs[3][4] <= 3 and blobs[4][4] == 4 and blobs[5][4] == 5
+    for fv, blob in blobs.items():
+        for other in {3, 4, 5} - {fv}:
+            b = bytearray(blob)
+            b[4] = other
+            with pytest.raises(lmc.FormatError, match="checksum"):
+                lmc.decompress(bytes(_refix_crc(b)))
 
 
 def test_reference_hash_follows_the_version():
@@ -133,12 +137,33 @@ def test_reference_hash_follows_the_version():
     x = _sample(np.float32, 4000, 6)
     r = x.copy()
     r[::7] += 1e-3
-    blob = lmc.compress(x, reference=r, chunk_size=1000)
-    (rh,) = struct.unpack_from("<Q", blob, 8 + 8 + 8)
-    assert rh == _core._ref_hash(_core._ro_bytes(r), r.size, 1000, 4, 1, True)
-    assert rh != _core._ref_hash(_core._ro_bytes(r), r.size, 1000, 4, 1, False)
-    assert lmc.decompress(blob, reference=r).tobytes() == x.tobytes()
+    for fv, wk in ((4, 1), (5, 2)):
+        blob = lmc.compress(x, reference=r, chunk_size=1000, format_version=fv)
+        (rh,) = struct.unpack_from("<Q", blob, 8 + 8 + 8)
+        assert rh == _core._ref_hash(_core._ro_bytes(r), r.size, 1000, 4, 1, wk)
+        for other in {0, 1, 2} - {wk}:
+            assert rh != _core._ref_hash(_core._ro_bytes(r), r.size, 1000, 4, 1, other)
+        assert lmc.decompress(blob, reference=r).tobytes() == x.tobytes()
     bad = r.copy()
     bad.view(np.uint8)[123] ^= 4
     with pytest.raises(lmc.FormatError, match="reference hash"):
         lmc.decompress(blob, reference=bad)
+
+
+def test_version5_checksum_sees_top_bit_flips_that_version4_misses():
+    """Format 4's mix lets bit 63 of a word reach only bits 63 and 34 of s2 (and two flips of bit 63 cancel in
+    s1), so an even number of bf16 sign flips at element 3 of their words (one Huffman sub-stream's symbols)
+    can leave the checksum unchanged; the fuzzer found such a blob. Format 5's mix (x ^= x >> 32, x *= C2)
+    spreads the bit: over the same pairs of flips it never misses one."""
+    rng = np.random.default_rng(0)
+    miss4 = miss5 = 0
+    for _ in range(300):
+        x = rng.integers(0, 1 << 16, 1024, dtype=np.uint16)
+        y = x.copy()
+        a, b = rng.choice(256, 2, replace=False)
+        y[4 * a + 3] ^= 0x8000
+        y[4 * b + 3] ^= 0x8000
+        xb, yb = x.view(np.uint8), y.view(np.uint8)
+        miss4 += int(checksum_units(xb, 0, 1024, 2, 1)) == int(checksum_units(yb, 0, 1024, 2, 1))
+        miss5 += int(checksum_units(xb, 0, 1024, 2, 2)) == int(checksum_units(yb, 0, 1024, 2, 2))
+    assert miss4 > 50 and miss5 == 0, (miss4, miss5)

@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal", "chunk:pred",
          "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const",
-         "pred/huffman", "pred/raw", "pred/const"]
+         "pred/huffman", "pred/raw", "pred/const", "chunk:mctx", "mctx/huffman"]
 # the predicted-exponent forgeries of fuzz_decoder._pred_mutation (chunk mode 4, format v3)
 PRED_KINDS = ("pred:w", "pred:w_zero", "pred:residual_raw", "pred:residual_const", "pred:residual_rans1",
               "pred:all_const", "pred:head_cut", "pred:in_v1", "pred:in_v2", "pred:as_alone",
@@ -50,6 +50,9 @@ def _check_summary(d, min_cases):
     assert d["coverage"].get("chunk:pred", 0) >= 8, d["coverage"]
     assert _kinds(d["by_kind"], "pred:") >= 10, d["by_kind"]
     assert _kinds(d["by_kind"], "field:pred_w") >= 3, d["by_kind"]
+    # mode 5 (mantissa context) likewise
+    assert d["coverage"].get("chunk:mctx", 0) >= 4, d["coverage"]
+    assert d["by_owner"].get("mctx", 0) >= 5, d["by_owner"]
 
 
 def test_corpus_uses_every_mode(corpus):
@@ -98,6 +101,28 @@ def test_fuzz_normal_build(corpus):
     assert stats["exact_by_owner"]["pred"] > 0    # a forged row length that changes nothing
     errs = stats["errors"]
     assert errs["predicted-exponent chunk: row length 0, or every stream constant"] > 0, errs
+
+
+# the mantissa-context forgeries of fuzz_decoder._mctx_mutation (chunk mode 5, format v5)
+MCTX_KINDS = ("mctx:E", "mctx:K_bad", "mctx:mask_bad", "mctx:K_mask", "mctx:exp_raw", "mctx:head_cut",
+              "mctx:in_v2", "mctx:in_v4", "mctx:as_f16", "mctx:nibble_pad", "mctx:nibble_len")
+
+
+def test_fuzz_mantissa_context(corpus):
+    """Mode-5 seeds (bf16, prefer="size"; alone and in a blob with a reference): every forgery of the mode
+    and the generic mutations, with the refusals FORMAT.md requires."""
+    mc = [c for c in corpus if any(p[:1] == b"\x05" for p in FZ.Blob(c["blob"]).payloads)]
+    assert {c["ref"] is None for c in mc} == {True, False}
+    stats, failures = FZ.run(mc, 3000, seed=1, stack=0.2)
+    assert not failures, failures[:3]
+    for kind in MCTX_KINDS:
+        assert _kinds(stats["by_kind"], kind) > 0, (kind, stats["by_kind"])
+    assert stats["by_owner"]["mctx"] >= 500 and stats["by_owner"]["mctx/huffman"] >= 200, stats["by_owner"]
+    assert stats["exact_by_owner"]["mctx"] > 0     # e.g. another valid base E that gives the same contexts
+    errs = stats["errors"]
+    for msg in ("mantissa-context chunk: context count outside 1..8", "context mask does not match",
+                "unused final nibble", "newer than the blob's format version"):
+        assert any(msg in e for e in errs), (msg, errs)
 
 
 def test_fuzzer_catches_a_wrong_output(corpus, monkeypatch):

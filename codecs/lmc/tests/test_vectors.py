@@ -22,7 +22,7 @@ def test_vector(name):
     y = lmc.decompress(blob, reference=ref)
     assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
     version = lmc.info(blob)["version"]
-    assert version in {3: (1, 2, 3), 4: (4,), 5: (4, 5)}[e["format_version"]]
+    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,)}[e["format_version"]]
     prefer = e.get("prefer", "speed")
     assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"],
                         prefer=prefer) == blob
@@ -32,9 +32,11 @@ def test_manifest_not_empty():
     assert len(MANIFEST) >= 10
     # every input frozen in both checksums: versions 1-3 (units) and 4 (words)
     inputs = {e["input"] for e in MANIFEST.values()}
-    for fv in (3, 4):
-        assert {e["input"] for e in MANIFEST.values() if e["format_version"] == fv} == inputs
-    # every bfloat16 input also as format_version=5, prefer="size"; some of them use the version-5 mode
-    v5 = [n for n, e in MANIFEST.items() if e["format_version"] == 5]
-    assert {MANIFEST[n]["input"] for n in v5} == {e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
-    assert any(lmc.info(open(os.path.join(OUT, n + ".lmc"), "rb").read())["version"] == 5 for n in v5)
+    for fv in (3, 4, 5):
+        assert {e["input"] for e in MANIFEST.values() if e["format_version"] == fv and e["prefer"] == "speed"} \
+            == inputs
+    # every bfloat16 input also with prefer="size"; some of them use the mantissa-context mode
+    v5s = [n for n, e in MANIFEST.items() if e["prefer"] == "size"]
+    assert {MANIFEST[n]["input"] for n in v5s} == {e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
+    assert any(lmc.info(open(os.path.join(OUT, n + ".lmc"), "rb").read())["chunk_modes"].get("mantissa-context")
+               for n in v5s)
