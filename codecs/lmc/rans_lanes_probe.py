@@ -1,0 +1,354 @@
+"""Would more rANS lanes make coding with a reference fast? (issue 21, target 2: a measurement, not a codec mode)
+
+lmc's temporal mode (coding against the previous checkpoint) spends most of its decode in one loop: a rANS decoder
+with 4 interleaved states sharing one stream of 16-bit words, a table lookup per symbol under the symbol's context,
+and a data-dependent renormalisation. Issue 21 asks for that mode at half the speed of coding alone; it runs at
+0.12-0.27x. The usual way out (SIMD rANS decoders) is many states whose renormalisations do not depend on each
+other: each lane reads its own word stream, so a lane's step is the same branch-free arithmetic as every other
+lane's and a compiler can turn the lanes into vector lanes (gathers for the table and the words).
+
+This probe measures that on the temporal mode's own symbols: per 128 Ki-element chunk of a checkpoint pair (every
+tensor of at least 65,536 elements, cast to bf16, R -> S), the joint (context, symbol) stream lmc's encoder makes,
+its context tables, then
+
+* ``4 states, shared stream``: lmc's encoder and decoder (``_ktemporal._tenc`` / ``_tdsyms``), symbols only;
+* ``N lanes, own streams`` (N = 8, 16, 32): symbol i in lane i mod N, each lane a rANS stream of its own (32-bit
+  state, 16-bit words, the same 12-bit tables), written back to back after a table of lane offsets; the decoder
+  steps all N lanes per round, branch-free, each lane loading a word from its own stream and keeping it or not;
+* the same with 32-bit words (states in [2^31, 2^63)): a lane's word is then one 32-bit load, which AVX gathers
+  can do (they cannot gather 16-bit values);
+
+and reports the bytes (the lanes pay 4 bytes of state each and a partial word) and the one-thread decode speed
+of the symbols, beside lmc's whole alone decode of the same tensors (S alone) and its whole decode with the
+reference (S against R). Whether the lane loop vectorises is read from the compiled code (AVX gathers). Usage:
+
+    python codecs/lmc/rans_lanes_probe.py SERIES_DIR [--pair 950:1000] [--repeat 5] [--lanes 8,16,32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+from numba import njit
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import lmc  # noqa: E402
+from lmc._intrinsics import load_u16, load_u32, store_u16, store_u32  # noqa: E402
+from lmc._kbase import LAYOUT_BF16, NCTX, PROB_SCALE, RANS_L  # noqa: E402
+from lmc._krans import build_rans_dtab  # noqa: E402
+from lmc._ktemporal import (_enc_entry, _tdsyms, _tenc, temporal_base, temporal_count, temporal_estimate,  # noqa: E402
+                            temporal_hist)
+
+CHUNK = 131072
+KS = 33  # bf16: 2W + 1 symbols per context
+
+
+def load_pair(series, r, s, min_el=65536):
+    import ml_dtypes
+    from safetensors.numpy import load_file
+    a = load_file(os.path.join(series, f"checkpoint-{r}", "model.safetensors"))
+    b = load_file(os.path.join(series, f"checkpoint-{s}", "model.safetensors"))
+    out = []
+    for k, v in b.items():
+        if v.dtype == np.float32 and v.size >= min_el:
+            out.append((a[k].astype(ml_dtypes.bfloat16), v.astype(ml_dtypes.bfloat16)))
+    return out
+
+
+def chunk_symbols(x, r):
+    """The temporal mode's per-chunk data: (n, jb joint symbols, cb context table offsets, syms, f, cm, dtab, et)."""
+    xb, rb = x.reshape(-1).view(np.uint8), r.reshape(-1).view(np.uint8)
+    n = x.size
+    E = temporal_base(rb, 0, n, LAYOUT_BF16)
+    jb = np.empty(n, np.uint16)
+    low = np.empty(n, np.uint32)
+    th = np.empty(4 * NCTX * 65, np.int32)
+    temporal_count(xb, rb, 0, n, LAYOUT_BF16, E, jb, low, th)
+    hist = np.empty(NCTX * 256, np.int64)
+    temporal_hist(th, 16, hist)
+    f = np.zeros(NCTX * 256, np.int64)
+    cm = np.zeros(NCTX * 256, np.int64)
+    _, cmask = temporal_estimate(hist, f, cm, 16)
+    dtab = np.zeros(NCTX * PROB_SCALE, np.uint32)
+    et = np.zeros(2 * NCTX * KS, np.uint64)
+    for c in range(NCTX):
+        if cmask >> c & 1:
+            build_rans_dtab(f, cm, c << 8, dtab, c << 12)
+            for s in range(KS):
+                if f[(c << 8) + s] > 0:
+                    _enc_entry(f[(c << 8) + s], cm[(c << 8) + s], 0, et, c * KS + s)
+    ctx = (jb // KS).astype(np.uint16)
+    syms = (jb % KS).astype(np.uint8)
+    return n, jb, (ctx << 12).astype(np.uint16), syms, et, dtab
+
+
+@njit(nogil=True, cache=True)
+def _renc_lane(x, fs, bias, buf, p):
+    """One rANS encode step of a lane (as lmc's: x' = (x div f) * 4096 + x mod f + cum), pushing at most one
+    16-bit word below buf[p]; returns (x, p)."""
+    if x >= (fs << 20):
+        p -= 2
+        store_u16(buf, p, np.uint16(x & 0xFFFF))
+        x >>= 16
+    return (x // fs) * 4096 + (x % fs) + bias, p
+
+
+@njit(nogil=True, cache=True)
+def encode_lanes(jb, n, N, et, out):
+    """N lane streams of jb[0:n] (symbol i in lane i % N) into out: u32 offsets of the N + 1 lane ends (relative
+    to the table's end), then each lane's stream (its u32 final state, then its words in decoding order).
+    Returns the total length."""
+    tmp = np.empty(2 * (n // N + 2) + 8, np.uint8)
+    o = 4 * (N + 1)
+    for lane in range(N):
+        p = tmp.size
+        x = np.int64(RANS_L)
+        last = lane + ((n - 1 - lane) // N) * N if n > lane else -1
+        i = last
+        while i >= 0:
+            j = np.int64(jb[i])
+            info = np.int64(et[2 * j + 1])
+            fs = info >> 32
+            cum = (info & 8191)
+            if fs == 1:
+                cum -= PROB_SCALE - 1   # (lmc's table: bias for f = 1 includes 4095)
+            x, p = _renc_lane(x, fs, cum, tmp, p)
+            i -= N
+        L = tmp.size - p
+        store_u32(out, 4 * lane, np.uint32(o - 4 * (N + 1)))
+        store_u32(out, o, np.uint32(x))
+        out[o + 4:o + 4 + L] = tmp[p:]
+        o += 4 + L
+    store_u32(out, 4 * N, np.uint32(o - 4 * (N + 1)))
+    return o
+
+
+@njit(nogil=True)
+def decode_lanes(blob, n, N, cb, dtab, out, x, ptr):
+    """Decode the N lane streams (blob as encode_lanes wrote it, with >= 2 bytes of padding after the end) into
+    out[0:n]; x, ptr: int64[N] scratch.  Full rounds branch-free (a lane always loads the word at its pointer and
+    keeps it or not); the last partial round per lane.  Returns 0, or 1 where a lane's stream does not end
+    exactly in the initial state."""
+    base = 4 * (N + 1)
+    for lane in range(N):
+        s = base + np.int64(load_u32(blob, 4 * lane))
+        x[lane] = np.int64(load_u32(blob, s))
+        ptr[lane] = s + 4
+    rounds = n // N
+    for g in range(rounds):
+        i0 = g * N
+        for lane in range(N):
+            xl = x[lane]
+            e = np.int64(dtab[np.int64(cb[i0 + lane]) + (xl & 4095)])
+            out[i0 + lane] = e & 255
+            xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+            q = ptr[lane]
+            w = np.int64(blob[q]) | (np.int64(blob[q + 1]) << 8)
+            k = np.int64(xl < RANS_L)
+            x[lane] = (xl << (k << 4)) | (w & -k)
+            ptr[lane] = q + (k << 1)
+    for i in range(rounds * N, n):
+        lane = i - rounds * N
+        xl = x[lane]
+        e = np.int64(dtab[np.int64(cb[i]) + (xl & 4095)])
+        out[i] = e & 255
+        xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+        if xl < RANS_L:
+            xl = (xl << 16) | np.int64(load_u16(blob, ptr[lane]))
+            ptr[lane] += 2
+        x[lane] = xl
+    bad = 0
+    for lane in range(N):
+        end = base + np.int64(load_u32(blob, 4 * (lane + 1)))
+        if x[lane] != RANS_L or ptr[lane] != end:
+            bad = 1
+    return bad
+
+
+def vectorised(fn):
+    """Whether the compiled decoder uses AVX gathers (the lane loop vectorised). Numba cannot inspect cached code:
+    a cached kernel (lmc's own decoder) is compiled again here, uncached, for its first signature."""
+    if type(fn._cache).__name__ != "NullCache":
+        sig = fn.signatures[0]
+        fn = njit(nogil=True)(fn.py_func)
+        fn.compile(sig)
+    asm = "".join(fn.inspect_asm().values())
+    return any(g in asm for g in ("vpgatherdd", "vpgatherqq", "vpgatherdq", "vpgatherqd"))
+
+
+def best(fn, repeat):
+    t = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        t = min(t, time.perf_counter() - t0)
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("series")
+    ap.add_argument("--pair", default="950:1000")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--lanes", default="8,16,32")
+    a = ap.parse_args()
+    r, s = (int(v) for v in a.pair.split(":"))
+    lanes = [int(v) for v in a.lanes.split(",")]
+    pairs = load_pair(a.series, r, s)
+    chunks = []
+    for rt, st in pairs:
+        rf, sf = rt.reshape(-1), st.reshape(-1)
+        for c0 in range(0, sf.size, CHUNK):
+            chunks.append(chunk_symbols(sf[c0:c0 + CHUNK], rf[c0:c0 + CHUNK]))
+    n_all = sum(c[0] for c in chunks)
+    mib = 2 * n_all / 2**20
+    print(f"{a.series} {r} -> {s}: bf16 weights, {len(pairs)} tensors, {n_all} elements ({mib:.1f} MiB), "
+          f"{len(chunks)} chunks of <= {CHUNK}; one thread, best of {a.repeat}")
+    # lmc itself: whole decodes, alone and with the reference
+    blobs_a = [lmc.compress(st, threads=1) for _, st in pairs]
+    blobs_t = [lmc.compress(st, reference=rt, threads=1) for rt, st in pairs]
+    ta = best(lambda: [lmc.decompress(b, threads=1) for b in blobs_a], a.repeat)
+    tt = best(lambda: [lmc.decompress(b, reference=rt, threads=1) for b, (rt, _) in zip(blobs_t, pairs)], a.repeat)
+    print(f"lmc {lmc.__version__} whole decode, S alone: {mib / ta:.0f} MiB/s; S against R: {mib / tt:.0f} MiB/s "
+          f"({ta / tt:.2f}x of alone); ratio alone {2 * n_all / sum(map(len, blobs_a)):.4f}, "
+          f"with R {2 * n_all / sum(map(len, blobs_t)):.4f}")
+    # 4 states, shared stream (lmc's)
+    enc4 = []
+    for n, jb, cb, syms, et, dtab in chunks:
+        buf = np.zeros(2 * n + 16, np.uint8)
+        p = _tenc(jb, n, et, buf)
+        enc4.append(np.ascontiguousarray(buf[p:]))
+    outs = [np.empty(c[0], np.uint8) for c in chunks]
+
+    def dec4():
+        for (n, jb, cb, syms, et, dtab), b, o in zip(chunks, enc4, outs):
+            if _tdsyms(b, 0, b.size, cb, n, dtab, o) != 0:
+                raise SystemExit("4-state decode failed")
+    dec4()
+    for c, o in zip(chunks, outs):
+        assert (o == c[3]).all()
+    t4 = best(dec4, a.repeat)
+    b4 = sum(b.size for b in enc4)
+    print(f"| coding | rANS bytes | vs 4 states | symbols MiB/s | vs 4 states | vs lmc alone decode | vectorised |")
+    print(f"|---|---:|---:|---:|---:|---:|---|")
+    print(f"| 4 states, shared stream (lmc) | {b4} | 1.0000 | {mib / t4:.0f} | 1.00x | {ta / t4:.2f}x | "
+          f"{'yes' if vectorised(_tdsyms) else 'no'} |")
+    for N in lanes:
+        encN = []
+        for n, jb, cb, syms, et, dtab in chunks:
+            out = np.zeros(4 * (N + 1) + 2 * n + 8 * N + 64, np.uint8)
+            L = encode_lanes(jb, n, N, et, out)
+            encN.append(np.ascontiguousarray(out[:L + 2]))   # (+2: the branch-free loads' padding)
+        x = np.empty(N, np.int64)
+        ptr = np.empty(N, np.int64)
+
+        def decN():
+            for (n, jb, cb, syms, et, dtab), b, o in zip(chunks, encN, outs):
+                if decode_lanes(b, n, N, cb, dtab, o, x, ptr) != 0:
+                    raise SystemExit(f"{N}-lane decode failed")
+        decN()
+        for c, o in zip(chunks, outs):
+            assert (o == c[3]).all(), N
+        tN = best(decN, a.repeat)
+        bN = sum(b.size - 2 for b in encN)
+        print(f"| {N} lanes, own streams | {bN} | {bN / b4:.4f} | {mib / tN:.0f} | {t4 / tN:.2f}x | {ta / tN:.2f}x | "
+              f"{'yes' if vectorised(decode_lanes) else 'no'} |")
+        enc32 = []
+        for n, jb, cb, syms, et, dtab in chunks:
+            out = np.zeros(N + 1 + n // 2 + 4 * N + 16, np.uint32)
+            L = encode_lanes32(jb, n, N, et, out)
+            enc32.append(np.ascontiguousarray(out[:L + 1]))   # (+1 word: the branch-free loads' padding)
+
+        def dec32():
+            for (n, jb, cb, syms, et, dtab), b, o in zip(chunks, enc32, outs):
+                if decode_lanes32(b, n, N, cb, dtab, o, x, ptr) != 0:
+                    raise SystemExit(f"{N}-lane 32-bit decode failed")
+        dec32()
+        for c, o in zip(chunks, outs):
+            assert (o == c[3]).all(), N
+        t32 = best(dec32, a.repeat)
+        b32 = sum(4 * (b.size - 1) for b in enc32)
+        print(f"| {N} lanes, own streams, 32-bit words | {b32} | {b32 / b4:.4f} | {mib / t32:.0f} | {t4 / t32:.2f}x | "
+              f"{ta / t32:.2f}x | {'yes' if vectorised(decode_lanes32) else 'no'} |")
+
+
+
+# --- variant: 32-bit words (states in [2^31, 2^63)), so a lane's word is one 32-bit gather ---------------------
+L31 = 1 << 31
+
+
+@njit(nogil=True, cache=True)
+def encode_lanes32(jb, n, N, et, out):
+    """As encode_lanes with 32-bit words: lane ends as word indexes (u32) after a table of N + 1 words."""
+    tmp = np.empty(n // N + 4, np.uint32)
+    o = N + 1
+    for lane in range(N):
+        p = tmp.size
+        x = np.int64(L31)
+        i = lane + ((n - 1 - lane) // N) * N if n > lane else -1
+        while i >= 0:
+            j = np.int64(jb[i])
+            info = np.int64(et[2 * j + 1])
+            fs = info >> 32
+            cum = info & 8191
+            if fs == 1:
+                cum -= PROB_SCALE - 1
+            if (x >> 51) >= fs:    # (x >= f * 2^51 without overflowing for f = 4096)
+                p -= 1
+                tmp[p] = np.uint32(x & 0xFFFFFFFF)
+                x >>= 32
+            x = (x // fs) * 4096 + (x % fs) + cum
+            i -= N
+        L = tmp.size - p
+        out[lane] = np.uint32(o)
+        out[o] = np.uint32(x & 0xFFFFFFFF)
+        out[o + 1] = np.uint32(x >> 32)
+        out[o + 2:o + 2 + L] = tmp[p:]
+        o += 2 + L
+    out[N] = np.uint32(o)
+    return o
+
+
+@njit(nogil=True)
+def decode_lanes32(w, n, N, cb, dtab, out, x, ptr):
+    """Decode encode_lanes32's streams (w: uint32 words, >= 1 word of padding after the end)."""
+    for lane in range(N):
+        s = np.int64(w[lane])
+        x[lane] = np.int64(w[s]) | (np.int64(w[s + 1]) << 32)
+        ptr[lane] = s + 2
+    rounds = n // N
+    for g in range(rounds):
+        i0 = g * N
+        for lane in range(N):
+            xl = x[lane]
+            e = np.int64(dtab[np.int64(cb[i0 + lane]) + (xl & 4095)])
+            out[i0 + lane] = e & 255
+            xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+            q = ptr[lane]
+            k = np.int64(xl < L31)
+            x[lane] = (xl << (k << 5)) | (np.int64(w[q]) & -k)
+            ptr[lane] = q + k
+    for i in range(rounds * N, n):
+        lane = i - rounds * N
+        xl = x[lane]
+        e = np.int64(dtab[np.int64(cb[i]) + (xl & 4095)])
+        out[i] = e & 255
+        xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+        if xl < L31:
+            xl = (xl << 32) | np.int64(w[ptr[lane]])
+            ptr[lane] += 1
+        x[lane] = xl
+    bad = 0
+    for lane in range(N):
+        if x[lane] != L31 or ptr[lane] != np.int64(w[lane + 1]):
+            bad = 1
+    return bad
+
+
+if __name__ == "__main__":
+    main()
