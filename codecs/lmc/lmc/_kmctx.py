@@ -13,14 +13,13 @@ where size comes first (``compress(prefer="size")``)."""
 import numpy as np
 from numba import njit
 
-from ._intrinsics import ld, load_u32, store_u32
+from ._intrinsics import ld
 from ._intrinsics import st as put
-from ._kbase import (CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_RANS, ERR_TRUNC, OK, PROB_BITS,
-                     RANS_L, copy_bytes)
-from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize,
+from ._kbase import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_RANS, ERR_TRUNC, OK, PROB_BITS
+from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
                      read_freq_table, write_freq_table)
 from ._kstreams import _decode_stream, _read_record, _write_stream, check_planes
-from ._ktemporal import _enc_entry, _tdsyms, _tenc
+from ._ktemporal import _enc_entry, _rans_len, _tdsyms, put_rans
 
 MCTX_K = 8          # at most 8 contexts
 MCTX_NSYM = 16      # symbol: sign << 3 | top 3 mantissa bits
@@ -155,15 +154,10 @@ def mctx_write(E, K, mask, p0, p1, n, mode0, size0, h0, lens0, f0, cm0, out, o, 
     for i in range(n):
         e = np.int64(ld(p0, i))
         put(jb, i, np.uint16(_ctx(e, E, K) * MCTX_NSYM + _sym(np.int64(ld(p1, i)))))
-    p = _tenc(jb, n, et, tbuf)
-    R = tbuf.size - p
     nb = (n + 1) >> 1
-    if q + 4 + R + nb > lim:
+    q = put_rans(jb, n, et, tbuf, out, q, lim, nb)
+    if q < 0:
         return -1
-    store_u32(out, q, np.uint32(R))
-    q += 4
-    copy_bytes(out, q, tbuf, p, R)
-    q += R
     for j in range(n >> 1):
         put(out, q + j, np.uint8((ld(p1, 2 * j) & 15) | ((ld(p1, 2 * j + 1) & 15) << 4)))
     if n & 1:
@@ -172,17 +166,18 @@ def mctx_write(E, K, mask, p0, p1, n, mode0, size0, h0, lens0, f0, cm0, out, o, 
 
 
 @njit(nogil=True, cache=True)
-def _head(blob, pos, end):
-    """(status, E, K, mask) of the chunk body blob[pos:end] (after the mode byte): K in 1..8, the mask
-    non-empty and inside the K contexts."""
+def _head(blob, pos, end, n, version):
+    """(status, E, K, mask, exponent record mode, its payload length) of the chunk body blob[pos:end] (after
+    the mode byte): K in 1..8, the mask non-empty and inside the K contexts, the record inside the chunk."""
     if pos + 3 > end:
-        return ERR_TRUNC, 0, 0, 0
+        return ERR_TRUNC, 0, 0, 0, 0, 0
     E = np.int64(blob[pos])
     K = np.int64(blob[pos + 1])
     mask = np.int64(blob[pos + 2])
     if K < 1 or K > MCTX_K or mask == 0 or (mask >> K) != 0:
-        return ERR_MCTX, 0, 0, 0
-    return OK, E, K, mask
+        return ERR_MCTX, 0, 0, 0, 0, 0
+    st, m0, l0 = _read_record(blob, pos + 3, end, n, version)
+    return st, E, K, mask, m0, l0
 
 
 @njit(nogil=True, cache=True)
@@ -200,13 +195,10 @@ def check_mctx(blob, pos, end, n, version, lens, f, cm, one):
     """Structural check of a mantissa-context chunk body blob[pos:end] (after the mode byte), nothing
     decoded: header, the exponent's stream record (as check_planes), the context tables, the rANS stream's
     length and initial states and the nibbles' length.  Returns a status."""
-    st, E, K, mask = _head(blob, pos, end)
+    st, E, K, mask, m0, l0 = _head(blob, pos, end, n, version)
     if st != OK:
         return st
     pos += 3
-    st, m0, l0 = _read_record(blob, pos, end, n, version)
-    if st != OK:
-        return st
     st, _c = check_planes(blob, pos, pos + 5 + l0, n, 1, version, lens, f, cm, one)
     if st != OK:
         return st
@@ -216,17 +208,12 @@ def check_mctx(blob, pos, end, n, version, lens, f, cm, one):
             pos = read_freq_table(blob, pos, end, MCTX_NSYM - 1, f, 0, cm)
             if pos < 0:
                 return ERR_FREQ
-    if pos + 4 > end:
-        return ERR_TRUNC
-    R = np.int64(load_u32(blob, pos))
-    if R > end - pos - 4:
+    R = _rans_len(blob, pos, end)
+    if R < 0:
         return ERR_TRUNC
     pos += 4
-    if R < 16:
+    if not rans_states(blob, pos, pos + R)[0]:    # (16 bytes of states, each >= 2^16)
         return ERR_RANS
-    for k in range(4):
-        if np.int64(load_u32(blob, pos + 4 * k)) < RANS_L:
-            return ERR_RANS
     return _tail_checks(blob, pos + R, end, n)
 
 
@@ -264,13 +251,10 @@ def _merge(p0, syms, blob, q, n, dst):
 def mctx_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms, dst):
     """Decode a mantissa-context chunk body blob[pos:end] (after the mode byte) into dst (uint16[n]).
     Returns a status (checksum not checked here)."""
-    st, E, K, mask = _head(blob, pos, end)
+    st, E, K, mask, m0, l0 = _head(blob, pos, end, n, version)
     if st != OK:
         return st
     pos += 3
-    st, m0, l0 = _read_record(blob, pos, end, n, version)
-    if st != OK:
-        return st
     st = _decode_stream(blob, pos + 5, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
     if st != OK:
         return st
@@ -283,10 +267,8 @@ def mctx_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, 
             if pos < 0:
                 return ERR_FREQ
             build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
-    if pos + 4 > end:
-        return ERR_TRUNC
-    R = np.int64(load_u32(blob, pos))
-    if R > end - pos - 4:
+    R = _rans_len(blob, pos, end)
+    if R < 0:
         return ERR_TRUNC
     pos += 4
     st = _tail_checks(blob, pos + R, end, n)

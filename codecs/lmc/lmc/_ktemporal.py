@@ -341,6 +341,19 @@ def _traw(jb, low, n, kbt, out, o):
 
 
 @njit(nogil=True, cache=True)
+def put_rans(jb, n, et, tbuf, out, o, lim, tail):
+    """rANS-encode the joint symbols jb[0:n] (packed table et; tbuf: >= 2n + 16 bytes) and write u32 R and the
+    stream at out[o:], if they and `tail` more bytes fit before lim.  Returns the end, or -1."""
+    p = _tenc(jb, n, et, tbuf)
+    R = tbuf.size - p
+    if o + 4 + R + tail > lim:
+        return -1
+    store_u32(out, o, np.uint32(R))
+    copy_bytes(out, o + 4, tbuf, p, R)
+    return o + 4 + R
+
+
+@njit(nogil=True, cache=True)
 def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et):
     """Write a temporal chunk at out[o:] without passing lim (out must have 4
     bytes of room past lim; tbuf: >= 2n + 16 bytes, kbt: uint8[NCTX * (2W +
@@ -365,15 +378,10 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
                     kb = k - np.int64(k != 0)
                     _enc_entry(fs, cm[(c << 8) + s], kb, et, c * KS + s)
                     kbt[c * KS + s] = kb
-    p = _tenc(jb, n, et, tbuf)
-    R = tbuf.size - p
     nraw = (rawbits + 7) >> 3
-    if o + 4 + R + nraw > lim:
+    o = put_rans(jb, n, et, tbuf, out, o, lim, nraw)
+    if o < 0:
         return -1
-    store_u32(out, o, np.uint32(R))
-    o += 4
-    copy_bytes(out, o, tbuf, p, R)
-    o += R
     q = _traw(jb, low, n, kbt, out, o)
     if q != o + nraw:  # pragma: no cover - would be a bug
         return -1
