@@ -137,7 +137,7 @@ def _delta_decode(blob, offsets, sizes, total, chunk, W, ref, out, out_u8, sink)
                 mm = _mono(rv, sb, mask) + d
                 mm &= mask
                 out[start + i] = _unmono(mm, sb, mask)
-        sink[0] ^= checksum_units(out_u8, start, n, unit, True)
+        sink[0] ^= checksum_units(out_u8, start, n, unit, 1)   # (format 4's: what the probe was measured with)
     return 0
 
 

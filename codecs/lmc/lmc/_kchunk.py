@@ -342,9 +342,10 @@ def encode_range(data, ref, has_ref, fv, sf, w, total, chunk, unit, layout, ns, 
     m = min(chunk, total) + 16
     planes = np.empty((ns, m), np.uint8)
     planes2 = np.empty((ns, m if has_ref else 1), np.uint8)
-    tm = m if ((has_ref and fv >= 2 and layout != LAYOUT_PLANES) or (sf and fv >= 5 and layout == LAYOUT_BF16)) else 1
+    tm = m if (has_ref and fv >= 2 and layout != LAYOUT_PLANES) else 1
     rplane = np.empty(m if fv >= 3 else 1, np.uint8)
-    jb = np.empty(tm, np.uint16)
+    # (jb: the temporal mode's joint symbols, or the mantissa-context mode's)
+    jb = np.empty(m if tm > 1 or (sf and fv >= 5 and layout == LAYOUT_BF16) else 1, np.uint16)
     low = np.empty(tm, np.uint32)
     th = np.empty(4 * NCTX * 65, np.int32)
     ha = np.empty(ns * 1024, np.int32)

@@ -80,7 +80,8 @@ def _plan_cost(jh, P, E, K, row, fq):
 def mctx_plan(p0, p1, n, exp_bytes, jh, mf, mcm):
     """Plan a mantissa-context chunk: the base E and context count K (the smallest estimate over every
     exponent of the chunk as E and K = 1..8), its tables (mf, mcm: int64[MCTX_K * 256], context c at
-    c * 256) and its estimated size given exp_bytes, the exponent's stream record (5 + payload).
+    c * 256) and its estimated size after the mode byte, given exp_bytes, the exponent's stream record (5 +
+    payload).
     Returns (size, E, K, mask)."""
     mctx_hist(p0, p1, n, jh)
     P = np.zeros(257 << 4, np.int64)
@@ -111,7 +112,8 @@ def mctx_plan(p0, p1, n, exp_bytes, jh, mf, mcm):
             for s in range(MCTX_NSYM):
                 mf[(c << 8) + s] = fq[s]
             cum_freqs(mf, c << 8, mcm)
-    return 4 + exp_bytes + best + 4 + ((n + 1) >> 1), bE, bK, bmask
+    # (E, K and the mask; the mode byte is left out, as the other modes' estimates leave it out)
+    return 3 + exp_bytes + best + 4 + ((n + 1) >> 1), bE, bK, bmask
 
 
 @njit(nogil=True, cache=True)
