@@ -12,17 +12,20 @@ tensor of at least 65,536 elements, cast to bf16, R -> S), the joint (context, s
 its context tables, then
 
 * ``4 states, shared stream``: lmc's encoder and decoder (``_ktemporal._tenc`` / ``_tdsyms``), symbols only;
-* ``N lanes, own streams`` (N = 8, 16, 32): symbol i in lane i mod N, each lane a rANS stream of its own (32-bit
+* ``N lanes, own streams`` (N = 8, 16, 32, 64): symbol i in lane i mod N, each lane a rANS stream of its own (32-bit
   state, 16-bit words, the same 12-bit tables), written back to back after a table of lane offsets; the decoder
   steps all N lanes per round, branch-free, each lane loading a word from its own stream and keeping it or not;
 * the same with 32-bit words (states in [2^31, 2^63)): a lane's word is then one 32-bit load, which AVX gathers
   can do (they cannot gather 16-bit values);
+* the 16-bit-word lanes (N = 16, 32, 64) stepped in AVX2 vectors of 8 lanes, written as LLVM IR through numba's
+  ``@intrinsic``: the table entries and the words are gathered (``llvm.x86.avx2.gather.d.d.256``, a word only
+  where its lane renormalises), states and word offsets stay in vector registers (only where the CPU has AVX2);
 
 and reports the bytes (the lanes pay 4 bytes of state each and a partial word) and the one-thread decode speed
 of the symbols, beside lmc's whole alone decode of the same tensors (S alone) and its whole decode with the
 reference (S against R). Whether the lane loop vectorises is read from the compiled code (AVX gathers). Usage:
 
-    python codecs/lmc/rans_lanes_probe.py SERIES_DIR [--pair 950:1000] [--repeat 5] [--lanes 8,16,32]
+    python codecs/lmc/rans_lanes_probe.py SERIES_DIR [--pair 950:1000] [--repeat 5] [--lanes 8,16,32,64]
 """
 
 from __future__ import annotations
@@ -195,7 +198,7 @@ def main():
     ap.add_argument("series")
     ap.add_argument("--pair", default="950:1000")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--lanes", default="8,16,32")
+    ap.add_argument("--lanes", default="8,16,32,64")
     a = ap.parse_args()
     r, s = (int(v) for v in a.pair.split(":"))
     lanes = [int(v) for v in a.lanes.split(",")]
@@ -275,6 +278,21 @@ def main():
         b32 = sum(4 * (b.size - 1) for b in enc32)
         print(f"| {N} lanes, own streams, 32-bit words | {b32} | {b32 / b4:.4f} | {mib / t32:.0f} | {t4 / t32:.2f}x | "
               f"{ta / t32:.2f}x | {'yes' if vectorised(decode_lanes32) else 'no'} |")
+        if N in (16, 32, 64) and _avx2():
+            encV = [np.concatenate([b[:-2], np.zeros(4, np.uint8)]) for b in encN]   # (4 bytes of padding)
+            xs = np.empty(N, np.uint32)
+            ps = np.empty(N, np.int32)
+
+            def decV():
+                for (n, jb, cb, syms, et, dtab), b, o in zip(chunks, encV, outs):
+                    if decode_lanes_avx2(b, n, N, cb, dtab, o, xs, ps) != 0:
+                        raise SystemExit(f"{N}-lane AVX2 decode failed")
+            decV()
+            for c, o in zip(chunks, outs):
+                assert (o == c[3]).all(), N
+            tV = best(decV, a.repeat)
+            print(f"| {N} lanes, own streams, AVX2 vectors (LLVM IR by hand) | {bN} | {bN / b4:.4f} | {mib / tV:.0f} | "
+                  f"{t4 / tV:.2f}x | {ta / tV:.2f}x | yes |")
 
 
 
@@ -348,6 +366,109 @@ def decode_lanes32(w, n, N, cb, dtab, out, x, ptr):
         if x[lane] != L31 or ptr[lane] != np.int64(w[lane + 1]):
             bad = 1
     return bad
+
+
+# --- variant: the same 16-bit-word lanes stepped in AVX2 vectors (8 lanes per vector, 2 or 4 vectors), written as
+# LLVM IR through numba's @intrinsic: the table and the words are gathered with llvm.x86.avx2.gather.d.d.256 (base +
+# index * scale, a lane loads only where its mask is set), states and word offsets stay in vector registers ----------
+def _avx2():
+    import llvmlite.binding as ll
+    return bool(ll.get_host_cpu_features().get("avx2"))
+
+
+def _make_rounds(H):
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+    I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    V8 = ir.VectorType(I32, 8)
+
+    def splat(v):
+        return ir.Constant(V8, [v] * 8)
+
+    def gather(builder, base, idx, mask, scale):
+        fnty = ir.FunctionType(V8, [V8, ir.PointerType(I8), V8, V8, I8])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.avx2.gather.d.d.256")
+        return builder.call(fn, [splat(0), base, idx, mask, ir.Constant(I8, scale)])
+
+    @intrinsic
+    def rounds_fn(typingctx, blob, cb, dtab, out, xs, ps, rounds):
+        """`rounds` rounds of 8H lanes: xs uint32[8H] states, ps int32[8H] byte offsets of each lane's next word
+        in blob (updated in place); symbol g * 8H + lane to out."""
+        sig = types.void(blob, cb, dtab, out, xs, ps, rounds)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                return builder.bitcast(context.make_array(signature.args[k])(context, builder, args[k]).data, t)
+            bp, cbp = data(0, ir.PointerType(I8)), data(1, ir.PointerType(I16))
+            dp, op = data(2, ir.PointerType(I8)), data(3, ir.PointerType(I8))
+            xp, pp = data(4, ir.PointerType(V8)), data(5, ir.PointerType(V8))
+            vx = [cgutils.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
+                  for h in range(H)]
+            vp = [cgutils.alloca_once_value(builder, builder.load(builder.gep(pp, [ir.Constant(I32, h)]), align=4))
+                  for h in range(H)]
+            with cgutils.for_range(builder, args[6]) as loop:
+                g = builder.mul(loop.index, ir.Constant(I64, 8 * H))
+                for h in range(H):
+                    i0 = builder.add(g, ir.Constant(I64, 8 * h))
+                    cbv = builder.zext(builder.load(builder.bitcast(builder.gep(cbp, [i0]),
+                                                                    ir.PointerType(ir.VectorType(I16, 8))), align=2), V8)
+                    x, p = builder.load(vx[h]), builder.load(vp[h])
+                    e = gather(builder, dp, builder.add(cbv, builder.and_(x, splat(4095))), splat(-1), 4)
+                    builder.store(builder.trunc(e, ir.VectorType(I8, 8)),
+                                  builder.bitcast(builder.gep(op, [i0]), ir.PointerType(ir.VectorType(I8, 8))), align=1)
+                    f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
+                    x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
+                    m = builder.icmp_unsigned("<", x, splat(RANS_L))
+                    msk = builder.sext(m, V8)
+                    w = builder.and_(gather(builder, bp, p, msk, 1), splat(0xFFFF))
+                    builder.store(builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), vx[h])
+                    builder.store(builder.add(p, builder.and_(msk, splat(2))), vp[h])
+            for h in range(H):
+                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+                builder.store(builder.load(vp[h]), builder.gep(pp, [ir.Constant(I32, h)]), align=4)
+            return context.get_dummy_value()
+        return sig, codegen
+    return rounds_fn
+
+
+if _avx2():
+    _rounds16 = _make_rounds(2)
+    _rounds32 = _make_rounds(4)
+    _rounds64 = _make_rounds(8)
+
+    @njit(nogil=True)
+    def decode_lanes_avx2(blob, n, N, cb, dtab, out, xs, ps):
+        """decode_lanes for N = 16, 32 or 64 (encode_lanes's layout, >= 4 bytes of padding after the end: a lane's
+        word is a 4-byte gather), the full rounds in AVX2 vectors; xs uint32[N], ps int32[N] scratch."""
+        base = 4 * (N + 1)
+        for lane in range(N):
+            s = base + np.int64(load_u32(blob, 4 * lane))
+            xs[lane] = load_u32(blob, s)
+            ps[lane] = np.int32(s + 4)
+        rounds = n // N
+        if N == 16:
+            _rounds16(blob, cb, dtab, out, xs, ps, np.int64(rounds))
+        elif N == 32:
+            _rounds32(blob, cb, dtab, out, xs, ps, np.int64(rounds))
+        else:
+            _rounds64(blob, cb, dtab, out, xs, ps, np.int64(rounds))
+        for i in range(rounds * N, n):
+            lane = i - rounds * N
+            xl = np.int64(xs[lane])
+            e = np.int64(dtab[np.int64(cb[i]) + (xl & 4095)])
+            out[i] = e & 255
+            xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+            if xl < RANS_L:
+                xl = (xl << 16) | np.int64(load_u16(blob, np.int64(ps[lane])))
+                ps[lane] += 2
+            xs[lane] = np.uint32(xl)
+        bad = 0
+        for lane in range(N):
+            if np.int64(xs[lane]) != RANS_L or np.int64(ps[lane]) != base + np.int64(load_u32(blob, 4 * (lane + 1))):
+                bad = 1
+        return bad
 
 
 if __name__ == "__main__":
