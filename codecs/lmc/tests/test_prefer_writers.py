@@ -28,7 +28,8 @@ DCP_MODULES = (lmc.dcp, lmc._dcp_recode)
 
 @pytest.fixture
 def spy(monkeypatch):
-    """Records the prefer= of every lmc.compress call the writers make (the real compress still runs)."""
+    """Records the prefer= of every lmc.compress call the writers make (the real compress still runs), and in
+    install.modes the chunk modes of each blob it returned."""
     calls = []
 
     def install(modules):
@@ -37,9 +38,12 @@ def spy(monkeypatch):
 
             def wrapped(*a, _real=real, _mod=mod.__name__, **kw):
                 calls.append((_mod, kw.get("prefer", "speed")))
-                return _real(*a, **kw)
+                blob = _real(*a, **kw)
+                install.modes.append(lmc.info(blob)["chunk_modes"])
+                return blob
             monkeypatch.setattr(mod, "compress", wrapped)
         return calls
+    install.modes = []
     return install
 
 
@@ -62,15 +66,19 @@ def test_archive_prefer_size_reaches_every_coding(series, tmp_path, spy):
     mods = {m for m, _ in calls}
     assert {"lmc.archive._add", "lmc.archive._recoder"} <= mods, mods
     assert calls and {p for _, p in calls} == {"size"}
+    # bf16 tensors get format 5's mantissa-context mode there (prefer="size" only), and restore bit-exact below
+    assert any("mantissa-context" in m for m in spy.modes), spy.modes
     for s, d in zip(a.steps(), series):
         a.restore(s, tmp_path / f"r{s}")
         assert_same_folder(d, tmp_path / f"r{s}")
     # the default archive of the same steps is never smaller
     calls.clear()
+    spy.modes.clear()
     b = Archive(tmp_path / "speed.lmca")
     for d in series:
         b.add(d)
     assert {p for _, p in calls} == {"speed"}
+    assert spy.modes and not any("mantissa-context" in m for m in spy.modes)
     assert _archive_bytes(tmp_path / "size.lmca") <= _archive_bytes(tmp_path / "speed.lmca")
 
 
