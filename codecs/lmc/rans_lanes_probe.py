@@ -46,6 +46,7 @@ from lmc._kbase import LAYOUT_BF16, NCTX, PROB_SCALE, RANS_L  # noqa: E402
 from lmc._krans import build_rans_dtab  # noqa: E402
 from lmc._ktemporal import (_enc_entry, _tdsyms, _tenc, temporal_base, temporal_count, temporal_estimate,  # noqa: E402
                             temporal_hist)
+from delta_probe import best  # noqa: E402  (best of `repeat` calls, seconds)
 
 CHUNK = 131072
 KS = 33  # bf16: 2W + 1 symbols per context
@@ -184,15 +185,6 @@ def vectorised(fn):
     return any(g in asm for g in ("vpgatherdd", "vpgatherqq", "vpgatherdq", "vpgatherqd"))
 
 
-def best(fn, repeat):
-    t = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("series")
@@ -241,59 +233,45 @@ def main():
     print(f"|---|---:|---:|---:|---:|---:|---|")
     print(f"| 4 states, shared stream (lmc) | {b4} | 1.0000 | {mib / t4:.0f} | 1.00x | {ta / t4:.2f}x | "
           f"{'yes' if vectorised(_tdsyms) else 'no'} |")
+
+    def variant(label, blobs, decode_one, nbytes, vec):
+        """Decode every chunk's blob with decode_one(chunk, blob, out) (0: ok), check the symbols, time it and
+        print the row."""
+        def dec():
+            for c, b, o in zip(chunks, blobs, outs):
+                if decode_one(c, b, o) != 0:
+                    raise SystemExit(f"{label}: decode failed")
+        dec()
+        for c, o in zip(chunks, outs):
+            assert (o == c[3]).all(), label
+        t = best(dec, a.repeat)
+        print(f"| {label} | {nbytes} | {nbytes / b4:.4f} | {mib / t:.0f} | {t4 / t:.2f}x | {ta / t:.2f}x | {vec} |")
+
     for N in lanes:
+        x = np.empty(N, np.int64)
+        ptr = np.empty(N, np.int64)
         encN = []
         for n, jb, cb, syms, et, dtab in chunks:
             out = np.zeros(4 * (N + 1) + 2 * n + 8 * N + 64, np.uint8)
             L = encode_lanes(jb, n, N, et, out)
             encN.append(np.ascontiguousarray(out[:L + 2]))   # (+2: the branch-free loads' padding)
-        x = np.empty(N, np.int64)
-        ptr = np.empty(N, np.int64)
-
-        def decN():
-            for (n, jb, cb, syms, et, dtab), b, o in zip(chunks, encN, outs):
-                if decode_lanes(b, n, N, cb, dtab, o, x, ptr) != 0:
-                    raise SystemExit(f"{N}-lane decode failed")
-        decN()
-        for c, o in zip(chunks, outs):
-            assert (o == c[3]).all(), N
-        tN = best(decN, a.repeat)
         bN = sum(b.size - 2 for b in encN)
-        print(f"| {N} lanes, own streams | {bN} | {bN / b4:.4f} | {mib / tN:.0f} | {t4 / tN:.2f}x | {ta / tN:.2f}x | "
-              f"{'yes' if vectorised(decode_lanes) else 'no'} |")
+        variant(f"{N} lanes, own streams", encN, lambda c, b, o: decode_lanes(b, c[0], N, c[2], c[5], o, x, ptr),
+                bN, "yes" if vectorised(decode_lanes) else "no")
         enc32 = []
         for n, jb, cb, syms, et, dtab in chunks:
             out = np.zeros(N + 1 + n // 2 + 4 * N + 16, np.uint32)
             L = encode_lanes32(jb, n, N, et, out)
             enc32.append(np.ascontiguousarray(out[:L + 1]))   # (+1 word: the branch-free loads' padding)
-
-        def dec32():
-            for (n, jb, cb, syms, et, dtab), b, o in zip(chunks, enc32, outs):
-                if decode_lanes32(b, n, N, cb, dtab, o, x, ptr) != 0:
-                    raise SystemExit(f"{N}-lane 32-bit decode failed")
-        dec32()
-        for c, o in zip(chunks, outs):
-            assert (o == c[3]).all(), N
-        t32 = best(dec32, a.repeat)
-        b32 = sum(4 * (b.size - 1) for b in enc32)
-        print(f"| {N} lanes, own streams, 32-bit words | {b32} | {b32 / b4:.4f} | {mib / t32:.0f} | {t4 / t32:.2f}x | "
-              f"{ta / t32:.2f}x | {'yes' if vectorised(decode_lanes32) else 'no'} |")
+        variant(f"{N} lanes, own streams, 32-bit words", enc32,
+                lambda c, b, o: decode_lanes32(b, c[0], N, c[2], c[5], o, x, ptr),
+                sum(4 * (b.size - 1) for b in enc32), "yes" if vectorised(decode_lanes32) else "no")
         if N in (16, 32, 64) and _avx2():
             encV = [np.concatenate([b[:-2], np.zeros(4, np.uint8)]) for b in encN]   # (4 bytes of padding)
             xs = np.empty(N, np.uint32)
             ps = np.empty(N, np.int32)
-
-            def decV():
-                for (n, jb, cb, syms, et, dtab), b, o in zip(chunks, encV, outs):
-                    if decode_lanes_avx2(b, n, N, cb, dtab, o, xs, ps) != 0:
-                        raise SystemExit(f"{N}-lane AVX2 decode failed")
-            decV()
-            for c, o in zip(chunks, outs):
-                assert (o == c[3]).all(), N
-            tV = best(decV, a.repeat)
-            print(f"| {N} lanes, own streams, AVX2 vectors (LLVM IR by hand) | {bN} | {bN / b4:.4f} | {mib / tV:.0f} | "
-                  f"{t4 / tV:.2f}x | {ta / tV:.2f}x | yes |")
-
+            variant(f"{N} lanes, own streams, AVX2 vectors (LLVM IR by hand)", encV,
+                    lambda c, b, o: decode_lanes_avx2(b, c[0], N, c[2], c[5], o, xs, ps), bN, "yes")
 
 
 # --- variant: 32-bit words (states in [2^31, 2^63)), so a lane's word is one 32-bit gather ---------------------

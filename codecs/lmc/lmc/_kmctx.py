@@ -17,9 +17,9 @@ from ._intrinsics import ld
 from ._intrinsics import st as put
 from ._kbase import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_RANS, ERR_TRUNC, OK, PROB_BITS
 from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
-                     read_freq_table, write_freq_table)
+                     read_freq_table)
 from ._kstreams import _decode_stream, _read_record, _write_stream, check_planes
-from ._ktemporal import _enc_entry, _rans_len, _tdsyms, put_rans
+from ._ktemporal import _rans_len, _tdsyms, put_ctx_tables, put_rans
 
 MCTX_K = 8          # at most 8 contexts
 MCTX_NSYM = 16      # symbol: sign << 3 | top 3 mantissa bits
@@ -144,15 +144,9 @@ def mctx_write(E, K, mask, p0, p1, n, mode0, size0, h0, lens0, f0, cm0, out, o, 
     q = _write_stream(p0, n, mode0, size0, h0, lens0, f0, cm0, out, o + 4, lim, tbuf)
     if q < 0:
         return -1
-    for c in range(K):
-        if mask & (1 << c):
-            if q + freq_table_bytes(mf, c << 8, MCTX_NSYM) > lim:
-                return -1
-            q = write_freq_table(mf, c << 8, MCTX_NSYM, out, q)
-            for s in range(MCTX_NSYM):
-                fs = mf[(c << 8) + s]
-                if fs > 0:
-                    _enc_entry(fs, mcm[(c << 8) + s], 0, et, c * MCTX_NSYM + s)
+    q = put_ctx_tables(mf, mcm, mask, K, MCTX_NSYM, out, q, lim, et, np.zeros(1, np.uint8), False)
+    if q < 0:
+        return -1
     for i in range(n):
         e = np.int64(ld(p0, i))
         put(jb, i, np.uint16(_ctx(e, E, K) * MCTX_NSYM + _sym(np.int64(ld(p1, i)))))

@@ -341,6 +341,28 @@ def _traw(jb, low, n, kbt, out, o):
 
 
 @njit(nogil=True, cache=True)
+def put_ctx_tables(f, cm, cmask, nctx, nsym, out, o, lim, et, kbt, raw_bits):
+    """The frequency tables of the contexts in cmask (context c at f[c * 256:], nsym symbols) at out[o:], and
+    each present symbol's encoder entry et[c * nsym + s]; raw_bits: the temporal mode's symbols, whose k - 1 raw
+    bits go to kbt[c * nsym + s] and the entry (else none).  Returns the end, or -1 if it would pass lim."""
+    for c in range(nctx):
+        if cmask & (1 << c):
+            if o + freq_table_bytes(f, c << 8, nsym) > lim:
+                return -1
+            o = write_freq_table(f, c << 8, nsym, out, o)
+            for s in range(nsym):
+                fs = f[(c << 8) + s]
+                if fs > 0:
+                    kb = 0
+                    if raw_bits:
+                        k = (s + 1) >> 1
+                        kb = k - np.int64(k != 0)
+                        kbt[c * nsym + s] = kb
+                    _enc_entry(fs, cm[(c << 8) + s], kb, et, c * nsym + s)
+    return o
+
+
+@njit(nogil=True, cache=True)
 def put_rans(jb, n, et, tbuf, out, o, lim, tail):
     """rANS-encode the joint symbols jb[0:n] (packed table et; tbuf: >= 2n + 16 bytes) and write u32 R and the
     stream at out[o:], if they and `tail` more bytes fit before lim.  Returns the end, or -1."""
@@ -365,19 +387,9 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     out[o] = CHUNK_TEMPORAL
     out[o + 1] = E
     store_u16(out, o + 2, np.uint16(cmask))
-    o += 4
-    for c in range(NCTX):
-        if cmask & (1 << c):
-            if o + freq_table_bytes(f, c << 8, KS) > lim:
-                return -1
-            o = write_freq_table(f, c << 8, KS, out, o)
-            for s in range(KS):
-                fs = f[(c << 8) + s]
-                if fs > 0:
-                    k = (s + 1) >> 1
-                    kb = k - np.int64(k != 0)
-                    _enc_entry(fs, cm[(c << 8) + s], kb, et, c * KS + s)
-                    kbt[c * KS + s] = kb
+    o = put_ctx_tables(f, cm, cmask, NCTX, KS, out, o + 4, lim, et, kbt, True)
+    if o < 0:
+        return -1
     nraw = (rawbits + 7) >> 3
     o = put_rans(jb, n, et, tbuf, out, o, lim, nraw)
     if o < 0:
