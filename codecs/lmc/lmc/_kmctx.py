@@ -16,10 +16,10 @@ from numba import njit
 from ._intrinsics import ld
 from ._intrinsics import st as put
 from ._kbase import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_RANS, ERR_TRUNC, OK, PROB_BITS
-from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
+from ._krans import (cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
                      read_freq_table)
 from ._kstreams import _decode_stream, _read_record, _write_stream, check_planes
-from ._ktemporal import _rans_len, _tdsyms, put_ctx_tables, put_rans
+from ._ktemporal import _rans_len, _tdsyms, put_ctx_tables, put_rans, read_ctx_tables
 
 MCTX_K = 8          # at most 8 contexts
 MCTX_NSYM = 16      # symbol: sign << 3 | top 3 mantissa bits
@@ -257,12 +257,9 @@ def mctx_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, 
     pos += 5 + l0
     if _contexts(planes[0], n, E, K, cb) != mask:
         return ERR_CTX
-    for c in range(K):
-        if mask & (1 << c):
-            pos = read_freq_table(blob, pos, end, MCTX_NSYM - 1, f, c << 8, cm)
-            if pos < 0:
-                return ERR_FREQ
-            build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
+    pos = read_ctx_tables(blob, pos, end, mask, K, MCTX_NSYM - 1, f, cm, dtab)
+    if pos < 0:
+        return ERR_FREQ
     R = _rans_len(blob, pos, end)
     if R < 0:
         return ERR_TRUNC

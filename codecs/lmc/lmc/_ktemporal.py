@@ -413,6 +413,19 @@ def _rans_len(blob, pos, end):
 
 
 @njit(nogil=True, cache=True)
+def read_ctx_tables(blob, pos, end, cmask, nctx, maxsym, f, cm, dtab):
+    """The frequency tables of the contexts in cmask at blob[pos:end] into f, cm (context c at c * 256) and
+    their decode tables dtab[c << 12:]; returns the end, or -1 for an invalid table."""
+    for c in range(nctx):
+        if cmask & (1 << c):
+            pos = read_freq_table(blob, pos, end, maxsym, f, c << 8, cm)
+            if pos < 0:
+                return -1
+            build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
+    return pos
+
+
+@njit(nogil=True, cache=True)
 def check_temporal(blob, pos, end, layout, f, cm):
     """Check a temporal chunk body blob[pos:end] (after its mode byte)
     without decoding it: the context tables, the rANS stream's size and
@@ -463,12 +476,9 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
         used = _tmask(r16, n, E, mb, em, cb, o16, W)
     if used != cmask:
         return ERR_CTX
-    for c in range(NCTX):
-        if cmask & (1 << c):
-            pos = read_freq_table(blob, pos, end, 2 * W, f, c << 8, cm)
-            if pos < 0:
-                return ERR_FREQ
-            build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
+    pos = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
+    if pos < 0:
+        return ERR_FREQ
     R = _rans_len(blob, pos, end)
     if R < 0:
         return ERR_TRUNC
