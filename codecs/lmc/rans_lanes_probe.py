@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import numpy as np
 from numba import njit
@@ -229,8 +228,8 @@ def main():
         assert (o == c[3]).all()
     t4 = best(dec4, a.repeat)
     b4 = sum(b.size for b in enc4)
-    print(f"| coding | rANS bytes | vs 4 states | symbols MiB/s | vs 4 states | vs lmc alone decode | vectorised |")
-    print(f"|---|---:|---:|---:|---:|---:|---|")
+    print("| coding | rANS bytes | vs 4 states | symbols MiB/s | vs 4 states | vs lmc alone decode | vectorised |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     print(f"| 4 states, shared stream (lmc) | {b4} | 1.0000 | {mib / t4:.0f} | 1.00x | {ta / t4:.2f}x | "
           f"{'yes' if vectorised(_tdsyms) else 'no'} |")
 

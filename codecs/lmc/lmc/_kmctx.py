@@ -15,11 +15,10 @@ from numba import njit
 
 from ._intrinsics import ld
 from ._intrinsics import st as put
-from ._kbase import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_RANS, ERR_TRUNC, OK, PROB_BITS
-from ._krans import (cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states,
-                     read_freq_table)
+from ._kbase import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_TRUNC, OK, PROB_BITS
+from ._krans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize
 from ._kstreams import _decode_stream, _read_record, _write_stream, check_planes
-from ._ktemporal import _rans_len, _tdsyms, put_ctx_tables, put_rans, read_ctx_tables
+from ._ktemporal import _rans_len, _tdsyms, check_ctx_stream, put_ctx_tables, put_rans, read_ctx_tables
 
 MCTX_K = 8          # at most 8 contexts
 MCTX_NSYM = 16      # symbol: sign << 3 | top 3 mantissa bits
@@ -198,19 +197,10 @@ def check_mctx(blob, pos, end, n, version, lens, f, cm, one):
     st, _c = check_planes(blob, pos, pos + 5 + l0, n, 1, version, lens, f, cm, one)
     if st != OK:
         return st
-    pos += 5 + l0
-    for c in range(K):
-        if mask & (1 << c):
-            pos = read_freq_table(blob, pos, end, MCTX_NSYM - 1, f, 0, cm)
-            if pos < 0:
-                return ERR_FREQ
-    R = _rans_len(blob, pos, end)
-    if R < 0:
-        return ERR_TRUNC
-    pos += 4
-    if not rans_states(blob, pos, pos + R)[0]:    # (16 bytes of states, each >= 2^16)
-        return ERR_RANS
-    return _tail_checks(blob, pos + R, end, n)
+    st, q = check_ctx_stream(blob, pos + 5 + l0, end, mask, K, MCTX_NSYM - 1, f, cm)
+    if st != OK:
+        return st
+    return _tail_checks(blob, q, end, n)
 
 
 @njit(nogil=True, cache=True)

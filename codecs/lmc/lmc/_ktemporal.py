@@ -426,6 +426,23 @@ def read_ctx_tables(blob, pos, end, cmask, nctx, maxsym, f, cm, dtab):
 
 
 @njit(nogil=True, cache=True)
+def check_ctx_stream(blob, pos, end, cmask, nctx, maxsym, f, cm):
+    """Check, without decoding, the context tables in cmask and the u32 R + rANS stream after them at
+    blob[pos:end] (R inside end, 4 initial states >= 2^16).  Returns (status, the stream's end)."""
+    for c in range(nctx):
+        if cmask & (1 << c):
+            pos = read_freq_table(blob, pos, end, maxsym, f, 0, cm)
+            if pos < 0:
+                return ERR_FREQ, 0
+    R = _rans_len(blob, pos, end)
+    if R < 0:
+        return ERR_TRUNC, 0
+    if not rans_states(blob, pos + 4, pos + 4 + R)[0]:    # (16 bytes of states, each >= 2^16)
+        return ERR_RANS, 0
+    return OK, pos + 4 + R
+
+
+@njit(nogil=True, cache=True)
 def check_temporal(blob, pos, end, layout, f, cm):
     """Check a temporal chunk body blob[pos:end] (after its mode byte)
     without decoding it: the context tables, the rANS stream's size and
@@ -434,22 +451,7 @@ def check_temporal(blob, pos, end, layout, f, cm):
     if pos + 3 > end:
         return ERR_TRUNC
     cmask = np.int64(blob[pos + 1]) | (np.int64(blob[pos + 2]) << 8)
-    pos += 3
-    for c in range(NCTX):
-        if cmask & (1 << c):
-            pos = read_freq_table(blob, pos, end, 2 * W, f, 0, cm)
-            if pos < 0:
-                return ERR_FREQ
-    R = _rans_len(blob, pos, end)
-    if R < 0:
-        return ERR_TRUNC
-    pos += 4
-    if R < 16:
-        return ERR_RANS
-    for k in range(4):
-        if np.int64(load_u32(blob, pos + 4 * k)) < RANS_L:
-            return ERR_RANS
-    return OK
+    return check_ctx_stream(blob, pos + 3, end, cmask, NCTX, 2 * W, f, cm)[0]
 
 
 # Decoder: a vectorized pass checks the context mask, one loop decodes the
