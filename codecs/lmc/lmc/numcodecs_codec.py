@@ -51,11 +51,15 @@ class LMC(Codec):
     prefer : str, optional
         ``"speed"`` (default) or ``"size"``: as ``lmc.compress``'s ``prefer`` (``"size"`` takes the slower
         codings wherever they are smaller).
+    format_version : int, optional
+        As ``lmc.compress``'s (default: lmc's, 5): ``4`` writes chunks that lmc 0.3.2 and 0.3.3 also read, for a
+        store that older installations must read too.
     """
 
     codec_id = "lmc"
 
-    def __init__(self, dtype=None, chunk_size=None, threads=None, max_output_bytes=None, prefer="speed"):
+    def __init__(self, dtype=None, chunk_size=None, threads=None, max_output_bytes=None, prefer="speed",
+                 format_version=None):
         self.dtype = None if dtype is None else str(np.dtype(_core._as_dtype(dtype)))
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.threads = None if threads is None else int(threads)
@@ -65,6 +69,9 @@ class LMC(Codec):
         if prefer not in _core.PREFER:
             raise ValueError(f"lmc: prefer must be 'speed' or 'size', got {prefer!r}")
         self.prefer = prefer
+        if format_version is not None and (isinstance(format_version, bool) or format_version not in _core.VERSIONS):
+            raise ValueError(f"lmc: format_version must be one of {_core.VERSIONS} or None, got {format_version!r}")
+        self.format_version = format_version
 
     def encode(self, buf):
         is_array = isinstance(buf, np.ndarray)
@@ -84,7 +91,8 @@ class LMC(Codec):
                 arr = arr.reshape(buf.shape)
         else:
             arr = flat.view(np.uint8)
-        return _core.compress(arr, threads=self.threads, chunk_size=self.chunk_size, prefer=self.prefer)
+        fv = {} if self.format_version is None else {"format_version": self.format_version}
+        return _core.compress(arr, threads=self.threads, chunk_size=self.chunk_size, prefer=self.prefer, **fv)
 
     def decode(self, buf, out=None):
         if out is not None:
@@ -117,6 +125,8 @@ class LMC(Codec):
             cfg["max_output_bytes"] = self.max_output_bytes
         if self.prefer != "speed":  # absent unless set: older configs stay equal
             cfg["prefer"] = self.prefer
+        if self.format_version is not None:
+            cfg["format_version"] = self.format_version
         return cfg
 
     @classmethod
@@ -128,5 +138,6 @@ class LMC(Codec):
     def __repr__(self):
         lim = "" if self.max_output_bytes is None else f", max_output_bytes={self.max_output_bytes!r}"
         pref = "" if self.prefer == "speed" else f", prefer={self.prefer!r}"
+        fv = "" if self.format_version is None else f", format_version={self.format_version!r}"
         return (f"LMC(dtype={self.dtype!r}, chunk_size={self.chunk_size!r}, "
-                f"threads={self.threads!r}{lim}{pref})")
+                f"threads={self.threads!r}{lim}{pref}{fv})")

@@ -108,7 +108,8 @@ def test_c_order_shape_round_trips():
     assert LMC().decode(LMC().encode(f)).tobytes() == f.tobytes(order="A")
 
 
-@pytest.mark.parametrize("codec", codecs + [LMC(dtype="bfloat16", chunk_size=4096, threads=1)], ids=repr)
+@pytest.mark.parametrize("codec", codecs + [LMC(dtype="bfloat16", chunk_size=4096, threads=1),
+                                            LMC(threads=1, format_version=4)], ids=repr)
 def test_config(codec):
     check_config(codec)
     cfg = codec.get_config()
@@ -122,11 +123,25 @@ def test_config(codec):
     "LMC(dtype=None, chunk_size=None, threads=None)",
     "LMC(dtype='bfloat16', chunk_size=4096, threads=1)",
     "LMC(dtype='float32', chunk_size=None, threads=2)",
+    "LMC(dtype=None, chunk_size=None, threads=1, format_version=4)",
 ])
 def test_repr(stmt):
     codec = eval(stmt, {"LMC": LMC})
     assert repr(codec) == stmt
     assert eval(repr(codec), {"LMC": LMC}) == codec
+
+
+def test_format_version_for_older_readers():
+    """format_version=4 writes what lmc 0.3.2/0.3.3 read (the same payloads, their checksums); the default is
+    lmc's newest; anything else is refused."""
+    x = make(np.dtype("f4"), 5000)
+    import lmc
+    assert lmc.info(LMC(threads=1, format_version=4).encode(x))["version"] == 4
+    assert lmc.info(LMC(threads=1).encode(x))["version"] == 5
+    assert LMC().decode(LMC(format_version=4).encode(x)).tobytes() == x.tobytes()
+    for bad in (6, 0, True, "4"):
+        with pytest.raises(ValueError, match="format_version"):
+            LMC(format_version=bad)
 
 
 def test_err_decode_object_buffer():
