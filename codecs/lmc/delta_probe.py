@@ -47,7 +47,8 @@ sys.path.insert(0, HERE)
 import lmc  # noqa: E402
 from bench_alone import load  # noqa: E402  (the same tensors as the alone benchmark)
 from lmc._core import _parse_header  # noqa: E402
-from lmc._kbase import NCTX, PROB_SCALE, TABSIZE, checksum_units  # noqa: E402
+from lmc._kbase import checksum_units  # noqa: E402
+from lmc._kchunk import stream_scratch  # noqa: E402
 from lmc._kstreams import decode_planes  # noqa: E402
 from lmc._intrinsics import load_u64  # noqa: E402
 from lmc._ktemporal import _mono, _unmono  # noqa: E402  (the temporal mode's monotone map)
@@ -89,16 +90,7 @@ def _delta_decode(blob, offsets, sizes, total, chunk, W, ref, out, out_u8, sink)
     checksums: those of z, as the probe codes z, cost what the decoded floats' would). Returns 0, or the first
     failing status."""
     unit = W // 8
-    m = min(chunk, total) + 16
-    planes = np.empty((unit, m), np.uint8)
-    dec = np.empty(TABSIZE, np.uint16)
-    dec3 = np.empty(TABSIZE, np.uint64)
-    dec1 = np.empty(TABSIZE, np.uint16)
-    lens = np.empty(256, np.uint8)
-    tmp = np.empty(4 * (((min(chunk, total) + 3) >> 2) + 16), np.uint8)
-    f = np.empty(NCTX * 256, np.int64)
-    cm = np.empty(NCTX * 256, np.int64)
-    dtab = np.empty(NCTX * PROB_SCALE, np.uint32)
+    planes, dec, dec3, dec1, lens, tmp, f, cm, dtab = stream_scratch(unit, chunk, total)
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
     for c in range(offsets.size):

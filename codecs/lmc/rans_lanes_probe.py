@@ -11,7 +11,7 @@ This probe measures that on the temporal mode's own symbols: per 128 Ki-element 
 tensor of at least 65,536 elements, cast to bf16, R -> S), the joint (context, symbol) stream lmc's encoder makes,
 its context tables, then
 
-* ``4 states, shared stream``: lmc's encoder and decoder (``_ktemporal._tenc`` / ``_tdsyms``), symbols only;
+* ``4 states, shared stream``: lmc's encoder and decoder (``_krans._tenc`` / ``_tdsyms``), symbols only;
 * ``N lanes, own streams`` (N = 8, 16, 32, 64): symbol i in lane i mod N, each lane a rANS stream of its own (32-bit
   state, 16-bit words, the same 12-bit tables), written back to back after a table of lane offsets; the decoder
   steps all N lanes per round, branch-free, each lane loading a word from its own stream and keeping it or not;
@@ -43,8 +43,8 @@ import lmc  # noqa: E402
 from lmc._intrinsics import load_u16, load_u32, store_u16, store_u32  # noqa: E402
 from lmc._kbase import LAYOUT_BF16, NCTX, PROB_SCALE, RANS_L  # noqa: E402
 from lmc._krans import build_rans_dtab  # noqa: E402
-from lmc._ktemporal import (_enc_entry, _tdsyms, _tenc, temporal_base, temporal_count, temporal_estimate,  # noqa: E402
-                            temporal_hist)
+from lmc._krans import _enc_entry, _tdsyms, _tenc  # noqa: E402
+from lmc._ktemporal import temporal_base, temporal_count, temporal_estimate, temporal_hist  # noqa: E402
 from delta_probe import best  # noqa: E402  (best of `repeat` calls, seconds)
 
 CHUNK = 131072

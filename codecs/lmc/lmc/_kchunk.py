@@ -19,10 +19,11 @@ inside the sub-stream (slow byte-wise refill otherwise).
 
 The kernel modules, each coder's encoder, decoder and check together:
 ``_kbase`` (constants, error codes, checksum, stream split/merge),
-``_khuffman`` (the Huffman coder), ``_krans`` (the rANS coder),
-``_kstreams`` (the alone and XOR chunk modes: histograms, per-stream coding
-choice, stream writers and readers), ``_ktemporal`` (the temporal chunk
-mode) and this module.  Each name is imported from the module that defines it.
+``_khuffman`` (the Huffman coder), ``_krans`` (the rANS coder, and context
+rANS: a table per context), ``_kstreams`` (the alone and XOR chunk modes:
+histograms, per-stream coding choice, stream writers and readers),
+``_ktemporal`` (the temporal chunk mode), ``_kmctx`` (the mantissa-context
+chunk mode) and this module.  Each name is imported from the module that defines it.
 """
 
 import numpy as np
@@ -344,8 +345,9 @@ def encode_range(data, ref, has_ref, fv, sf, w, total, chunk, unit, layout, ns, 
     planes2 = np.empty((ns, m if has_ref else 1), np.uint8)
     tm = m if (has_ref and fv >= 2 and layout != LAYOUT_PLANES) else 1
     rplane = np.empty(m if fv >= 3 else 1, np.uint8)
+    mc = sf and fv >= 5 and layout == LAYOUT_BF16   # the mantissa-context mode may be planned
     # (jb: the temporal mode's joint symbols, or the mantissa-context mode's)
-    jb = np.empty(m if tm > 1 or (sf and fv >= 5 and layout == LAYOUT_BF16) else 1, np.uint16)
+    jb = np.empty(m if tm > 1 or mc else 1, np.uint16)
     low = np.empty(tm, np.uint32)
     th = np.empty(4 * NCTX * 65, np.int32)
     ha = np.empty(ns * 1024, np.int32)
@@ -357,9 +359,9 @@ def encode_range(data, ref, has_ref, fv, sf, w, total, chunk, unit, layout, ns, 
     kbt = np.zeros(NCTX * 65, np.uint8)
     tbuf = np.empty(2 * m + 32, np.uint8)
     rbuf = np.empty(unit * tm + 16, np.uint8)
-    mh = np.empty(4096, np.int64)
-    mf = np.zeros(MCTX_K * 256, np.int64)
-    mcm = np.zeros(MCTX_K * 256, np.int64)
+    mh = np.empty(4096 if mc else 1, np.int64)
+    mf = np.zeros(MCTX_K * 256 if mc else 1, np.int64)
+    mcm = np.zeros(MCTX_K * 256 if mc else 1, np.int64)
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
@@ -380,20 +382,23 @@ def gather_range(scratch, cap, sizes, offsets, out, c0, c1):
 
 
 @njit(nogil=True, cache=True)
+def stream_scratch(ns, chunk, total):
+    """The stream decoders' scratch for chunks of up to min(chunk, total) units: (planes ns x (m + 16),
+    Huffman tables dec, dec3, dec1 and lens, the sub-stream buffer tmp, rANS tables f, cm and dtab for
+    NCTX contexts)."""
+    m = min(chunk, total)
+    return (np.empty((ns, m + 16), np.uint8), np.empty(TABSIZE, np.uint16), np.empty(TABSIZE, np.uint64),
+            np.empty(TABSIZE, np.uint16), np.empty(256, np.uint8), np.empty(4 * (((m + 3) >> 2) + 16), np.uint8),
+            np.empty(NCTX * 256, np.int64), np.empty(NCTX * 256, np.int64), np.empty(NCTX * PROB_SCALE, np.uint32))
+
+
+@njit(nogil=True, cache=True)
 def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref,
                  out, status, version, stop, c0, c1):
     """Decode chunks c0..c1-1; stops (leaving their status 0) once stop[0]
     is set, which it does on its first failing chunk: the other drivers
     running in parallel stop too, so a refused blob is not decoded on."""
-    planes = np.empty((ns, min(chunk, total) + 16), np.uint8)
-    dec = np.empty(TABSIZE, np.uint16)
-    dec3 = np.empty(TABSIZE, np.uint64)
-    dec1 = np.empty(TABSIZE, np.uint16)
-    lens = np.empty(256, np.uint8)
-    tmp = np.empty(4 * (((min(chunk, total) + 3) >> 2) + 16), np.uint8)
-    f = np.empty(NCTX * 256, np.int64)
-    cm = np.empty(NCTX * 256, np.int64)
-    dtab = np.empty(NCTX * PROB_SCALE, np.uint32)
+    planes, dec, dec3, dec1, lens, tmp, f, cm, dtab = stream_scratch(ns, chunk, total)
     cb = np.empty(min(chunk, total) + 16, np.uint16)
     syms = np.empty(min(chunk, total) + 16, np.uint8)
     for c in range(c0, c1):

@@ -18,7 +18,7 @@ from ._intrinsics import st as put
 from ._kbase import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_TRUNC, OK, PROB_BITS
 from ._krans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize
 from ._kstreams import _decode_stream, _read_record, _write_stream, check_planes
-from ._ktemporal import _rans_len, _tdsyms, check_ctx_stream, put_ctx_tables, put_rans, read_ctx_tables
+from ._krans import check_ctx_stream, decode_ctx_stream, put_ctx_tables, put_rans, read_ctx_tables
 
 MCTX_K = 8          # at most 8 contexts
 MCTX_NSYM = 16      # symbol: sign << 3 | top 3 mantissa bits
@@ -250,15 +250,11 @@ def mctx_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, 
     pos = read_ctx_tables(blob, pos, end, mask, K, MCTX_NSYM - 1, f, cm, dtab)
     if pos < 0:
         return ERR_FREQ
-    R = _rans_len(blob, pos, end)
-    if R < 0:
-        return ERR_TRUNC
-    pos += 4
-    st = _tail_checks(blob, pos + R, end, n)
+    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms)
     if st != OK:
         return st
-    st = _tdsyms(blob, pos, pos + R, cb, n, dtab, syms)
+    st = _tail_checks(blob, q, end, n)    # (the nibbles' bounds, before _merge reads them)
     if st != OK:
         return st
-    _merge(planes[0], syms, blob, pos + R, n, dst)
+    _merge(planes[0], syms, blob, q, n, dst)
     return OK

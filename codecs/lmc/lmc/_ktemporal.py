@@ -6,14 +6,12 @@ the structural check (``check_temporal``) and the decoder."""
 import numpy as np
 from numba import njit
 
-from ._intrinsics import clz64, f64_bits, ld, load_u16, load_u32, load_u64, mulhi64, store_u16, store_u32
+from ._intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32
 from ._intrinsics import st as put
-from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
-                     LAYOUT_F32, NCTX, OK, PROB_BITS, PROB_SCALE, RANS_L, _M32, _S32, _S8, _U0, _inc,
-                     _slow_load, copy_bytes)
-from ._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_put_states,
-                     rans_states,
-                     rans_tail, read_freq_table, write_freq_table)
+from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
+                     NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _slow_load)
+from ._krans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
+                     rans_cost_bits, rans_normalize, read_ctx_tables)
 
 
 # ---------------------------------------------------------------------------
@@ -256,66 +254,6 @@ def temporal_estimate(hist, f, cm, W):
     return tab + 16 + np.int64(np.ceil(bits / 8)), mask
 
 
-_ALL1 = np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-@njit(nogil=True, cache=True)
-def _enc_entry(fs, cum, kb, et, j):
-    """Encoder table entry j (two u64): the reciprocal m with
-    x div f = mulhi(x, m) for x < 2^32 (exact: the error of m / 2^64 times
-    x is below 2^-32 < 1/f), and bias | (4096 - f) << 13 | kb << 26 | f << 32
-    with x' = x + bias + q * (4096 - f) = q * 4096 + x mod f + cum.  f = 1:
-    m = 2^64 - 1 gives q = x - 1, compensated by bias = cum + 4095."""
-    if fs == 1:
-        m = _ALL1
-        bias = cum + PROB_SCALE - 1
-    else:
-        m = _ALL1 // np.uint64(fs) + np.uint64(1)
-        bias = cum
-    et[2 * j] = m
-    et[2 * j + 1] = np.uint64(bias | ((PROB_SCALE - fs) << 13) | (kb << 26) | (fs << 32))
-
-
-@njit(nogil=True, cache=True)
-def _renc2(x, m, info, buf, p):
-    """Encode one symbol (table entry m, info) into state x (uint64 < 2^32),
-    pushing at most one 16-bit word below buf[p]; returns (x, p)."""
-    fs = info >> _S32
-    g = np.uint64(x >= (fs << np.uint64(20)))
-    store_u16(buf, p - 2, np.uint16(x & np.uint64(0xFFFF)))   # speculative
-    p -= np.int64(g) << 1
-    x >>= g << np.uint64(4)
-    q = mulhi64(x, m)
-    return x + (info & np.uint64(8191)) + q * ((info >> np.uint64(13)) & np.uint64(8191)), p
-
-
-@njit(nogil=True, cache=True)
-def _tenc(jb, n, et, buf):
-    """rANS-encode the joint symbols jb[0:n] backwards into the end of buf
-    (as rans_encode, with the packed table et).  Returns the stream start."""
-    p = buf.size
-    xs = np.empty(4, np.uint64)
-    xs[:] = np.uint64(RANS_L)
-    n4 = n & ~3
-    for i in range(n - 1, n4 - 1, -1):  # the last n % 4 symbols first
-        j = np.int64(ld(jb, i))
-        xs[i & 3], p = _renc2(xs[i & 3], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
-    x0 = xs[0]
-    x1 = xs[1]
-    x2 = xs[2]
-    x3 = xs[3]
-    for g in range(n4 - 4, -1, -4):
-        j3 = np.int64(ld(jb, g + 3))
-        j2 = np.int64(ld(jb, g + 2))
-        j1 = np.int64(ld(jb, g + 1))
-        j0 = np.int64(ld(jb, g))
-        x3, p = _renc2(x3, ld(et, 2 * j3), ld(et, 2 * j3 + 1), buf, p)
-        x2, p = _renc2(x2, ld(et, 2 * j2), ld(et, 2 * j2 + 1), buf, p)
-        x1, p = _renc2(x1, ld(et, 2 * j1), ld(et, 2 * j1 + 1), buf, p)
-        x0, p = _renc2(x0, ld(et, 2 * j0), ld(et, 2 * j0 + 1), buf, p)
-    return rans_put_states(buf, p, x0, x1, x2, x3)
-
-
 @njit(nogil=True, cache=True)
 def _traw(jb, low, n, kbt, out, o):
     """The raw bits (low[i], kbt[jb[i]] of them) LSB-first at out[o:];
@@ -341,41 +279,6 @@ def _traw(jb, low, n, kbt, out, o):
 
 
 @njit(nogil=True, cache=True)
-def put_ctx_tables(f, cm, cmask, nctx, nsym, out, o, lim, et, kbt, raw_bits):
-    """The frequency tables of the contexts in cmask (context c at f[c * 256:], nsym symbols) at out[o:], and
-    each present symbol's encoder entry et[c * nsym + s]; raw_bits: the temporal mode's symbols, whose k - 1 raw
-    bits go to kbt[c * nsym + s] and the entry (else none).  Returns the end, or -1 if it would pass lim."""
-    for c in range(nctx):
-        if cmask & (1 << c):
-            if o + freq_table_bytes(f, c << 8, nsym) > lim:
-                return -1
-            o = write_freq_table(f, c << 8, nsym, out, o)
-            for s in range(nsym):
-                fs = f[(c << 8) + s]
-                if fs > 0:
-                    kb = 0
-                    if raw_bits:
-                        k = (s + 1) >> 1
-                        kb = k - np.int64(k != 0)
-                        kbt[c * nsym + s] = kb
-                    _enc_entry(fs, cm[(c << 8) + s], kb, et, c * nsym + s)
-    return o
-
-
-@njit(nogil=True, cache=True)
-def put_rans(jb, n, et, tbuf, out, o, lim, tail):
-    """rANS-encode the joint symbols jb[0:n] (packed table et; tbuf: >= 2n + 16 bytes) and write u32 R and the
-    stream at out[o:], if they and `tail` more bytes fit before lim.  Returns the end, or -1."""
-    p = _tenc(jb, n, et, tbuf)
-    R = tbuf.size - p
-    if o + 4 + R + tail > lim:
-        return -1
-    store_u32(out, o, np.uint32(R))
-    copy_bytes(out, o + 4, tbuf, p, R)
-    return o + 4 + R
-
-
-@njit(nogil=True, cache=True)
 def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et):
     """Write a temporal chunk at out[o:] without passing lim (out must have 4
     bytes of room past lim; tbuf: >= 2n + 16 bytes, kbt: uint8[NCTX * (2W +
@@ -398,48 +301,6 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     if q != o + nraw:  # pragma: no cover - would be a bug
         return -1
     return q
-
-
-@njit(nogil=True, cache=True)
-def _rans_len(blob, pos, end):
-    """The length R of the rANS stream (u32 at blob[pos], the stream after
-    it), or -1 where the length or the stream would pass end."""
-    if pos + 4 > end:
-        return -1
-    R = np.int64(load_u32(blob, pos))
-    if R > end - pos - 4:
-        return -1
-    return R
-
-
-@njit(nogil=True, cache=True)
-def read_ctx_tables(blob, pos, end, cmask, nctx, maxsym, f, cm, dtab):
-    """The frequency tables of the contexts in cmask at blob[pos:end] into f, cm (context c at c * 256) and
-    their decode tables dtab[c << 12:]; returns the end, or -1 for an invalid table."""
-    for c in range(nctx):
-        if cmask & (1 << c):
-            pos = read_freq_table(blob, pos, end, maxsym, f, c << 8, cm)
-            if pos < 0:
-                return -1
-            build_rans_dtab(f, cm, c << 8, dtab, c << PROB_BITS)
-    return pos
-
-
-@njit(nogil=True, cache=True)
-def check_ctx_stream(blob, pos, end, cmask, nctx, maxsym, f, cm):
-    """Check, without decoding, the context tables in cmask and the u32 R + rANS stream after them at
-    blob[pos:end] (R inside end, 4 initial states >= 2^16).  Returns (status, the stream's end)."""
-    for c in range(nctx):
-        if cmask & (1 << c):
-            pos = read_freq_table(blob, pos, end, maxsym, f, 0, cm)
-            if pos < 0:
-                return ERR_FREQ, 0
-    R = _rans_len(blob, pos, end)
-    if R < 0:
-        return ERR_TRUNC, 0
-    if not rans_states(blob, pos + 4, pos + 4 + R)[0]:    # (16 bytes of states, each >= 2^16)
-        return ERR_RANS, 0
-    return OK, pos + 4 + R
 
 
 @njit(nogil=True, cache=True)
@@ -481,18 +342,14 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     pos = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
     if pos < 0:
         return ERR_FREQ
-    R = _rans_len(blob, pos, end)
-    if R < 0:
-        return ERR_TRUNC
-    pos += 4
-    st = _tdsyms(blob, pos, pos + R, cb, n, dtab, syms)
+    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms)
     if st != OK:
         return st
     if W == 32:
-        st = _trecon(blob, pos + R, end, o32, n, W, syms)
+        st = _trecon(blob, q, end, o32, n, W, syms)
         _unmono_all(o32, n, W)
     else:
-        st = _trecon(blob, pos + R, end, o16, n, W, syms)
+        st = _trecon(blob, q, end, o16, n, W, syms)
         _unmono_all(o16, n, W)
     return st
 
@@ -523,39 +380,6 @@ def _unmono_all(o, n, W):
     mask = (np.int64(1) << W) - 1
     for i in range(n):
         o[i] = _unmono(np.int64(o[i]), sb, mask)
-
-
-@njit(nogil=True, cache=True)
-def _tdstep(x, i, cb, dtab, syms, blob, p):
-    """Symbol i from state x (table of its context, at cb[i]), renormalised
-    from blob[p] (2 bytes known inside the blob); returns (x, p)."""
-    e = np.int64(ld(dtab, np.int64(ld(cb, i)) + (x & 4095)))
-    put(syms, i, e & 255)
-    x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
-    g = np.int64(x < RANS_L)
-    x = (x << (g << 4)) | (np.int64(load_u16(blob, p)) & -g)
-    return x, p + (g << 1)
-
-
-@njit(nogil=True, cache=True)
-def _tdsyms(blob, pos, end, cb, n, dtab, syms):
-    """The n symbols of the rANS stream blob[pos:end] into syms (symbol i
-    with the context table at dtab[cb[i]:]).  Every word read is checked
-    against end; the stream must be consumed exactly and all 4 final
-    states must equal 2^16."""
-    ok, x0, x1, x2, x3 = rans_states(blob, pos, end)
-    if not ok:
-        return ERR_RANS
-    p = pos + 16
-    i = 0
-    n4 = n & ~3
-    while i < n4 and p + 8 <= end:   # <= 4 words per 4 symbols
-        x0, p = _tdstep(x0, i, cb, dtab, syms, blob, p)
-        x1, p = _tdstep(x1, i + 1, cb, dtab, syms, blob, p)
-        x2, p = _tdstep(x2, i + 2, cb, dtab, syms, blob, p)
-        x3, p = _tdstep(x3, i + 3, cb, dtab, syms, blob, p)
-        i += 4
-    return rans_tail(blob, p, end, x0, x1, x2, x3, i, n, dtab, cb, True, 0, syms)
 
 
 @njit(nogil=True, cache=True)

@@ -31,8 +31,9 @@ decodes: no encoder to compile).  The summary is printed as JSON; exit status 1 
 any case failed.
 
 The seed blobs (build_corpus, save_corpus, load_corpus), the blob parser (Blob) and
-coverage() live in the sibling module fuzz_blobs.py and are re-exported here; this
-module holds the mutations and the driver (run, main).
+coverage() live in the sibling module fuzz_blobs.py, the forgeries of chunk modes 4 and 5
+(_pred_mutation, _mctx_mutation) in fuzz_modes.py; both are re-exported here. This module
+holds the generic mutations and the driver (run, main).
 """
 import argparse
 import collections
@@ -48,9 +49,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
 from lmc import _core  # noqa: E402
-from lmc._kbase import LAYOUT_PLANES as _LAYOUT_PLANES, ck_mode  # noqa: E402
+from lmc._kbase import ck_mode  # noqa: E402
 from fuzz_blobs import (  # noqa: E402,F401  (the seed blobs and the blob parser; re-exported)
     CHUNK_NAMES, STREAM_NAMES, Blob, build_corpus, coverage, load_corpus, pred_specs, save_corpus)
+from fuzz_modes import (  # noqa: E402,F401  (the mode-4 and mode-5 forgeries; re-exported)
+    MSG_FLAGS, MSG_LEN, MSG_MCTX, MSG_PAD, MSG_PRED, MSG_TRUNC, MSG_VERSION, _mctx_mutation, _pred_mutation)
 
 
 # ---------------------------------------------------------------------------
@@ -191,184 +194,6 @@ def mutations(b, rng, ref):
         bad.reshape(-1).view(np.uint8)[int(rng.integers(ref.nbytes))] ^= 1
         return "ref:wrong", owner, b.pack(), bad, None
     return "ref:missing_flag", owner, b.pack(refhash=0x1234), None, None
-
-
-# FormatError messages a forgery must get (FORMAT.md; _kbase.ERROR_MESSAGES)
-MSG_PRED = "predicted-exponent chunk"
-MSG_TRUNC = "chunk data truncated"
-MSG_VERSION = "newer than the blob's format version"
-MSG_FLAGS = "invalid chunk flags byte"
-MSG_MCTX = "mantissa-context chunk"
-MSG_PAD = "non-zero padding bits"
-MSG_LEN = "payload length inconsistent"
-
-
-def _records(p, pos, ns):
-    """(start, end) of the ns stream records from p[pos:]."""
-    out = []
-    for _ in range(ns):
-        (plen,) = struct.unpack_from("<I", p, pos + 1)
-        out.append((pos, pos + 5 + plen))
-        pos += 5 + plen
-    return out
-
-
-def _const_record(rng):
-    """A record every decoder reads as one symbol: a constant stream, or a rANS
-    stream of one symbol (frequency 4096, the four states 2^16)."""
-    v = int(rng.integers(256))
-    if rng.random() < 0.5:
-        return bytes([1]) + struct.pack("<I", 1) + bytes([v])
-    body = bytes([v, v, 0x90, 0x00]) + struct.pack("<4I", *[1 << 16] * 4)
-    return bytes([3]) + struct.pack("<I", len(body)) + body
-
-
-def _pred_mutation(b, rng, ref):
-    """A forgery of the predicted-exponent mode (chunk mode 4: byte 4, u32 row
-    length w >= 1, then the stream records of an alone chunk; format v3, float
-    layouts, not every stream constant).  On a mode-4 chunk: the row length
-    set to 0 (refused), 1, 2^32-1, w +- 1, n +- 1 or random; the residual
-    stream replaced by a raw one of random bytes, a constant or a one-symbol
-    rANS stream (valid structure: exp_restore runs on it, with a forged w
-    too); every stream made constant (refused); a cut inside the 5-byte head
-    (refused as truncated); the blob's version set to 1 or 2 (refused); the
-    chunk turned into an alone chunk (w dropped).  On an alone chunk: turned
-    into a mode-4 chunk (w inserted; version 3 forced: refused in an integer
-    layout, else it decodes to wrong exponents).  Returns (kind, owner, blob,
-    reference, expected) as mutations() or None if the blob has no chunk
-    for it; expected ("error", text, None): the decode must raise a
-    FormatError whose message contains text."""
-    pred = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x04"]
-    alone = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x00"]
-    pl = list(b.payloads)
-    if not pred or (alone and rng.random() < 0.15):
-        if not alone:
-            return None
-        c = alone[int(rng.integers(len(alone)))]
-        n = b.n_of(c)
-        w = int(rng.choice([1, 2, n - 1, n, n + 1, max(1, b.shape[-1]), 0xFFFFFFFF]))
-        w = max(w, 1)
-        pl[c] = b"\x04" + struct.pack("<I", w) + pl[c][1:]
-        if b.h["layout"] == _LAYOUT_PLANES:
-            return "pred:from_alone_int", "alone", b.pack(pl, version=max(3, b.version)), ref, ("error", MSG_FLAGS, None)
-        if b.version < 3 and rng.random() < 0.3:
-            return "pred:from_alone_v%d" % b.version, "alone", b.pack(pl), ref, ("error", MSG_VERSION, None)
-        return "pred:from_alone", "alone", b.pack(pl, version=max(3, b.version)), ref, None
-    c = pred[int(rng.integers(len(pred)))]
-    p = bytearray(pl[c])
-    n = b.n_of(c)
-    (w,) = struct.unpack_from("<I", p, 1)
-    recs = _records(p, 5, b.ns)
-    sub = rng.choice(["w", "w_zero", "residual", "all_const", "head_cut", "version", "as_alone"],
-                     p=[.25, .05, .25, .15, .1, .05, .15])
-
-    def forged_w():
-        return int(rng.choice([1, 2, 0xFFFFFFFF, 0xFFFFFFFE, 0x80000000, w - 1, w + 1, n - 1, n, n + 1,
-                               2 * w, int(rng.integers(1, 2 * n + 2))])) & 0xFFFFFFFF or 1
-
-    if sub == "w":
-        struct.pack_into("<I", p, 1, forged_w())
-        pl[c] = bytes(p)
-        return "pred:w", "pred", b.pack(pl), ref, None
-    if sub == "w_zero":
-        struct.pack_into("<I", p, 1, 0)
-        pl[c] = bytes(p)
-        return "pred:w_zero", "pred", b.pack(pl), ref, ("error", MSG_PRED, None)
-    if sub == "residual":   # stream 0 replaced by a structurally valid record
-        how = rng.choice(["raw", "const", "rans1"])
-        if how == "raw":
-            rec = bytes([0]) + struct.pack("<I", n) + rng.integers(0, 256, n, dtype=np.uint8).tobytes()
-        else:
-            rec = _const_record(rng)
-            while (rec[0] == 1) != (how == "const"):
-                rec = _const_record(rng)
-        if rng.random() < 0.5:
-            struct.pack_into("<I", p, 1, forged_w())
-        others_const = all(p[s0] in (1,) for s0, _ in recs[1:])
-        pl[c] = bytes(p[:5]) + rec + bytes(p[recs[0][1]:])
-        if how != "raw" and others_const:
-            return f"pred:residual_{how}", "pred", b.pack(pl), ref, ("error", MSG_PRED, None)
-        return f"pred:residual_{how}", "pred", b.pack(pl), ref, None
-    if sub == "all_const":  # every stream constant (or one-symbol rANS): refused
-        pl[c] = bytes(p[:5]) + b"".join(_const_record(rng) for _ in range(b.ns))
-        return "pred:all_const", "pred", b.pack(pl), ref, ("error", MSG_PRED, None)
-    if sub == "head_cut":   # 0..4 bytes: inside the mode byte + row length
-        k = int(rng.integers(5))
-        pl[c] = bytes(p[:k])
-        return "pred:head_cut", "pred", b.pack(pl), ref, ("error", MSG_TRUNC, None)
-    if sub == "version":    # a mode-4 chunk in a version-1 or -2 blob
-        v = int(rng.choice([1, 2]))
-        return f"pred:in_v{v}", "pred", b.pack(version=v), ref, ("error", MSG_VERSION, None)
-    # as_alone: the w bytes dropped, mode 0 (the residuals then read as exponents)
-    pl[c] = b"\x00" + bytes(p[5:])
-    return "pred:as_alone", "pred", b.pack(pl), ref, None
-
-
-def _mctx_mutation(b, rng, ref):
-    """A forgery of the mantissa-context mode (chunk mode 5: byte 5, E, K in 1..8, a context mask inside
-    the K contexts, the exponent's stream record, the context tables, u32 R, the rANS stream, ceil(n / 2)
-    nibble bytes; format v5, bfloat16 only).  Refused: K = 0 or > 8, a mask empty or with a bit at or past
-    K, a cut inside the 4-byte head, the blob's version set to 2 or 4, the dtype relabelled float16 (units
-    of 2 bytes, no mode 5), a set unused final high nibble (odd n), a nibble byte cut or added.  Not
-    refused by structure (they must decode exactly or fail on the context mask, the rANS stream or the
-    checksum): another base E, another K or mask that stays valid, the exponent record replaced by a raw
-    one of random bytes.  Returns (kind, owner, blob, reference, expected) as mutations() or None if the
-    blob has no mode-5 chunk."""
-    mc = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x05"]
-    if not mc:
-        return None
-    pl = list(b.payloads)
-    c = mc[int(rng.integers(len(mc)))]
-    p = bytearray(pl[c])
-    n = b.n_of(c)
-    K = p[2]
-    sub = rng.choice(["E", "K_bad", "mask_bad", "K_mask", "exp_raw", "head_cut", "version", "as_f16",
-                      "nibble_pad", "nibble_len"],
-                     p=[.14, .1, .1, .12, .12, .08, .08, .08, .08, .1])
-    if sub == "E":
-        p[1] = int(rng.choice([0, 255, p[1] - 1, p[1] + 1, int(rng.integers(256))])) & 0xFF
-        pl[c] = bytes(p)
-        return "mctx:E", "mctx", b.pack(pl), ref, None
-    if sub == "K_bad":
-        p[2] = int(rng.choice([0, 9, 16, 255]))
-        pl[c] = bytes(p)
-        return "mctx:K_bad", "mctx", b.pack(pl), ref, ("error", MSG_MCTX, None)
-    if sub == "mask_bad":
-        p[3] = 0 if rng.random() < 0.3 or K >= 8 else p[3] | (1 << int(rng.integers(K, 8)))
-        pl[c] = bytes(p)
-        return "mctx:mask_bad", "mctx", b.pack(pl), ref, ("error", MSG_MCTX, None)
-    if sub == "K_mask":     # valid by structure, wrong for the exponents (or right by chance)
-        k2 = int(rng.integers(1, 9))
-        p[2] = k2
-        p[3] = int(rng.integers(1, 1 << k2))
-        pl[c] = bytes(p)
-        return "mctx:K_mask", "mctx", b.pack(pl), ref, None
-    if sub == "exp_raw":    # the exponent record replaced by a raw one of random bytes
-        (plen,) = struct.unpack_from("<I", p, 5)
-        rec = bytes([0]) + struct.pack("<I", n) + rng.integers(0, 256, n, dtype=np.uint8).tobytes()
-        pl[c] = bytes(p[:4]) + rec + bytes(p[9 + plen:])
-        return "mctx:exp_raw", "mctx", b.pack(pl), ref, None
-    if sub == "head_cut":   # 0..3 bytes: inside the mode byte, E, K and mask
-        pl[c] = bytes(p[:int(rng.integers(4))])
-        return "mctx:head_cut", "mctx", b.pack(pl), ref, ("error", MSG_TRUNC, None)
-    if sub == "version":    # a mode-5 chunk in a version-2 or -4 blob (with a reference, its hash forged to
-        # that version's: it is checked first, and each version has its own checksums)
-        v = int(rng.choice([2, 4]))
-        h = b.refhash
-        if ref is not None:
-            h = _core._ref_hash(_core._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
-        return f"mctx:in_v{v}", "mctx", b.pack(version=v, refhash=h), ref, ("error", MSG_VERSION, None)
-    if sub == "as_f16":     # the same units read as float16: no mode 5 there (the message required where
-        # chunk 0 is the mode-5 chunk: another chunk before it may fail first, as float16 streams)
-        r = None if ref is None else ref.view(np.float16)
-        return "mctx:as_f16", "mctx", b.pack(code=2), r, ("error", MSG_FLAGS, None) if mc[0] == 0 else None
-    if sub == "nibble_pad" and n % 2:
-        p[-1] |= 0x10 << int(rng.integers(4))
-        pl[c] = bytes(p)
-        return "mctx:nibble_pad", "mctx", b.pack(pl), ref, ("error", MSG_PAD, None)
-    # nibble_len: one nibble byte less or more
-    pl[c] = bytes(p[:-1]) if rng.random() < 0.5 else bytes(p) + bytes([int(rng.integers(256))])
-    return "mctx:nibble_len", "mctx", b.pack(pl), ref, ("error", MSG_LEN, None)
 
 
 def _freq_encode(vals):

@@ -1,8 +1,7 @@
 """The mantissa-context chunk mode (format 5, bfloat16, compress(prefer="size")): round trips through lmc and
 the Python oracle, when the encoder takes it and when it must not, its estimate, and the refusals FORMAT.md
-requires of a decoder (the structure-aware fuzzer forges it too: fuzz_decoder._mctx_mutation)."""
+requires of a decoder (the structure-aware fuzzer forges it too: fuzz_modes._mctx_mutation)."""
 import struct
-import zlib
 
 import ml_dtypes
 import numpy as np
@@ -22,17 +21,6 @@ def _weights(n, seed=0, scale=0.02):
 
 def _modes(blob):
     return [p[0] for p in Blob(blob).payloads]
-
-
-def _refix(b):
-    """The header CRC-32 recomputed after an edit of the header."""
-    b = bytearray(b)
-    nd = b[7]
-    pos = 8 + 8 * nd
-    _, nch = struct.unpack_from("<II", b, pos)
-    pos += 8 + (8 if b[6] & 1 else 0) + 12 * nch
-    b[pos:pos + 4] = struct.pack("<I", zlib.crc32(bytes(b[:pos])))
-    return bytes(b)
 
 
 def test_weights_take_it_and_round_trip():
