@@ -14,7 +14,8 @@ from ._kbase import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32
 from ._kchunk import check_range, checksum_range, decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
-VERSIONS = (1, 2, 3, 4, 5)   # 4, 5 (default): checksums over words (5: the strong mix, the mantissa-context mode);
+VERSIONS = (1, 2, 3, 4, 5, 6)   # 4-6: checksums over words (5: the strong mix, the mantissa-context mode;
+                                # 6, the default: the delta mode);
                              # up to 3 the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
@@ -239,7 +240,8 @@ def shaped(arr, shape):
     return arr.reshape(shape)
 
 
-PREFER = ("speed", "size")
+PREFER = ("speed", "size", "fast")
+_PREF = {"speed": 0, "size": 1, "fast": 2}   # _kbase.PREF_SPEED, PREF_SIZE, PREF_FAST
 
 
 def check_prefer(prefer, who):
@@ -248,7 +250,7 @@ def check_prefer(prefer, who):
         raise ValueError(f"{who}: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=5,
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=6,
              prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
@@ -259,29 +261,34 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     XOR: what lmc 0.1 wrote and decodes), 2 (adds rANS streams and the
     temporal mode: lmc 0.2), 3 (adds the predicted-exponent mode), 4 (3's
     modes, its checksums over 64-bit words instead of units, ~4x cheaper on
-    bf16) or 5 (the default, lmc 0.3.4: 4's word checksums with a stronger
-    mix, and the bf16 mantissa-context mode, which only ``prefer="size"``
-    takes; every blob is version 5).  Up to 3, a blob is
+    bf16), 5 (lmc 0.3.4: 4's word checksums with a stronger mix, and the
+    bf16 mantissa-context mode, which only ``prefer="size"`` takes) or 6
+    (the default, lmc 0.3.5: 5's and the delta mode, a float chunk against
+    its reference in byte streams; every blob is version 6).  From 4 on a
+    blob is written as the version asked for; up to 3, a blob is
     written as the oldest version its chunks need, so one that uses no
     newer mode stays readable by older decoders.
     ``prefer``: ``"speed"`` (default) takes a coding that decodes slower
     (rANS over Huffman, the temporal and predicted-exponent modes) only
     where it saves a margin (1/32 to 1/64 of the chunk); ``"size"`` takes
     it wherever it is smaller, and on bf16 the mantissa-context mode too: the
-    smallest blobs, decoded slower."""
+    smallest blobs, decoded slower; ``"fast"`` never takes the temporal mode
+    (its symbol-by-symbol rANS decodes at a fifth of the alone speed): with
+    a reference a float chunk is coded in the delta mode (format 6), alone
+    or by XOR, whichever is smallest, at half the alone speed or better in
+    both directions, and somewhat larger than with ``"speed"``."""
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
     if isinstance(format_version, bool) or format_version not in VERSIONS:
-        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4 or 5, got {format_version!r}")
-    if prefer not in PREFER:
-        raise ValueError(f"lmc: prefer must be 'speed' or 'size', got {prefer!r}")
-    return _compress(data, threads, reference, chunk_size, dtype, format_version, prefer == "size")
+        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4, 5 or 6, got {format_version!r}")
+    check_prefer(prefer, "lmc")
+    return _compress(data, threads, reference, chunk_size, dtype, format_version, _PREF[prefer])
 
 
-def _compress(data, threads, reference, chunk_size, dtype, fv, size_first=False):
+def _compress(data, threads, reference, chunk_size, dtype, fv, pref=0):
     """compress(); fv: the newest format version whose modes may be used (1:
     the lmc 0.1 encoder, alone / XOR with Huffman; used for comparisons);
-    size_first: prefer="size"."""
+    pref: _PREF[prefer]."""
     arr = _to_array(data, dtype)
     code = _dtype_code(arr.dtype)
     dt, unit, layout = _DTYPES[code]
@@ -314,7 +321,7 @@ def _compress(data, threads, reference, chunk_size, dtype, fv, size_first=False)
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
     scratch = _take_scratch(nch * cap) if nch else None
     try:
-        _run_chunks(encode_range, (data_u8, ref_u8, has_ref, int(fv), bool(size_first), w, total, chunk, unit,
+        _run_chunks(encode_range, (data_u8, ref_u8, has_ref, int(fv), int(pref), w, total, chunk, unit,
                                      layout, ns, scratch, cap, sizes, chks, used), nch, nth)
         if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
             raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
@@ -463,7 +470,7 @@ def _blob_view(blob):
     return b
 
 
-_CHUNK_MODE_NAMES = ("alone", "xor", "stored", "temporal", "predicted", "mantissa-context")
+_CHUNK_MODE_NAMES = ("alone", "xor", "stored", "temporal", "predicted", "mantissa-context", "delta")
 
 
 def info(blob):

@@ -25,6 +25,7 @@ CHUNK_STORED = 2
 CHUNK_TEMPORAL = 3     # format v2
 CHUNK_PRED = 4         # format v3: alone, the exponent stream as residuals of a 2-D prediction
 CHUNK_MCTX = 5         # format v5: alone, bf16: sign + top 3 mantissa bits with the exponent as context
+CHUNK_DELTA = 6        # format v6: float layouts, a reference: the monotone difference's byte streams
 
 # rANS (format v2): 32-bit states in [2^16, 2^32), 16-bit renormalisation,
 # 4 interleaved states (symbol i uses state i % 4), frequencies sum to 2^12
@@ -43,6 +44,10 @@ PRED_MARGIN = 64
 # where the caller puts size first (compress(prefer="size")) every margin
 # above is this divisor: a slower coding is taken whenever it is smaller
 NO_MARGIN = 1 << 50
+# compress(prefer=...): the encoder's setting (encode_chunk's pref)
+PREF_SPEED = 0
+PREF_SIZE = 1
+PREF_FAST = 2
 # a plane of at least NEAR_RAW_MIN bytes whose sampled entropy is within
 # NEAR_RAW_BITS of 8 bits is stored raw without being counted (except where
 # size comes first): _kstreams.near_raw
@@ -74,6 +79,7 @@ ERR_CTX = 15
 ERR_BITS = 16
 ERR_PRED = 17
 ERR_MCTX = 18
+ERR_DELTA = 19
 
 ERROR_MESSAGES = {
     ERR_TRUNC: "chunk data truncated (a length points past the end of the chunk)",
@@ -94,6 +100,8 @@ ERROR_MESSAGES = {
     ERR_BITS: "raw bit stream overrun, length mismatch or non-zero padding",
     ERR_PRED: "predicted-exponent chunk: row length 0, or every stream constant",
     ERR_MCTX: "mantissa-context chunk: context count outside 1..8, or a context mask empty or past it",
+    ERR_DELTA: ("delta chunk: cut or field width invalid, escape count past the chunk or not the escapes found, "
+                "an escape too large, or a non-zero unused field"),
 }
 
 _M11 = np.uint64(TABSIZE - 1)
@@ -239,7 +247,7 @@ def _csum_words(b, nb, strong):
 @njit(nogil=True, cache=True)
 def ck_mode(version):
     """The checksum of a format version: 0 over units (1-3), 1 over words (4),
-    2 over words with the strong mix (5)."""
+    2 over words with the strong mix (5 and 6)."""
     return 0 if version < 4 else (1 if version == 4 else 2)
 
 

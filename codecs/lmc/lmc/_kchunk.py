@@ -30,22 +30,23 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import load_u32
-from ._kbase import (CHUNK_ALONE, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
+from ._kbase import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
                      ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES,
-                     MODE_CONST, NCTX, NO_MARGIN, OK, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN,
+                     MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN,
                      _U0, checksum_fill, checksum_units, ck_mode, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
                      xor_into)
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
                         exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
+from ._kdelta import alone_estimate, check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_write, delta_z
 from ._kmctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
 
 
 @njit(nogil=True, cache=True)
-def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out, o, planes, planes2,
-                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane, mh, mf, mcm):
+def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, out, o, planes, planes2,
+                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane, mh, mf, mcm, dz, dpl, dhs):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
     temporal scratch (float layouts with a reference and v2): jb, low: n
     u16 / u32; th: int32[4 * NCTX * 65]; ha, hx: int32[ns * 1024]; thist,
@@ -53,12 +54,16 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
     bytes; kbt: uint8[NCTX * 65]; et: uint64[2 * NCTX * 65]; out must have
     4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3;
     mh: int64[4096], mf, mcm: int64[MCTX_K * 256] for the mantissa-context
-    mode, jb then >= n u16 too).
+    mode, jb then >= n u16 too; the delta mode (v6, a reference, float
+    layouts): dz uint32[>= n], dpl uint8[unit + 1, >= n], dhs
+    int64[4 * unit * 256]).
     fv: the newest format version whose modes may be used (1, 2 or 3; 4:
     3's modes, the checksum over 64-bit words; 5: 4's and the
-    mantissa-context mode, bf16, only where size comes first); sf:
-    size first (every margin below is NO_MARGIN: a slower coding is taken
-    whenever it is smaller); w: the row length for the predicted-exponent
+    mantissa-context mode, bf16, only where size comes first; 6: 5's and
+    the delta mode); pref: PREF_SPEED, PREF_SIZE (every margin below is
+    NO_MARGIN: a slower coding is taken whenever it is smaller) or PREF_FAST
+    (never the temporal mode: with a reference the delta mode, which decodes
+    at the byte-stream modes' speed, and no sampled estimates); w: the row length for the predicted-exponent
     mode (the shape's last dimension).  The mode is chosen from estimates: alone, predicted
     exponent (v3, float layouts, no reference), XOR (with a reference) or
     temporal (with a reference, float layouts), the smallest estimate
@@ -67,7 +72,9 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
     unless sf.
     Returns (size, checksum, the format version the chunk needs)."""
     v2 = fv >= 2
-    wk = ck_mode(fv)  # format 4 and 5: checksums over 64-bit words
+    sf = pref == PREF_SIZE
+    fast = pref == PREF_FAST
+    wk = ck_mode(fv)  # format 4 and later: checksums over 64-bit words
     rm = 0 if not v2 else (NO_MARGIN if sf else RANS_MARGIN)
     pm = NO_MARGIN if sf else PRED_MARGIN
     tm = NO_MARGIN if sf else TEMPORAL_MARGIN
@@ -99,24 +106,56 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
     base = start * unit
     do_t = temporal
     do_x = has_ref
+    do_d = temporal and fv >= 6
     cost_t = 0
+    cost_d = 0
+    db = 0
+    dq = 8
+    dm = 0
+    dh = np.zeros((unit + 1, 4, 256), np.int64)
+    dlens = np.zeros((unit + 1, 256), np.uint8)
+    dmodes = np.zeros(unit + 1, np.int64)
+    dsizes = np.zeros(unit + 1, np.int64)
+    df = np.zeros((unit + 1) * 256, np.int64)
+    dcm = np.zeros((unit + 1) * 256, np.int64)
     if temporal:
         # exact counts of the alone coding; the XOR and temporal codings are
         # estimated on a sample first and analysed exactly only where they
         # may win; the chosen mode is split into planes afterwards
         chk = checksum_units(data, start, n, unit, wk)
+        if do_d:
+            delta_z(data, ref, start, n, layout, dz)
+            db, dq = delta_plan(dz, n, unit, dhs)
+            dm = delta_build(dz, n, unit, db, dq, dpl)
+            cost_d = delta_analyze(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast)
+            if fast:
+                # where the delta mode is clearly smaller than a sampled
+                # estimate of the alone coding, the alone coding is not
+                # counted (and no other mode tried)
+                est_a = alone_estimate(data, start, n, layout, dhs)
+                if cost_d + cost_d // 16 < est_a and cost_d < nbytes:
+                    e = delta_write(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
+                                    o + nbytes, tbuf)
+                    if e >= 0 and e - o < est_a:
+                        return e - o, chk, 6
         stream_count(data, ref, False, start, n, layout, ha)
         stream_hist(ha, ns, h)
         cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0)
-        E = temporal_base(ref, start, n, layout)
-        est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
-        do_t = est_t - est_t // 16 < cost_a
+        best_e = cost_a
+        if do_d:
+            best_e = min(best_e, cost_d)
+        est_t = 0
+        est_x = 0
+        if not fast:
+            E = temporal_base(ref, start, n, layout)
+            est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
+        do_t = not fast and est_t - est_t // 16 < best_e
         if do_t:
             raw = temporal_count(data, ref, start, n, layout, E, jb, low, th)
             temporal_hist(th, W, thist)
             trans, cmask = temporal_estimate(thist, tf, tcm, W)
             cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
-        do_x = est_x - est_x // 16 < (min(cost_a, cost_t) if do_t else cost_a)
+        do_x = not fast and est_x - est_x // 16 < (min(best_e, cost_t) if do_t else best_e)
         cost_x = cost_a + 1
         if do_x:
             stream_count(data, ref, True, start, n, layout, hx)
@@ -176,6 +215,10 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
         best = CHUNK_XOR
         score = cost_x
         cost = cost_x
+    if do_d and cost_d < score:
+        best = CHUNK_DELTA
+        score = cost_d
+        cost = cost_d
     if do_t:
         if cost_t + cost_t // tm < score:
             best = CHUNK_TEMPORAL
@@ -192,6 +235,8 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
                 split_units(rbuf, n, unit, layout, planes2)
             e = write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
                               out, o, lim, tbuf)
+        elif best == CHUNK_DELTA:
+            e = delta_write(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o, lim, tbuf)
         # never larger than the alone encoding (exact unless it uses rANS)
         if best != alone and (e < 0 or e - o0 > alone_cost) and alone_cost <= nbytes:
             best = alone
@@ -220,6 +265,8 @@ def encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, out,
         return e - o0, chk, 3
     if best == CHUNK_MCTX:
         return e - o0, chk, 5
+    if best == CHUNK_DELTA:
+        return e - o0, chk, 6
     if best == CHUNK_TEMPORAL:
         used = True
     elif best == CHUNK_XOR:
@@ -239,9 +286,16 @@ def _chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
     if clen < 1:
         return ERR_TRUNC, 0
     flags = np.int64(blob[off])
-    if flags > 5:
+    if flags > 6:
         return ERR_FLAGS, 0
-    if flags == CHUNK_MCTX:
+    if flags == CHUNK_DELTA:
+        if version < 6:
+            return ERR_VERSION, 0
+        if layout == LAYOUT_PLANES:
+            return ERR_FLAGS, 0
+        if not has_ref:
+            return ERR_NOREF, 0
+    elif flags == CHUNK_MCTX:
         if version < 5:
             return ERR_VERSION, 0
         if layout != LAYOUT_BF16:
@@ -284,6 +338,14 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     if flags == CHUNK_TEMPORAL:
         st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
                              syms)
+        if st != OK:
+            return st
+        if checksum_units(out, start, n, unit, wk) != expected:
+            return ERR_CHECKSUM
+        return OK
+    if flags == CHUNK_DELTA:
+        st = delta_decode(blob, off + 1, end, n, layout, ref, start, out, planes, dec, dec3, dec1, lens, tmp,
+                          version, f, cm, dtab)
         if st != OK:
             return st
         if checksum_units(out, start, n, unit, wk) != expected:
@@ -338,14 +400,18 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
 # the output does not depend on the number of threads.
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
-def encode_range(data, ref, has_ref, fv, sf, w, total, chunk, unit, layout, ns, scratch, cap,
+def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns, scratch, cap,
                  sizes, chks, used, c0, c1):
     m = min(chunk, total) + 16
     planes = np.empty((ns, m), np.uint8)
     planes2 = np.empty((ns, m if has_ref else 1), np.uint8)
     tm = m if (has_ref and fv >= 2 and layout != LAYOUT_PLANES) else 1
     rplane = np.empty(m if fv >= 3 else 1, np.uint8)
-    mc = sf and fv >= 5 and layout == LAYOUT_BF16   # the mantissa-context mode may be planned
+    mc = pref == PREF_SIZE and fv >= 5 and layout == LAYOUT_BF16   # the mantissa-context mode may be planned
+    dm = m if (tm > 1 and fv >= 6) else 1   # the delta mode's scratch
+    dz = np.empty(dm, np.uint32)
+    dpl = np.empty((unit + 1, dm), np.uint8)
+    dhs = np.empty(4 * unit * 256 if dm > 1 else 1, np.int64)
     # (jb: the temporal mode's joint symbols, or the mantissa-context mode's)
     jb = np.empty(m if tm > 1 or mc else 1, np.uint16)
     low = np.empty(tm, np.uint32)
@@ -365,9 +431,9 @@ def encode_range(data, ref, has_ref, fv, sf, w, total, chunk, unit, layout, ns, 
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
-        sz, ck, u = encode_chunk(data, ref, has_ref, fv, sf, w, start, n, unit, layout, ns, scratch,
+        sz, ck, u = encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, scratch,
                                  c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
-                                 tbuf[:2 * n + 16], rbuf, kbt, et, rplane, mh, mf, mcm)
+                                 tbuf[:2 * n + 16], rbuf, kbt, et, rplane, mh, mf, mcm, dz, dpl, dhs)
         sizes[c] = sz
         chks[c] = ck
         used[c] = u
@@ -387,7 +453,7 @@ def stream_scratch(ns, chunk, total):
     Huffman tables dec, dec3, dec1 and lens, the sub-stream buffer tmp, rANS tables f, cm and dtab for
     NCTX contexts)."""
     m = min(chunk, total)
-    return (np.empty((ns, m + 16), np.uint8), np.empty(TABSIZE, np.uint16), np.empty(TABSIZE, np.uint64),
+    return (np.empty((ns + 1, m + 16), np.uint8), np.empty(TABSIZE, np.uint16), np.empty(TABSIZE, np.uint64),
             np.empty(TABSIZE, np.uint16), np.empty(256, np.uint8), np.empty(4 * (((m + 3) >> 2) + 16), np.uint8),
             np.empty(NCTX * 256, np.int64), np.empty(NCTX * 256, np.int64), np.empty(NCTX * PROB_SCALE, np.uint32))
 
@@ -437,6 +503,8 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
     end = off + clen
     if flags == CHUNK_TEMPORAL:
         return check_temporal(blob, off + 1, end, layout, f, cm)
+    if flags == CHUNK_DELTA:
+        return check_delta(blob, off + 1, end, n, layout, version, lens, f, cm, one)
     if flags == CHUNK_MCTX:
         return check_mctx(blob, off + 1, end, n, version, lens, f, cm, one)
     if flags == CHUNK_STORED:

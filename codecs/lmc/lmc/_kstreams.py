@@ -432,18 +432,28 @@ def decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, ver
     """Read the ns stream records of an alone or XOR chunk (blob[pos:end],
     after its mode byte) into planes[s, :n]; the scratch is decode_chunk's.
     Returns a status."""
-    for s in range(ns):
-        st, mode, plen = _read_record(blob, pos, end, n, version)
-        if st != OK:
-            return st
-        pos += 5
-        st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
-        if st != OK:
-            return st
-        pos += plen
+    st, pos = decode_records(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab)
+    if st != OK:
+        return st
     if pos != end:
         return ERR_TRAIL
     return OK
+
+
+@njit(nogil=True, cache=True)
+def decode_records(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab):
+    """Read ns stream records of n symbols each from blob[pos:end] into
+    planes[s, :n].  Returns (status, the position after them)."""
+    for s in range(ns):
+        st, mode, plen = _read_record(blob, pos, end, n, version)
+        if st != OK:
+            return st, pos
+        pos += 5
+        st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+        if st != OK:
+            return st, pos
+        pos += plen
+    return OK, pos
 
 
 @njit(nogil=True, cache=True)
@@ -484,11 +494,23 @@ def check_planes(blob, pos, end, n, ns, version, lens, f, cm, one):
     Huffman and frequency tables, sub-stream and rANS stream sizes.
     Returns (status, constant): constant when every stream is constant
     (also a rANS stream of one symbol), its symbol then in one[s, 0]."""
+    st, constant, pos = check_records(blob, pos, end, n, ns, version, lens, f, cm, one)
+    if st != OK:
+        return st, False
+    if pos != end:
+        return ERR_TRAIL, False
+    return OK, constant
+
+
+@njit(nogil=True, cache=True)
+def check_records(blob, pos, end, n, ns, version, lens, f, cm, one):
+    """check_planes for ns records of n symbols at blob[pos:end]; returns
+    (status, constant, the position after them)."""
     constant = True
     for s in range(ns):
         st, mode, plen = _read_record(blob, pos, end, n, version)
         if st != OK:
-            return st, False
+            return st, False, pos
         pos += 5
         if mode == MODE_RAW:
             constant = False
@@ -497,30 +519,28 @@ def check_planes(blob, pos, end, n, ns, version, lens, f, cm, one):
         elif mode == MODE_HUFF:
             st = check_huff_stream(blob, pos, plen, n, lens)
             if st != OK:
-                return st, False
+                return st, False, pos
             constant = False
         else:  # MODE_RANS
             q = read_freq_table(blob, pos, pos + plen, 255, f, 0, cm)
             if q < 0:
-                return ERR_FREQ, False
+                return ERR_FREQ, False, pos
             if pos + plen - q < 16:
-                return ERR_RANS, False
+                return ERR_RANS, False, pos
             for k in range(4):
                 if np.int64(load_u32(blob, q + 4 * k)) < RANS_L:
-                    return ERR_RANS, False
+                    return ERR_RANS, False, pos
             lo = np.int64(blob[pos])
             if f[lo] == PROB_SCALE:
                 # one symbol: the states never change and no word is read, so
                 # the stream is the 4 states, each 2^16 (else rans_decode fails)
                 if pos + plen - q != 16:
-                    return ERR_RANS, False
+                    return ERR_RANS, False, pos
                 for k in range(4):
                     if np.int64(load_u32(blob, q + 4 * k)) != RANS_L:
-                        return ERR_RANS, False
+                        return ERR_RANS, False, pos
                 one[s, 0] = lo
             else:
                 constant = False
         pos += plen
-    if pos != end:
-        return ERR_TRAIL, False
-    return OK, constant
+    return OK, constant, pos

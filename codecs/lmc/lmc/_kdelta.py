@@ -1,0 +1,490 @@
+"""lmc kernels: the delta chunk mode of format v6 - fp32 / fp16 / bf16 coded against a reference (the
+previous checkpoint) through byte streams only, so that it decodes at the speed of the byte-stream
+modes: the plan from a sample (``delta_plan``), the streams (``delta_build``), the writer, the
+structural check (``check_delta``) and the decoder (``delta_decode``).
+
+Each element's change is z = zigzag(mono(x) - mono(r) mod 2^W), the same monotone map as the temporal
+mode (``_ktemporal._mono``): a small step of a weight is a small z, also across zero.  z is cut at bit
+8b: its b low bytes are b byte streams, and the high part h = z >> 8b (small where the plan is good) is
+packed g = 8 / q elements to a byte in fields of q bits (q = 2, 4 or 8), a field holding min(h, 2^q - 1);
+an element whose field is all ones (an escape) has h - (2^q - 1) in the escape streams, little-endian over
+the unit - b bytes it may need.  Packing several small values into one byte lets a Huffman code spend
+less than one bit per element where most elements barely move: a Huffman code cannot go below one bit a
+symbol, and byte streams of z itself would (the reason the temporal mode used rANS).  Every stream is
+an ordinary stream record (raw / constant / Huffman / rANS, ``_kstreams``); the decoder's other passes
+are branch-free loops over the elements, except the escape fix-up, which visits only the escapes (found
+8 bytes at a time).  FORMAT.md, "Delta chunk"."""
+
+import numpy as np
+from numba import njit
+
+from ._intrinsics import clz64, load_u32, load_u64, store_u32
+from ._kbase import CHUNK_DELTA, ERR_DELTA, ERR_TRAIL, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, OK, _U0
+from ._khuffman import huffman_lengths
+from ._kstreams import _read_record, _write_streams, analyze_planes, check_records, decode_records
+
+DSAMPLE = 32            # the plan counts one 64-element block in DSAMPLE
+DSAMPLE_MIN = 4096      # below this many elements the plan counts every element
+FAST_RAW = 16           # prefer="fast": a Huffman stream saving less than 1/FAST_RAW is stored raw,
+FAST_MIN_HUFF = 8192    # and so is one of fewer symbols (its decoder tables cost more than it saves)
+
+
+@njit(nogil=True, cache=True)
+def _mono(v, sb):
+    """Sign-magnitude bits -> monotone integer (as _ktemporal._mono)."""
+    return v ^ sb ^ (-np.int64((v & sb) != 0) & (sb - 1))
+
+
+@njit(nogil=True, cache=True)
+def _unmono(m, sb):
+    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
+
+
+@njit(nogil=True, cache=True)
+def _ent(hs, c0):
+    """Order-0 entropy (bits) of the counts hs[c0:c0+256]."""
+    tot = 0
+    for s in range(256):
+        tot += hs[c0 + s]
+    if tot == 0:
+        return 0
+    lt = np.log2(np.float64(tot))
+    bits = 0.0
+    for s in range(256):
+        c = hs[c0 + s]
+        if c > 0:
+            bits += c * (lt - np.log2(np.float64(c)))
+    return np.int64(bits)
+
+
+@njit(nogil=True, cache=True)
+def _hcost(hs, c0, lens, freq):
+    """Bits of a Huffman code (huffman_lengths) of the counts hs[c0:c0+256]; 0 for one symbol or none."""
+    for s in range(256):
+        freq[s] = hs[c0 + s]
+    if huffman_lengths(freq, lens) <= 1:
+        return 0
+    bits = 0
+    for s in range(256):
+        bits += freq[s] * np.int64(lens[s])
+    return bits
+
+
+@njit(nogil=True, cache=True)
+def delta_z(data, ref, start, n, layout, z):
+    """z[i] = zigzag(mono(x_i) - mono(r_i) mod 2^W) for the chunk's n units (z: uint32[>= n])."""
+    if layout == LAYOUT_F32:
+        _dz(data[4 * start:4 * (start + n)].view(np.uint32), ref[4 * start:4 * (start + n)].view(np.uint32),
+            n, 32, z)
+    else:
+        _dz(data[2 * start:2 * (start + n)].view(np.uint16), ref[2 * start:2 * (start + n)].view(np.uint16),
+            n, 16, z)
+
+
+@njit(nogil=True, cache=True)
+def _dz(x, r, n, W, z):
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    for i in range(n):  # branch-free: vectorizes
+        d = (_mono(np.int64(x[i]), sb) - _mono(np.int64(r[i]), sb)) & mask
+        neg = (d >> (W - 1)) & 1
+        z[i] = np.uint32(((d << 1) & mask) ^ (-neg & mask))
+
+
+@njit(nogil=True, cache=True)
+def delta_plan(z, n, unit, hs):
+    """Choose the cut b (0 <= b < unit) and field width q (2, 4 or 8) from a sample of z (every element
+    below DSAMPLE_MIN, else one 64-element block in DSAMPLE): the bits of Huffman codes of the sampled low
+    byte streams and packed stream, and the escapes priced as stored (unit - b bytes each: they cost the
+    decoder a visit too).  hs: int64[>= 4 * unit * 256] scratch.  Returns (b, q)."""
+    hs[:] = 0
+    # tables: low byte j at j * 256; the packed stream of (b, qi) at (unit + 3 * b + qi) * 256
+    esc = np.zeros(3 * unit, np.int64)
+    step = 1 if n < DSAMPLE_MIN else DSAMPLE
+    for b0 in range(0, n - 7, 64 * step):
+        e0 = min(b0 + 64, n) & ~7
+        for j in range(unit - 1):
+            for i in range(b0, e0):
+                hs[j * 256 + ((np.int64(z[i]) >> (8 * j)) & 255)] += 1
+        for b in range(unit):
+            t = (unit + 3 * b) * 256
+            for i in range(b0, e0, 4):
+                h0 = np.int64(z[i]) >> (8 * b)
+                h1 = np.int64(z[i + 1]) >> (8 * b)
+                h2 = np.int64(z[i + 2]) >> (8 * b)
+                h3 = np.int64(z[i + 3]) >> (8 * b)
+                hs[t + (min(h0, 3) | (min(h1, 3) << 2) | (min(h2, 3) << 4) | (min(h3, 3) << 6))] += 1
+                hs[t + 256 + (min(h0, 15) | (min(h1, 15) << 4))] += 1
+                hs[t + 256 + (min(h2, 15) | (min(h3, 15) << 4))] += 1
+                hs[t + 512 + min(h0, 255)] += 1
+                hs[t + 512 + min(h1, 255)] += 1
+                hs[t + 512 + min(h2, 255)] += 1
+                hs[t + 512 + min(h3, 255)] += 1
+                esc[3 * b] += (np.int64(h0 >= 3) + np.int64(h1 >= 3) + np.int64(h2 >= 3) + np.int64(h3 >= 3))
+                esc[3 * b + 1] += (np.int64(h0 >= 15) + np.int64(h1 >= 15) + np.int64(h2 >= 15)
+                                   + np.int64(h3 >= 15))
+                esc[3 * b + 2] += (np.int64(h0 >= 255) + np.int64(h1 >= 255) + np.int64(h2 >= 255)
+                                   + np.int64(h3 >= 255))
+    lens = np.empty(256, np.uint8)
+    freq = np.empty(256, np.int64)
+    best = np.int64(1) << 62
+    bb = 0
+    bq = 8
+    low = 0
+    for b in range(unit):
+        if b > 0:  # (a low byte is near uniform: its entropy is its Huffman code's size within ~1%)
+            low += _ent(hs, (b - 1) * 256)
+        for qi in range(3):
+            bits = low + _hcost(hs, (unit + 3 * b + qi) * 256, lens, freq) + esc[3 * b + qi] * 8 * (unit - b)
+            if bits < best:
+                best = bits
+                bb = b
+                bq = 2 << qi
+    return bb, bq
+
+
+@njit(nogil=True, cache=True)
+def alone_estimate(data, start, n, layout, hs):
+    """The alone coding's bytes estimated from one 64-element block in DSAMPLE: the order-0 entropies of
+    its byte streams (as _kstreams.stream_count splits them), scaled, plus the stream headers; below
+    DSAMPLE_MIN elements -1 (not estimated).  hs: int64[>= 4 * 256] scratch."""
+    if n < DSAMPLE_MIN:
+        return -1
+    hs[:] = 0
+    m = 0
+    if layout == LAYOUT_F32:
+        x = data[4 * start:4 * (start + n)].view(np.uint32)
+        for b0 in range(0, n - 63, 64 * DSAMPLE):
+            for i in range(b0, b0 + 64):
+                v = np.int64(x[i])
+                hs[(v >> 23) & 0xFF] += 1
+                hs[256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
+                hs[512 + ((v >> 8) & 0xFF)] += 1
+                hs[768 + (v & 0xFF)] += 1
+            m += 64
+        ns = 4
+    else:
+        x16 = data[2 * start:2 * (start + n)].view(np.uint16)
+        for b0 in range(0, n - 63, 64 * DSAMPLE):
+            for i in range(b0, b0 + 64):
+                v = np.int64(x16[i])
+                if layout == LAYOUT_BF16:
+                    hs[(v >> 7) & 0xFF] += 1
+                    hs[256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
+                else:
+                    hs[(v >> 10) & 0x1F] += 1
+                    hs[256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
+                    hs[512 + (v & 0xFF)] += 1
+            m += 64
+        ns = 2 if layout == LAYOUT_BF16 else 3
+    bits = 0
+    for s in range(ns):
+        bits += _ent(hs, 256 * s)
+    return np.int64(bits * (n / (8.0 * m))) + 5 * ns
+
+
+@njit(nogil=True, cache=True)
+def delta_build(z, n, unit, b, q, dpl):
+    """The streams of the plan (b, q) into dpl rows: the b low byte streams (rows 0..b-1, n bytes), the
+    packed stream (row b, ceil(n / g) bytes, the last byte's unused fields zero) and the unit - b escape
+    streams (rows b + 1.., m bytes each).  Returns m, the number of escapes."""
+    for j in range(b):
+        p = dpl[j]
+        for i in range(n):
+            p[i] = np.uint8((z[i] >> (8 * j)) & 255)
+    sh = 8 * b
+    M = (np.int64(1) << q) - 1
+    pk = dpl[b]
+    if q == 8:
+        for i in range(n):
+            pk[i] = np.uint8(min(np.int64(z[i]) >> sh, M))
+    elif q == 4:
+        for k in range(n >> 1):
+            pk[k] = np.uint8(min(np.int64(z[2 * k]) >> sh, M) | (min(np.int64(z[2 * k + 1]) >> sh, M) << 4))
+        if n & 1:
+            pk[n >> 1] = np.uint8(min(np.int64(z[n - 1]) >> sh, M))
+    else:
+        for k in range(n >> 2):
+            i = 4 * k
+            pk[k] = np.uint8(min(np.int64(z[i]) >> sh, M) | (min(np.int64(z[i + 1]) >> sh, M) << 2)
+                             | (min(np.int64(z[i + 2]) >> sh, M) << 4) | (min(np.int64(z[i + 3]) >> sh, M) << 6))
+        if n & 3:
+            acc = 0
+            for i in range(n & ~3, n):
+                acc |= min(np.int64(z[i]) >> sh, M) << (2 * (i & 3))
+            pk[n >> 2] = np.uint8(acc)
+    # the escapes, in order, found as the decoder finds them
+    ns = (n + (8 // q) - 1) // (8 // q)
+    ne = unit - b
+    m = 0
+    n8 = ns & ~7
+    for k in range(0, ns, 8):
+        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, ns), q)
+        while a != _U0:
+            e = (np.int64(z[_lowest_field(a, k, q)]) >> sh) - M
+            for j in range(ne):
+                dpl[b + 1 + j, m] = np.uint8((e >> (8 * j)) & 255)
+            m += 1
+            a &= a - np.uint64(1)
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _word(pk, k, ns):
+    """The packed bytes pk[k:k+8] as a little-endian word (zero past ns)."""
+    if k + 8 <= ns:
+        return load_u64(pk, k)
+    w = _U0
+    for t in range(ns - k):
+        w |= np.uint64(pk[k + t]) << np.uint64(8 * t)
+    return w
+
+
+@njit(nogil=True, cache=True)
+def _all_ones(w, q):
+    """The all-ones q-bit fields of the word w: a bit at the lowest bit of each."""
+    a = w & (w >> np.uint64(1))
+    if q == 2:
+        return a & np.uint64(0x5555555555555555)
+    a &= a >> np.uint64(2)
+    if q == 4:
+        return a & np.uint64(0x1111111111111111)
+    a &= a >> np.uint64(4)
+    return a & np.uint64(0x0101010101010101)
+
+
+@njit(nogil=True, cache=True)
+def _lowest_field(a, k, q):
+    """The element of a's lowest set bit (_all_ones of the bytes from k)."""
+    bit = np.int64(63 - clz64(a & (~a + np.uint64(1))))
+    lq = 1 if q == 2 else (2 if q == 4 else 3)   # (shifts: a division here would cost more than the rest)
+    return (k << (3 - lq)) + (bit >> lq)
+
+
+@njit(nogil=True, cache=True)
+def delta_analyze(dpl, n, unit, b, q, m, h, lens, modes, sizes, f, cm, rm, fast):
+    """Per-stream codings of the built streams (analyze_planes on each group; h, lens, modes, sizes, f, cm
+    sized for unit + 1 streams).  fast (prefer="fast"): no rANS, and a Huffman stream that saves less than
+    1/FAST_RAW of its bytes is stored raw (decoding it would cost more than a raw copy gains).  Returns the
+    chunk's estimated bytes (mode byte, b, q, m and the records)."""
+    if fast:
+        rm = 0
+    g = 8 // q
+    cost = 7 + analyze_planes(dpl[0:b], n, b, h[0:b], lens[0:b], modes[0:b], sizes[0:b], f[0:256 * b],
+                              cm[0:256 * b], rm)
+    s = b
+    cost += analyze_planes(dpl[s:s + 1], (n + g - 1) // g, 1, h[s:s + 1], lens[s:s + 1], modes[s:s + 1],
+                           sizes[s:s + 1], f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm)
+    if m > 0:
+        s = b + 1
+        k = unit - b
+        cost += analyze_planes(dpl[s:s + k], m, k, h[s:s + k], lens[s:s + k], modes[s:s + k], sizes[s:s + k],
+                               f[256 * s:256 * (s + k)], cm[256 * s:256 * (s + k)], rm)
+    if fast:
+        for s in range(b + (1 if m == 0 else 1 + unit - b)):
+            k = n if s < b else ((n + g - 1) // g if s == b else m)
+            if modes[s] == MODE_HUFF and (sizes[s] > k - k // FAST_RAW or k < FAST_MIN_HUFF):
+                cost += k - sizes[s]
+                modes[s] = MODE_RAW
+                sizes[s] = k
+    return cost
+
+
+@njit(nogil=True, cache=True)
+def delta_write(dpl, n, unit, b, q, m, h, lens, modes, sizes, f, cm, out, o, lim, tbuf):
+    """Write the delta chunk at out[o:] (mode byte, b, q, u32 m, the records); -1 past lim."""
+    if o + 7 > lim:
+        return -1
+    out[o] = CHUNK_DELTA
+    out[o + 1] = b
+    out[o + 2] = q
+    store_u32(out, o + 3, np.uint32(m))
+    o += 7
+    g = 8 // q
+    o = _write_streams(dpl, 0, n, b, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    if o < 0:
+        return -1
+    o = _write_streams(dpl, b, (n + g - 1) // g, b + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    if o < 0 or m == 0:
+        return o
+    return _write_streams(dpl, b + 1, m, unit + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+
+
+@njit(nogil=True, cache=True)
+def _delta_head(blob, pos, end, n, unit):
+    """(status, b, q, m) of a delta chunk body blob[pos:end] (after its mode byte)."""
+    if pos + 6 > end:
+        return ERR_TRUNC, 0, 0, 0
+    b = np.int64(blob[pos])
+    q = np.int64(blob[pos + 1])
+    m = np.int64(load_u32(blob, pos + 2))
+    if b >= unit or (q != 2 and q != 4 and q != 8) or m > n:
+        return ERR_DELTA, 0, 0, 0
+    return OK, b, q, m
+
+
+@njit(nogil=True, cache=True)
+def check_delta(blob, pos, end, n, layout, version, lens, f, cm, one):
+    """Check a delta chunk body blob[pos:end] (after its mode byte) without decoding it: its head and
+    stream records (check_records).  Returns a status."""
+    unit = 4 if layout == LAYOUT_F32 else 2
+    st, b, q, m = _delta_head(blob, pos, end, n, unit)
+    if st != OK:
+        return st
+    pos += 6
+    g = 8 // q
+    st, _, pos = check_records(blob, pos, end, n, b, version, lens, f, cm, one)
+    if st != OK:
+        return st
+    st, _, pos = check_records(blob, pos, end, (n + g - 1) // g, 1, version, lens, f, cm, one)
+    if st != OK:
+        return st
+    if m > 0:
+        st, _, pos = check_records(blob, pos, end, m, unit - b, version, lens, f, cm, one)
+        if st != OK:
+            return st
+    return OK if pos == end else ERR_TRAIL
+
+
+@njit(nogil=True, cache=True)
+def delta_decode(blob, pos, end, n, layout, ref, start, out, planes, dec, dec3, dec1, lens, tmp, version, f,
+                 cm, dtab):
+    """Decode a delta chunk body blob[pos:end] (after the mode byte) into out (units from start); planes:
+    >= unit + 1 rows of >= n + 16 bytes.  Returns a status (checksum not checked here)."""
+    unit = 4 if layout == LAYOUT_F32 else 2
+    W = 8 * unit
+    st, b, q, m = _delta_head(blob, pos, end, n, unit)
+    if st != OK:
+        return st
+    pos += 6
+    g = 8 // q
+    ns = (n + g - 1) // g
+    # low byte streams all raw (as prefer="fast" writes them): read in place
+    raw = np.zeros(3, np.int64)
+    q0 = pos
+    for j in range(b):
+        st, mode, plen = _read_record(blob, q0, end, n, version)
+        if st != OK:
+            return st
+        raw[j] = q0 + 5 if mode == MODE_RAW else -1
+        q0 += 5 + plen
+    inplace = b > 0 and raw[0] >= 0 and (b < 2 or raw[1] >= 0) and (b < 3 or raw[2] >= 0)
+    if inplace:
+        pos = q0
+    else:
+        st, pos = decode_records(blob, pos, end, n, b, planes[0:b], dec, dec3, dec1, lens, tmp, version, f, cm,
+                                 dtab)
+        if st != OK:
+            return st
+    st, pos = decode_records(blob, pos, end, ns, 1, planes[b:b + 1], dec, dec3, dec1, lens, tmp, version, f, cm,
+                             dtab)
+    if st != OK:
+        return st
+    ne = unit - b
+    if m > 0:
+        st, pos = decode_records(blob, pos, end, m, ne, planes[b + 1:b + 1 + ne], dec, dec3, dec1, lens, tmp,
+                                 version, f, cm, dtab)
+        if st != OK:
+            return st
+    if pos != end:
+        return ERR_TRAIL
+    pk = planes[b]
+    if n % g:  # the last byte's unused fields are zero
+        if (np.int64(pk[ns - 1]) >> (q * (n % g))) != 0:
+            return ERR_DELTA
+    if W == 32:
+        o32 = out[4 * start:4 * (start + n)].view(np.uint32)
+        r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
+        if inplace:
+            return _units(pk, ns, q, planes, b, ne, m, n, W, o32, r32, blob[raw[0]:raw[0] + n],
+                          blob[max(raw[1], 0):max(raw[1], 0) + n], blob[max(raw[2], 0):max(raw[2], 0) + n])
+        return _units(pk, ns, q, planes, b, ne, m, n, W, o32, r32, planes[0], planes[1], planes[2])
+    o16 = out[2 * start:2 * (start + n)].view(np.uint16)
+    r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
+    if inplace:
+        return _units(pk, ns, q, planes, b, ne, m, n, W, o16, r16, blob[raw[0]:raw[0] + n], blob[0:0], blob[0:0])
+    return _units(pk, ns, q, planes, b, ne, m, n, W, o16, r16, planes[0], planes[1], planes[2])
+
+
+@njit(nogil=True, cache=True)
+def _units(pk, ns, q, planes, b, ne, m, n, W, o, r, l0, l1, l2):
+    """The decoded streams -> the units o (against r; l0..l2: the low byte streams, decoded or in the
+    blob): the fields into o, the escapes' values added, then the units (branch-free loops but the
+    escapes': vectorize).  Returns a status."""
+    _unpack(pk, n, q, o)
+    # the escapes: h = 2^q - 1 + e, which must fit the W - 8b bits above the cut
+    M = (np.int64(1) << q) - 1
+    hb = W - 8 * b
+    j = 0
+    n8 = ns & ~7
+    for k in range(0, ns, 8):
+        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, ns), q)
+        while a != _U0:
+            if j >= m:
+                return ERR_DELTA
+            e = np.int64(0)
+            for t in range(ne):
+                e |= np.int64(planes[b + 1 + t, j]) << (8 * t)
+            h = M + e
+            if (h >> hb) != 0:
+                return ERR_DELTA
+            o[_lowest_field(a, k, q)] = h
+            j += 1
+            a &= a - np.uint64(1)
+    if j != m:
+        return ERR_DELTA
+    _finish(o, r, n, W, b, l0, l1, l2)
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def _unpack(pk, n, q, o):
+    """o[i] = field i of the packed stream."""
+    if q == 8:
+        for i in range(n):
+            o[i] = pk[i]
+    elif q == 4:
+        for k in range(n >> 1):
+            v = pk[k]
+            o[2 * k] = v & 15
+            o[2 * k + 1] = v >> 4
+        if n & 1:
+            o[n - 1] = pk[n >> 1] & 15
+    else:
+        for k in range(n >> 2):
+            v = pk[k]
+            o[4 * k] = v & 3
+            o[4 * k + 1] = (v >> 2) & 3
+            o[4 * k + 2] = (v >> 4) & 3
+            o[4 * k + 3] = v >> 6
+        for i in range(n & ~3, n):
+            o[i] = (pk[n >> 2] >> (2 * (i & 3))) & 3
+
+
+@njit(nogil=True, cache=True)
+def _finish(o, r, n, W, b, l0, l1, l2):
+    """o[i]: h -> the unit: z = h << 8b | the low bytes, x = unmono(mono(r) + unzigzag(z)) (one loop per
+    cut)."""
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    if b == 0:
+        for i in range(n):
+            zv = np.int64(o[i])
+            d = (zv >> 1) ^ (-(zv & 1) & mask)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
+    elif b == 1:
+        for i in range(n):
+            zv = ((np.int64(o[i]) << 8) | np.int64(l0[i])) & mask
+            d = (zv >> 1) ^ (-(zv & 1) & mask)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
+    elif b == 2:
+        for i in range(n):
+            zv = ((np.int64(o[i]) << 16) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)) & mask
+            d = (zv >> 1) ^ (-(zv & 1) & mask)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
+    else:
+        for i in range(n):
+            zv = ((np.int64(o[i]) << 24) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
+                  | (np.int64(l2[i]) << 16)) & mask
+            d = (zv >> 1) ^ (-(zv & 1) & mask)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
