@@ -52,7 +52,7 @@ class LMC(Codec):
         ``"speed"`` (default) or ``"size"``: as ``lmc.compress``'s ``prefer`` (``"size"`` takes the slower
         codings wherever they are smaller).
     format_version : int, optional
-        As ``lmc.compress``'s (default: lmc's, 5): ``4`` writes chunks that lmc 0.3.2 and 0.3.3 also read, for a
+        As ``lmc.compress``'s (default: lmc's, 6): ``4`` writes chunks that lmc 0.3.2 and 0.3.3 also read, for a
         store that older installations must read too.
     """
 
@@ -66,8 +66,7 @@ class LMC(Codec):
         if max_output_bytes is not None and (isinstance(max_output_bytes, bool) or int(max_output_bytes) < 0):
             raise ValueError(f"lmc: max_output_bytes must be an int >= 0 or None, got {max_output_bytes!r}")
         self.max_output_bytes = None if max_output_bytes is None else int(max_output_bytes)
-        if prefer not in _core.PREFER:
-            raise ValueError(f"lmc: prefer must be 'speed' or 'size', got {prefer!r}")
+        _core.check_prefer(prefer, "lmc")
         self.prefer = prefer
         if format_version is not None and (isinstance(format_version, bool) or format_version not in _core.VERSIONS):
             raise ValueError(f"lmc: format_version must be one of {_core.VERSIONS} or None, got {format_version!r}")

@@ -12,7 +12,9 @@ unit checksums: the oldest version its modes need) and NAME_v4.lmc with
 format_version=4 (word checksums), whose entry names its "input"; then
 NAME_v5.lmc with format_version=5 (the strong word checksums) and a
 bfloat16 input a fourth time, NAME_v5s.lmc with prefer="size" (where its
-chunks take the mantissa-context mode).
+chunks take the mantissa-context mode); NAME_v6.lmc with format_version=6
+and a float input with a reference once more, NAME_v6f.lmc with
+prefer="fast" (its chunks in the delta mode).
 """
 import json
 import os
@@ -53,6 +55,24 @@ def train_pair(dt, n, seed, moved=0.3):
     x[2 * k:3 * k] = -1e-5 * np.arange(-5, 5)
     with np.errstate(over="ignore"):
         return x.astype(dt), r.astype(dt)
+
+
+def steps(dt, n, seed):
+    """(x, ref): train_pair's special values, then stretches of a training step of different sizes (nothing,
+    a few ulps, a larger step, a few elements moved far): the delta mode's cuts, field widths and escapes."""
+    x, r = train_pair(dt, n, seed, moved=0.5)
+    rng = np.random.default_rng(seed + 100)
+    x32, r32 = x.astype(np.float32), r.astype(np.float32)
+    q = n // 4
+    x32[q:2 * q] = r32[q:2 * q]                                        # unchanged ...
+    few = q + rng.choice(q, q // 50, replace=False)
+    x32[few] = r32[few] * (1 + 0.02 * rng.standard_normal(few.size))   # ... but for a few
+    x32[2 * q:3 * q] = r32[2 * q:3 * q] * (1 + 0.05 * rng.standard_normal(q))   # a larger step
+    far = rng.choice(n, n // 200, replace=False)
+    x32[far] = -r32[far] * 1e3                                        # far moves and sign flips
+    x32[:30], r32[:30] = x.astype(np.float32)[:30], r.astype(np.float32)[:30]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x32.astype(dt), r32.astype(dt)
 
 
 def second_moment(dt, rows, cols, seed, steps=4):
@@ -111,6 +131,11 @@ def vectors():
     yield "bf16_walk1d", walk.astype(np.float32).astype(ml_dtypes.bfloat16), None, 2500
     # format v5: mantissa-context chunks (prefer="size"), the last one of odd length
     yield "bf16_mctx", weights(ml_dtypes.bfloat16, 2 * 16384 + 12001, 15), None, 16384
+    # format v6: delta chunks (prefer="fast"), chunks of odd length
+    for name, dt, seed in [("bf16_steps", ml_dtypes.bfloat16, 16), ("f32_steps", np.float32, 17),
+                           ("f16_steps", np.float16, 18)]:
+        x, r = steps(dt, 12003, seed)
+        yield name, x, r, 1501
 
 
 def main():
@@ -121,9 +146,12 @@ def main():
         np.save(os.path.join(OUT, name + ".npy"), _savable(x))
         if ref is not None:
             np.save(os.path.join(OUT, name + ".ref.npy"), _savable(ref))
-        runs = [(3, name, "speed"), (4, name + "_v4", "speed"), (5, name + "_v5", "speed")]
+        runs = [(3, name, "speed"), (4, name + "_v4", "speed"), (5, name + "_v5", "speed"),
+                (6, name + "_v6", "speed")]
         if x.dtype == ml_dtypes.bfloat16:
             runs.append((5, name + "_v5s", "size"))
+        if ref is not None and x.dtype in (np.float32, np.float16, ml_dtypes.bfloat16):
+            runs.append((6, name + "_v6f", "fast"))
         for fv, out, prefer in runs:
             blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=fv, prefer=prefer)
             with open(os.path.join(OUT, out + ".lmc"), "wb") as f:

@@ -1,4 +1,4 @@
-"""Independent pure-Python decoder of the lmc format (versions 1 to 4),
+"""Independent pure-Python decoder of the lmc format (versions 1 to 6),
 written from FORMAT.md, used as an oracle by the tests.  Slow; for small
 blobs only.  decode(blob, ref_bytes) -> (unit bytes, chunk modes used,
 stream modes used); raises ValueError on anything invalid."""
@@ -278,6 +278,60 @@ def mantissa_context(b, pos, end, n, version, smodes):
             for i, (e, t) in enumerate(zip(exps, syms))]
 
 
+def delta(b, pos, end, n, lay, ref_units, version, smodes):
+    """A delta chunk body (FORMAT.md, mode 6): b, q, u32 m, then the b low byte streams (n symbols), the
+    packed stream (ceil(n / (8 / q)) symbols) and, where m > 0, the unit - b escape streams (m symbols).
+    Element i: its q-bit field f_i (LSB first, g = 8 / q to a byte); h_i = f_i, or 2^q - 1 + the next
+    escape value (little-endian over the escape streams) where f_i = 2^q - 1; z_i = h_i << 8b | its low
+    bytes; d_i = unzigzag(z_i); the unit = unmono(mono(r_i) + d_i mod 2^W)."""
+    W = FLOAT[lay][0]
+    unit = W // 8
+    sb, mask = 1 << (W - 1), (1 << W) - 1
+    if end - pos < 6:
+        raise ValueError("delta header")
+    cut, q = b[pos], b[pos + 1]
+    (m,) = struct.unpack_from("<I", b, pos + 2)
+    if cut >= unit or q not in (2, 4, 8) or m > n:
+        raise ValueError("delta header")
+    p = pos + 6
+    low = []
+    for _ in range(cut):
+        plane, p = stream_record(b, p, end, n, version, smodes)
+        low.append(plane)
+    g = 8 // q
+    packed, p = stream_record(b, p, end, (n + g - 1) // g, version, smodes)
+    esc = []
+    if m:
+        for _ in range(unit - cut):
+            plane, p = stream_record(b, p, end, m, version, smodes)
+            esc.append(plane)
+    if p != end:
+        raise ValueError("trailing")
+    M = (1 << q) - 1
+    if n % g and packed[-1] >> (q * (n % g)):
+        raise ValueError("unused field")
+    out = []
+    j = 0
+    for i in range(n):
+        h = packed[i // g] >> (q * (i % g)) & M
+        if h == M:
+            if j >= m:
+                raise ValueError("escapes")
+            h += sum(esc[t][j] << (8 * t) for t in range(unit - cut))
+            j += 1
+            if h >> (W - 8 * cut):
+                raise ValueError("escape too large")
+        z = h << (8 * cut) | sum(low[t][i] << (8 * t) for t in range(cut))
+        d = (z >> 1) ^ -(z & 1)
+        r = ref_units[i]
+        mr = r ^ mask if r & sb else r ^ sb
+        mv = (mr + d) & mask
+        out.append(mv ^ sb if mv & sb else mv ^ mask)
+    if j != m:
+        raise ValueError("escapes")
+    return out
+
+
 def smodes_chunk_all_const(b, q, ns):
     """Every stream record of the chunk at b[q:] is constant (mode 1, or rANS with one symbol)."""
     for _ in range(ns):
@@ -315,7 +369,7 @@ def decode(blob, ref=None):
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if version not in (1, 2, 3, 4, 5) or code not in UNIT or flags & ~1 or ndim > 32:
+    if version not in (1, 2, 3, 4, 5, 6) or code not in UNIT or flags & ~1 or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
@@ -354,6 +408,10 @@ def decode(blob, ref=None):
             if version < 2 or lay == "planes" or refu is None:
                 raise ValueError("temporal not allowed")
             units = temporal(b, pos + 1, end, n, lay, refu)
+        elif mode == 6:
+            if version < 6 or lay == "planes" or refu is None:
+                raise ValueError("delta not allowed")
+            units = delta(b, pos + 1, end, n, lay, refu, version, smodes)
         elif mode == 5:
             if version < 5 or lay != "bf16":
                 raise ValueError("mantissa context not allowed")

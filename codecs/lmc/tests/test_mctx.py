@@ -29,7 +29,7 @@ def test_weights_take_it_and_round_trip():
     blob = lmc.compress(x, prefer="size", chunk_size=16384)
     v4 = lmc.compress(x, prefer="size", chunk_size=16384, format_version=4)
     assert _modes(blob) == [5, 5, 5]
-    assert lmc.info(blob)["version"] == 5 and lmc.info(blob)["chunk_modes"] == {"mantissa-context": 3}
+    assert lmc.info(blob)["version"] == 6 and lmc.info(blob)["chunk_modes"] == {"mantissa-context": 3}
     assert lmc.info(v4)["version"] == 4 and 5 not in _modes(v4)
     assert len(blob) < len(v4) * 0.9985             # ~0.2-0.3% smaller on a bell-shaped distribution
     for threads in (1, 2):
@@ -42,7 +42,7 @@ def test_speed_and_other_dtypes_never_take_it():
     x = _weights(40000)
     speed = lmc.compress(x, chunk_size=16384)
     v4 = lmc.compress(x, chunk_size=16384, format_version=4)
-    assert lmc.info(speed)["version"] == 5 and lmc.info(v4)["version"] == 4
+    assert lmc.info(speed)["version"] == 6 and lmc.info(v4)["version"] == 4
     assert Blob(speed).payloads == Blob(v4).payloads    # the same payloads as 0.3.3 wrote; checksums differ
     assert 5 not in _modes(speed)
     for dt in (np.float32, np.float16):

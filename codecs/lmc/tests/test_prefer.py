@@ -61,7 +61,7 @@ def test_size_with_a_reference(dtype):
 
 @pytest.mark.parametrize("bad", ["smallest", "", None, 1, "SIZE"])
 def test_prefer_refused(bad):
-    with pytest.raises(ValueError, match="prefer must be 'speed' or 'size'"):
+    with pytest.raises(ValueError, match="prefer must be one of 'speed', 'size', 'fast'"):
         lmc.compress(_weights(), prefer=bad)
     with pytest.raises(ValueError, match="prefer must be"):
         LMC(prefer=bad)

@@ -83,8 +83,8 @@ def test_archive_prefer_size_reaches_every_coding(series, tmp_path, spy):
 
 
 def test_archive_prefer_is_checked(tmp_path):
-    with pytest.raises(ValueError, match="prefer must be one of 'speed', 'size', got 'fast'"):
-        Archive(tmp_path / "a.lmca", prefer="fast")
+    with pytest.raises(ValueError, match="prefer must be one of 'speed', 'size', 'fast', got 'fastest'"):
+        Archive(tmp_path / "a.lmca", prefer="fastest")
 
 
 def test_cli_prefer(series, tmp_path, spy):

@@ -22,7 +22,7 @@ def test_vector(name):
     y = lmc.decompress(blob, reference=ref)
     assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
     version = lmc.info(blob)["version"]
-    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,)}[e["format_version"]]
+    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,), 6: (6,)}[e["format_version"]]
     prefer = e.get("prefer", "speed")
     assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"],
                         prefer=prefer) == blob
@@ -32,7 +32,7 @@ def test_manifest_not_empty():
     assert len(MANIFEST) >= 10
     # every input frozen in both checksums: versions 1-3 (units) and 4 (words)
     inputs = {e["input"] for e in MANIFEST.values()}
-    for fv in (3, 4, 5):
+    for fv in (3, 4, 5, 6):
         assert {e["input"] for e in MANIFEST.values() if e["format_version"] == fv and e["prefer"] == "speed"} \
             == inputs
     # every bfloat16 input also with prefer="size"; some of them use the mantissa-context mode
@@ -40,3 +40,9 @@ def test_manifest_not_empty():
     assert {MANIFEST[n]["input"] for n in v5s} == {e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
     assert any(lmc.info(open(os.path.join(OUT, n + ".lmc"), "rb").read())["chunk_modes"].get("mantissa-context")
                for n in v5s)
+    # every float input with a reference also with prefer="fast": every chunk of those in the delta mode
+    v6f = [n for n, e in MANIFEST.items() if e["prefer"] == "fast"]
+    assert {MANIFEST[n]["input"] for n in v6f} == {
+        e["input"] for e in MANIFEST.values() if e["reference"] and e["dtype"] in ("float32", "float16", "bfloat16")}
+    assert sum(lmc.info(open(os.path.join(OUT, n + ".lmc"), "rb").read())["chunk_modes"].get("delta", 0)
+               for n in v6f) >= 30
