@@ -231,6 +231,7 @@ def test_available_codecs_lists_the_basic_ones():
 def test_codec_labels():
     assert get_codec({"id": "lmc"}).label == "lmc"
     assert get_codec({"id": "lmc", "prefer": "size"}).label == "lmc-size"
+    assert get_codec({"id": "lmc", "prefer": "fast"}).label == "lmc-fast"
     assert "prefer" not in get_codec({"id": "lmc", "prefer": "speed"}).get_config()
     assert get_codec({"id": "zstd", "level": 19}).label == "zstd-19"
     assert get_codec({"id": "lz4", "level": 9}).label == "lz4hc-9"

@@ -20,12 +20,13 @@ class LMC(Codec):
                  prefer: str = "speed"):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
-        if format_version is not None and (isinstance(format_version, bool) or format_version not in (1, 2, 3, 4, 5)):
+        if format_version is not None and (isinstance(format_version, bool)
+                                           or format_version not in (1, 2, 3, 4, 5, 6)):
             raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's), 3, 4 (word "
-                              f"checksums) or 5 (the default: adds the bf16 mantissa-context mode, which only "
-                              f"prefer=size takes), got {format_version!r}")
-        if prefer not in ("speed", "size"):
-            raise ConfigError(f"lmc: prefer must be 'speed' (the default) or 'size', got {prefer!r}")
+                              f"checksums), 5 (adds the bf16 mantissa-context mode, which only prefer=size "
+                              f"takes) or 6 (the default: adds the delta mode), got {format_version!r}")
+        if prefer not in ("speed", "size", "fast"):
+            raise ConfigError(f"lmc: prefer must be 'speed' (the default), 'size' or 'fast', got {prefer!r}")
         params = {"threads": threads}
         if chunk_size is not None:
             params["chunk_size"] = chunk_size
@@ -44,8 +45,8 @@ class LMC(Codec):
         t = self._params["threads"]
         fv = self._params.get("format_version")
         base = {1: "lmc-v1", 2: "lmc-v2", 3: "lmc-v3"}.get(fv, "lmc")
-        if self._params.get("prefer") == "size":
-            base += "-size"
+        if self._params.get("prefer") in ("size", "fast"):
+            base += "-" + self._params["prefer"]
         return base if t == 1 else f"{base}-{t or 'all'}t"
 
     @property
@@ -74,8 +75,9 @@ class LMC(Codec):
         out = lmc.decompress(buf, threads=self._params["threads"])
         return np.ascontiguousarray(out).reshape(-1).view(np.uint8)
 
-    # the ``reference`` pipeline: per chunk LMC codes alone, XORed with the reference, or (format 2, floats) in
-    # its temporal mode, whichever its estimates say is smallest
+    # the ``reference`` pipeline: per chunk LMC codes alone, XORed with the reference, or (floats) in its
+    # temporal (format 2) or delta (format 6) mode, whichever its estimates say is smallest; prefer=fast never
+    # the temporal mode
     supports_reference = True
     takes_rows = True  # format 3 predicts an exponent from the element above it: the row length is the shape's
 

@@ -118,6 +118,18 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     dsizes = np.zeros(unit + 1, np.int64)
     df = np.zeros((unit + 1) * 256, np.int64)
     dcm = np.zeros((unit + 1) * 256, np.int64)
+    est_a = -1
+    if do_d:
+        db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
+        if fast:
+            # prefer="fast": the delta and the alone coding estimated from a
+            # sample; where the delta mode is larger it is not built and the
+            # chunk is coded as if it had no reference (no XOR either)
+            est_a = alone_estimate(data, start, n, layout, dhs)
+            if est_a >= 0 and est_d > est_a:
+                temporal = False
+                do_d = False
+                do_t = False
     if temporal:
         # exact counts of the alone coding; the XOR and temporal codings are
         # estimated on a sample first and analysed exactly only where they
@@ -125,14 +137,12 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         chk = checksum_units(data, start, n, unit, wk)
         if do_d:
             delta_z(data, ref, start, n, layout, dz)
-            db, dq = delta_plan(dz, n, unit, dhs)
             dm = delta_build(dz, n, unit, db, dq, dpl)
             cost_d = delta_analyze(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast)
             if fast:
-                # where the delta mode is clearly smaller than a sampled
-                # estimate of the alone coding, the alone coding is not
-                # counted (and no other mode tried)
-                est_a = alone_estimate(data, start, n, layout, dhs)
+                # where the delta mode is clearly smaller than the alone
+                # coding's estimate, the alone coding is not counted (and no
+                # other mode tried)
                 if cost_d + cost_d // 16 < est_a and cost_d < nbytes:
                     e = delta_write(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
                                     o + nbytes, tbuf)
@@ -165,7 +175,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         chk = split_chunk(data, ref, False, start, n, unit, layout, planes, wk)
         cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
         cost_x = cost_a
-        if has_ref:
+        if has_ref and not fast:
             split_chunk(data, ref, True, start, n, unit, layout, planes2, wk)
             cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, rm)
     best = CHUNK_ALONE

@@ -20,8 +20,8 @@ from numba import njit
 
 from ._intrinsics import clz64, load_u32, load_u64, store_u32
 from ._kbase import CHUNK_DELTA, ERR_DELTA, ERR_TRAIL, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, OK, _U0
-from ._khuffman import huffman_lengths
-from ._kstreams import _read_record, _write_streams, analyze_planes, check_records, decode_records
+from ._khuffman import histo4
+from ._kstreams import _read_record, _write_streams, analyze_hist, analyze_planes, check_records, decode_records
 
 DSAMPLE = 32            # the plan counts one 64-element block in DSAMPLE
 DSAMPLE_MIN = 4096      # below this many elements the plan counts every element
@@ -58,16 +58,24 @@ def _ent(hs, c0):
 
 
 @njit(nogil=True, cache=True)
-def _hcost(hs, c0, lens, freq):
-    """Bits of a Huffman code (huffman_lengths) of the counts hs[c0:c0+256]; 0 for one symbol or none."""
+def _hcost(hs, c0):
+    """Estimated bits of a Huffman code of the counts hs[c0:c0+256]: each symbol at its information
+    content but at least one bit (a Huffman code's floor, its largest loss on a skewed stream); 0 for one
+    symbol or none.  (Cheap: no code is built.)"""
+    tot = 0
+    k = 0
     for s in range(256):
-        freq[s] = hs[c0 + s]
-    if huffman_lengths(freq, lens) <= 1:
+        tot += hs[c0 + s]
+        k += np.int64(hs[c0 + s] > 0)
+    if k <= 1:
         return 0
-    bits = 0
+    lt = np.log2(np.float64(tot))
+    bits = 0.0
     for s in range(256):
-        bits += freq[s] * np.int64(lens[s])
-    return bits
+        c = hs[c0 + s]
+        if c > 0:
+            bits += c * max(1.0, lt - np.log2(np.float64(c)))
+    return np.int64(bits)
 
 
 @njit(nogil=True, cache=True)
@@ -92,23 +100,38 @@ def _dz(x, r, n, W, z):
 
 
 @njit(nogil=True, cache=True)
-def delta_plan(z, n, unit, hs):
+def delta_plan(data, ref, start, n, layout, hs):
     """Choose the cut b (0 <= b < unit) and field width q (2, 4 or 8) from a sample of z (every element
-    below DSAMPLE_MIN, else one 64-element block in DSAMPLE): the bits of Huffman codes of the sampled low
-    byte streams and packed stream, and the escapes priced as stored (unit - b bytes each: they cost the
-    decoder a visit too).  hs: int64[>= 4 * unit * 256] scratch.  Returns (b, q)."""
+    below DSAMPLE_MIN, else one 64-element block in DSAMPLE): the estimated bits of Huffman codes of the
+    sampled low byte streams (their entropy) and packed stream (_hcost), and the escapes priced as stored
+    (unit - b bytes each: they cost the decoder a visit too).  hs: int64[>= 4 * unit * 256] scratch.  Returns (b, q, the chunk's estimated
+    bytes in that plan: the sample's bits scaled, no tables)."""
+    if layout == LAYOUT_F32:
+        return _plan(data[4 * start:4 * (start + n)].view(np.uint32), ref[4 * start:4 * (start + n)].view(np.uint32),
+                     n, 32, hs)
+    return _plan(data[2 * start:2 * (start + n)].view(np.uint16), ref[2 * start:2 * (start + n)].view(np.uint16),
+                 n, 16, hs)
+
+
+@njit(nogil=True, cache=True)
+def _plan(x, r, n, W, hs):
+    unit = W >> 3
     hs[:] = 0
     # tables: low byte j at j * 256; the packed stream of (b, qi) at (unit + 3 * b + qi) * 256
     esc = np.zeros(3 * unit, np.int64)
+    z = np.empty(64, np.uint32)
     step = 1 if n < DSAMPLE_MIN else DSAMPLE
+    m = 0
     for b0 in range(0, n - 7, 64 * step):
-        e0 = min(b0 + 64, n) & ~7
+        e0 = (min(b0 + 64, n) - b0) & ~7
+        _dz(x[b0:b0 + e0], r[b0:b0 + e0], e0, W, z)
+        m += e0
         for j in range(unit - 1):
-            for i in range(b0, e0):
+            for i in range(e0):
                 hs[j * 256 + ((np.int64(z[i]) >> (8 * j)) & 255)] += 1
         for b in range(unit):
             t = (unit + 3 * b) * 256
-            for i in range(b0, e0, 4):
+            for i in range(0, e0, 4):
                 h0 = np.int64(z[i]) >> (8 * b)
                 h1 = np.int64(z[i + 1]) >> (8 * b)
                 h2 = np.int64(z[i + 2]) >> (8 * b)
@@ -125,8 +148,6 @@ def delta_plan(z, n, unit, hs):
                                    + np.int64(h3 >= 15))
                 esc[3 * b + 2] += (np.int64(h0 >= 255) + np.int64(h1 >= 255) + np.int64(h2 >= 255)
                                    + np.int64(h3 >= 255))
-    lens = np.empty(256, np.uint8)
-    freq = np.empty(256, np.int64)
     best = np.int64(1) << 62
     bb = 0
     bq = 8
@@ -135,12 +156,14 @@ def delta_plan(z, n, unit, hs):
         if b > 0:  # (a low byte is near uniform: its entropy is its Huffman code's size within ~1%)
             low += _ent(hs, (b - 1) * 256)
         for qi in range(3):
-            bits = low + _hcost(hs, (unit + 3 * b + qi) * 256, lens, freq) + esc[3 * b + qi] * 8 * (unit - b)
+            bits = low + _hcost(hs, (unit + 3 * b + qi) * 256) + esc[3 * b + qi] * 8 * (unit - b)
             if bits < best:
                 best = bits
                 bb = b
                 bq = 2 << qi
-    return bb, bq
+    if m == 0:
+        return bb, bq, np.int64(0)
+    return bb, bq, np.int64(best * (n / (8.0 * m))) + 7 + 5 * (unit + 1)
 
 
 @njit(nogil=True, cache=True)
@@ -273,8 +296,11 @@ def delta_analyze(dpl, n, unit, b, q, m, h, lens, modes, sizes, f, cm, rm, fast)
     cost = 7 + analyze_planes(dpl[0:b], n, b, h[0:b], lens[0:b], modes[0:b], sizes[0:b], f[0:256 * b],
                               cm[0:256 * b], rm)
     s = b
-    cost += analyze_planes(dpl[s:s + 1], (n + g - 1) // g, 1, h[s:s + 1], lens[s:s + 1], modes[s:s + 1],
-                           sizes[s:s + 1], f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm)
+    npk = (n + g - 1) // g
+    h[s] = 0
+    histo4(dpl[s], npk, h[s])   # (never near raw where it pays: counted without analyze_planes' sample)
+    cost += analyze_hist(h[s:s + 1], npk, 1, lens[s:s + 1], modes[s:s + 1], sizes[s:s + 1],
+                         f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm, 0)
     if m > 0:
         s = b + 1
         k = unit - b

@@ -60,8 +60,8 @@ class LMCStorageWriter(StorageWriter):
     as the newest), one coding against this save. ``max_chain``: a reference whose group (it and the
     checkpoints whose chains end at it) already holds ``max_chain`` checkpoints is left as it is, so loading
     any checkpoint decodes at most ``max_chain`` versions of a tensor (``None``: no limit). ``keyframe=True``
-    leaves the reference alone. ``threads``: LMC threads (None: all cores). ``prefer``: ``"speed"`` (default)
-    or ``"size"``, ``lmc.compress``'s choice for this save's tensors and the reference's re-coded ones. Bytes
+    leaves the reference alone. ``threads``: LMC threads (None: all cores). ``prefer``: ``"speed"`` (default),
+    ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the reference's re-coded ones. Bytes
     items are stored as they are, or zlib-compressed when smaller.
 
     Saving into a folder that another checkpoint beside it depends on is refused (it would become unloadable);

@@ -54,8 +54,8 @@ class Archive:
 
     keyframe_every: every K-th step is coded alone, so restoring a step decodes
     at most K versions of each tensor (stored in the archive; a value given
-    here replaces the stored one for later steps).  threads: lmc threads.  prefer: "speed" (default) or
-    "size", lmc.compress's choice for the tensors this object codes (steps added, and those re-coded)."""
+    here replaces the stored one for later steps).  threads: lmc threads.  prefer: "speed" (default),
+    "size" or "fast", lmc.compress's choice for the tensors this object codes (steps added, and those re-coded)."""
 
     def __init__(self, path, *, keyframe_every=None, threads=None, prefer="speed"):
         self.path = str(path) if is_url(path) else os.fspath(path)

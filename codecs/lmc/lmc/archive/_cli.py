@@ -14,9 +14,11 @@ def _parser():
     p = argparse.ArgumentParser(prog=PROG, description="Lossless archive of a checkpoint "
                                 "series: every tensor lmc-coded against the previous step.")
     p.add_argument("--threads", type=int, default=None, help="lmc threads (default: all cores)")
-    p.add_argument("--prefer", choices=("speed", "size"), default="speed",
+    p.add_argument("--prefer", choices=("speed", "size", "fast"), default="speed",
                    help="what lmc favours where they differ for the tensors a command codes: decode speed "
-                        "(default) or size (rANS and the slower chunk modes wherever they are smaller)")
+                        "(default), size (rANS and the slower chunk modes wherever they are smaller) or fast "
+                        "(never the temporal mode: a step against the previous one at half the alone speed or "
+                        "better, somewhat larger)")
     sub = p.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("add", help="append one checkpoint folder")
     a.add_argument("archive")
