@@ -38,7 +38,7 @@ from ._kbase import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STO
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
                         exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
-from ._kdelta import alone_estimate, check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_write, delta_z
+from ._kdelta import DPLAN_TABLES, alone_estimate, check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_write, delta_z
 from ._kmctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
@@ -55,8 +55,8 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3;
     mh: int64[4096], mf, mcm: int64[MCTX_K * 256] for the mantissa-context
     mode, jb then >= n u16 too; the delta mode (v6, a reference, float
-    layouts): dz uint32[>= n], dpl uint8[unit + 1, >= n], dhs
-    int64[4 * unit * 256]).
+    layouts): dz uint32[>= n], dpl uint8[unit + 2, >= n], dhs
+    int64[DPLAN_TABLES * 256]).
     fv: the newest format version whose modes may be used (1, 2 or 3; 4:
     3's modes, the checksum over 64-bit words; 5: 4's and the
     mantissa-context mode, bf16, only where size comes first; 6: 5's and
@@ -112,12 +112,12 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     db = 0
     dq = 8
     dm = 0
-    dh = np.zeros((unit + 1, 4, 256), np.int64)
-    dlens = np.zeros((unit + 1, 256), np.uint8)
-    dmodes = np.zeros(unit + 1, np.int64)
-    dsizes = np.zeros(unit + 1, np.int64)
-    df = np.zeros((unit + 1) * 256, np.int64)
-    dcm = np.zeros((unit + 1) * 256, np.int64)
+    dh = np.zeros((unit + 2, 4, 256), np.int64)
+    dlens = np.zeros((unit + 2, 256), np.uint8)
+    dmodes = np.zeros(unit + 2, np.int64)
+    dsizes = np.zeros(unit + 2, np.int64)
+    df = np.zeros((unit + 2) * 256, np.int64)
+    dcm = np.zeros((unit + 2) * 256, np.int64)
     est_a = -1
     if do_d:
         db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
@@ -137,14 +137,14 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         chk = checksum_units(data, start, n, unit, wk)
         if do_d:
             delta_z(data, ref, start, n, layout, dz)
-            dm = delta_build(dz, n, unit, db, dq, dpl)
-            cost_d = delta_analyze(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast)
+            dm = delta_build(dz, n, 8 * unit, db, dq, dpl)
+            cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast)
             if fast:
                 # where the delta mode is clearly smaller than the alone
                 # coding's estimate, the alone coding is not counted (and no
                 # other mode tried)
                 if cost_d + cost_d // 16 < est_a and cost_d < nbytes:
-                    e = delta_write(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
+                    e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
                                     o + nbytes, tbuf)
                     if e >= 0 and e - o < est_a:
                         return e - o, chk, 6
@@ -246,7 +246,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             e = write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
                               out, o, lim, tbuf)
         elif best == CHUNK_DELTA:
-            e = delta_write(dpl, n, unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o, lim, tbuf)
+            e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o, lim, tbuf)
         # never larger than the alone encoding (exact unless it uses rANS)
         if best != alone and (e < 0 or e - o0 > alone_cost) and alone_cost <= nbytes:
             best = alone
@@ -337,7 +337,7 @@ def _chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
 @njit(nogil=True, cache=True)
 def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start, expected,
                  planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms):
-    """Decode one chunk (blob[off:off+clen]) into out; planes (ns x >= n+16),
+    """Decode one chunk (blob[off:off+clen]) into out; planes (ns + 3 x >= n+16),
     dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
     st, flags = _chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
@@ -420,8 +420,8 @@ def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns
     mc = pref == PREF_SIZE and fv >= 5 and layout == LAYOUT_BF16   # the mantissa-context mode may be planned
     dm = m if (tm > 1 and fv >= 6) else 1   # the delta mode's scratch
     dz = np.empty(dm, np.uint32)
-    dpl = np.empty((unit + 1, dm), np.uint8)
-    dhs = np.empty(4 * unit * 256 if dm > 1 else 1, np.int64)
+    dpl = np.empty((unit + 2, dm), np.uint8)
+    dhs = np.empty(DPLAN_TABLES * 256 if dm > 1 else 1, np.int64)
     # (jb: the temporal mode's joint symbols, or the mantissa-context mode's)
     jb = np.empty(m if tm > 1 or mc else 1, np.uint16)
     low = np.empty(tm, np.uint32)
@@ -459,11 +459,11 @@ def gather_range(scratch, cap, sizes, offsets, out, c0, c1):
 
 @njit(nogil=True, cache=True)
 def stream_scratch(ns, chunk, total):
-    """The stream decoders' scratch for chunks of up to min(chunk, total) units: (planes ns x (m + 16),
+    """The stream decoders' scratch for chunks of up to min(chunk, total) units: (planes ns + 3 x (m + 16),
     Huffman tables dec, dec3, dec1 and lens, the sub-stream buffer tmp, rANS tables f, cm and dtab for
     NCTX contexts)."""
     m = min(chunk, total)
-    return (np.empty((ns + 1, m + 16), np.uint8), np.empty(TABSIZE, np.uint16), np.empty(TABSIZE, np.uint64),
+    return (np.empty((ns + 3, m + 16), np.uint8), np.empty(TABSIZE, np.uint16), np.empty(TABSIZE, np.uint64),
             np.empty(TABSIZE, np.uint16), np.empty(256, np.uint8), np.empty(4 * (((m + 3) >> 2) + 16), np.uint8),
             np.empty(NCTX * 256, np.int64), np.empty(NCTX * 256, np.int64), np.empty(NCTX * PROB_SCALE, np.uint32))
 

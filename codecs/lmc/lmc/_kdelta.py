@@ -23,8 +23,9 @@ from ._kbase import CHUNK_DELTA, ERR_DELTA, ERR_TRAIL, ERR_TRUNC, LAYOUT_BF16, L
 from ._khuffman import histo4
 from ._kstreams import _read_record, _write_streams, analyze_hist, analyze_planes, check_records, decode_records
 
-DSAMPLE = 32            # the plan counts one 64-element block in DSAMPLE
+DSAMPLE = 64            # the plan counts one 64-element block in DSAMPLE
 DSAMPLE_MIN = 4096      # below this many elements the plan counts every element
+DPLAN_TABLES = 8 + 3 * 8   # the plan's histograms (_plan)
 FAST_RAW = 16           # prefer="fast": a Huffman stream saving less than 1/FAST_RAW is stored raw,
 FAST_MIN_HUFF = 8192    # and so is one of fewer symbols (its decoder tables cost more than it saves)
 
@@ -101,11 +102,11 @@ def _dz(x, r, n, W, z):
 
 @njit(nogil=True, cache=True)
 def delta_plan(data, ref, start, n, layout, hs):
-    """Choose the cut b (0 <= b < unit) and field width q (2, 4 or 8) from a sample of z (every element
-    below DSAMPLE_MIN, else one 64-element block in DSAMPLE): the estimated bits of Huffman codes of the
-    sampled low byte streams (their entropy) and packed stream (_hcost), and the escapes priced as stored
-    (unit - b bytes each: they cost the decoder a visit too).  hs: int64[>= 4 * unit * 256] scratch.  Returns (b, q, the chunk's estimated
-    bytes in that plan: the sample's bits scaled, no tables)."""
+    """Choose the cut c (bits: 0, 4, .., W - 4) and field width q (2, 4 or 8) from a sample of z (every
+    element below DSAMPLE_MIN, else one 64-element block in DSAMPLE): the estimated bits of the sampled low
+    part's and packed streams' Huffman codes (_hcost), and the escapes priced as stored (ceil((W - c)
+    / 8) bytes each: they cost the decoder a visit too).  hs: int64[>= DPLAN_TABLES * 256] scratch.
+    Returns (c, q, the chunk's estimated bytes in that plan: the sample's bits scaled, no tables)."""
     if layout == LAYOUT_F32:
         return _plan(data[4 * start:4 * (start + n)].view(np.uint32), ref[4 * start:4 * (start + n)].view(np.uint32),
                      n, 32, hs)
@@ -115,10 +116,11 @@ def delta_plan(data, ref, start, n, layout, hs):
 
 @njit(nogil=True, cache=True)
 def _plan(x, r, n, W, hs):
-    unit = W >> 3
+    nc = W >> 2   # cuts c = 0, 4, .., W - 4 (index c >> 2)
     hs[:] = 0
-    # tables: low byte j at j * 256; the packed stream of (b, qi) at (unit + 3 * b + qi) * 256
-    esc = np.zeros(3 * unit, np.int64)
+    # tables: byte j of z at j * 256; the nibble pairs at bit 8j at (4 + j) * 256; the packed stream of
+    # (c, qi) at (8 + 3 * (c >> 2) + qi) * 256
+    esc = np.zeros(3 * nc, np.int64)
     z = np.empty(64, np.uint32)
     step = 1 if n < DSAMPLE_MIN else DSAMPLE
     m = 0
@@ -126,16 +128,20 @@ def _plan(x, r, n, W, hs):
         e0 = (min(b0 + 64, n) - b0) & ~7
         _dz(x[b0:b0 + e0], r[b0:b0 + e0], e0, W, z)
         m += e0
-        for j in range(unit - 1):
+        for j in range(W >> 3):
             for i in range(e0):
                 hs[j * 256 + ((np.int64(z[i]) >> (8 * j)) & 255)] += 1
-        for b in range(unit):
-            t = (unit + 3 * b) * 256
+            for i in range(0, e0, 2):
+                hs[(4 + j) * 256 + (((np.int64(z[i]) >> (8 * j)) & 15)
+                                    | (((np.int64(z[i + 1]) >> (8 * j)) & 15) << 4))] += 1
+        for ci in range(nc):
+            t = (8 + 3 * ci) * 256
+            sh = 4 * ci
             for i in range(0, e0, 4):
-                h0 = np.int64(z[i]) >> (8 * b)
-                h1 = np.int64(z[i + 1]) >> (8 * b)
-                h2 = np.int64(z[i + 2]) >> (8 * b)
-                h3 = np.int64(z[i + 3]) >> (8 * b)
+                h0 = np.int64(z[i]) >> sh
+                h1 = np.int64(z[i + 1]) >> sh
+                h2 = np.int64(z[i + 2]) >> sh
+                h3 = np.int64(z[i + 3]) >> sh
                 hs[t + (min(h0, 3) | (min(h1, 3) << 2) | (min(h2, 3) << 4) | (min(h3, 3) << 6))] += 1
                 hs[t + 256 + (min(h0, 15) | (min(h1, 15) << 4))] += 1
                 hs[t + 256 + (min(h2, 15) | (min(h3, 15) << 4))] += 1
@@ -143,27 +149,31 @@ def _plan(x, r, n, W, hs):
                 hs[t + 512 + min(h1, 255)] += 1
                 hs[t + 512 + min(h2, 255)] += 1
                 hs[t + 512 + min(h3, 255)] += 1
-                esc[3 * b] += (np.int64(h0 >= 3) + np.int64(h1 >= 3) + np.int64(h2 >= 3) + np.int64(h3 >= 3))
-                esc[3 * b + 1] += (np.int64(h0 >= 15) + np.int64(h1 >= 15) + np.int64(h2 >= 15)
-                                   + np.int64(h3 >= 15))
-                esc[3 * b + 2] += (np.int64(h0 >= 255) + np.int64(h1 >= 255) + np.int64(h2 >= 255)
-                                   + np.int64(h3 >= 255))
+                esc[3 * ci] += (np.int64(h0 >= 3) + np.int64(h1 >= 3) + np.int64(h2 >= 3) + np.int64(h3 >= 3))
+                esc[3 * ci + 1] += (np.int64(h0 >= 15) + np.int64(h1 >= 15) + np.int64(h2 >= 15)
+                                    + np.int64(h3 >= 15))
+                esc[3 * ci + 2] += (np.int64(h0 >= 255) + np.int64(h1 >= 255) + np.int64(h2 >= 255)
+                                    + np.int64(h3 >= 255))
     best = np.int64(1) << 62
-    bb = 0
+    bc = 0
     bq = 8
-    low = 0
-    for b in range(unit):
-        if b > 0:  # (a low byte is near uniform: its entropy is its Huffman code's size within ~1%)
-            low += _ent(hs, (b - 1) * 256)
+    for ci in range(nc):
+        c = 4 * ci
+        # the low part: its byte streams and nibble stream, as the packed stream (_hcost)
+        low = 0
+        for j in range(c >> 3):
+            low += _hcost(hs, j * 256)
+        if c & 4:
+            low += _hcost(hs, (4 + (c >> 3)) * 256)
         for qi in range(3):
-            bits = low + _hcost(hs, (unit + 3 * b + qi) * 256) + esc[3 * b + qi] * 8 * (unit - b)
+            bits = low + _hcost(hs, (8 + 3 * ci + qi) * 256) + esc[3 * ci + qi] * 8 * ((W - c + 7) >> 3)
             if bits < best:
                 best = bits
-                bb = b
+                bc = c
                 bq = 2 << qi
     if m == 0:
-        return bb, bq, np.int64(0)
-    return bb, bq, np.int64(best * (n / (8.0 * m))) + 7 + 5 * (unit + 1)
+        return bc, bq, np.int64(0)
+    return bc, bq, np.int64(best * (n / (8.0 * m))) + 7 + 5 * ((W >> 3) + 2)
 
 
 @njit(nogil=True, cache=True)
@@ -207,17 +217,38 @@ def alone_estimate(data, start, n, layout, hs):
 
 
 @njit(nogil=True, cache=True)
-def delta_build(z, n, unit, b, q, dpl):
-    """The streams of the plan (b, q) into dpl rows: the b low byte streams (rows 0..b-1, n bytes), the
-    packed stream (row b, ceil(n / g) bytes, the last byte's unused fields zero) and the unit - b escape
-    streams (rows b + 1.., m bytes each).  Returns m, the number of escapes."""
-    for j in range(b):
+def delta_rows(c, q, n, W):
+    """(number of low byte streams, whether a nibble stream follows, the packed stream's row and length,
+    the first escape row, the number of escape streams) of the plan (c, q); the rows of the low byte
+    streams are 0.., the nibble stream's the next."""
+    nb = c >> 3
+    nib = (c & 4) != 0
+    pr = nb + (1 if nib else 0)
+    g = 8 // q
+    return nb, nib, pr, (n + g - 1) // g, pr + 1, (W - c + 7) >> 3
+
+
+@njit(nogil=True, cache=True)
+def delta_build(z, n, W, c, q, dpl):
+    """The streams of the plan (c, q) into dpl rows (delta_rows): the c // 8 low byte streams (n bytes),
+    the nibble stream where c % 8 = 4 (ceil(n / 2) bytes), the packed stream (ceil(n / g) bytes, unused
+    fields of the last byte zero) and the ceil((W - c) / 8) escape streams (m bytes each).  Returns m, the
+    number of escapes."""
+    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
+    for j in range(nb):
         p = dpl[j]
         for i in range(n):
             p[i] = np.uint8((z[i] >> (8 * j)) & 255)
-    sh = 8 * b
+    if nib:
+        p = dpl[nb]
+        s8 = 8 * nb
+        for k in range(n >> 1):
+            p[k] = np.uint8(((z[2 * k] >> s8) & 15) | (((z[2 * k + 1] >> s8) & 15) << 4))
+        if n & 1:
+            p[n >> 1] = np.uint8((z[n - 1] >> s8) & 15)
+    sh = c
     M = (np.int64(1) << q) - 1
-    pk = dpl[b]
+    pk = dpl[pr]
     if q == 8:
         for i in range(n):
             pk[i] = np.uint8(min(np.int64(z[i]) >> sh, M))
@@ -237,16 +268,14 @@ def delta_build(z, n, unit, b, q, dpl):
                 acc |= min(np.int64(z[i]) >> sh, M) << (2 * (i & 3))
             pk[n >> 2] = np.uint8(acc)
     # the escapes, in order, found as the decoder finds them
-    ns = (n + (8 // q) - 1) // (8 // q)
-    ne = unit - b
     m = 0
-    n8 = ns & ~7
-    for k in range(0, ns, 8):
-        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, ns), q)
+    n8 = npk & ~7
+    for k in range(0, npk, 8):
+        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, npk), q)
         while a != _U0:
             e = (np.int64(z[_lowest_field(a, k, q)]) >> sh) - M
             for j in range(ne):
-                dpl[b + 1 + j, m] = np.uint8((e >> (8 * j)) & 255)
+                dpl[er + j, m] = np.uint8((e >> (8 * j)) & 255)
             m += 1
             a &= a - np.uint64(1)
     return m
@@ -285,30 +314,33 @@ def _lowest_field(a, k, q):
 
 
 @njit(nogil=True, cache=True)
-def delta_analyze(dpl, n, unit, b, q, m, h, lens, modes, sizes, f, cm, rm, fast):
-    """Per-stream codings of the built streams (analyze_planes on each group; h, lens, modes, sizes, f, cm
-    sized for unit + 1 streams).  fast (prefer="fast"): no rANS, and a Huffman stream that saves less than
-    1/FAST_RAW of its bytes is stored raw (decoding it would cost more than a raw copy gains).  Returns the
-    chunk's estimated bytes (mode byte, b, q, m and the records)."""
+def delta_analyze(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, rm, fast):
+    """Per-stream codings of the built streams (analyze_planes on the low part and the escapes, the packed
+    stream counted whole; h, lens, modes, sizes, f, cm sized for W / 8 + 2 streams).  fast
+    (prefer="fast"): no rANS, and a Huffman stream that saves less than 1/FAST_RAW of its bytes, or has
+    fewer than FAST_MIN_HUFF symbols, is stored raw (decoding it would cost more than a raw copy gains).
+    Returns the chunk's estimated bytes (mode byte, c, q, m and the records)."""
     if fast:
         rm = 0
-    g = 8 // q
-    cost = 7 + analyze_planes(dpl[0:b], n, b, h[0:b], lens[0:b], modes[0:b], sizes[0:b], f[0:256 * b],
-                              cm[0:256 * b], rm)
-    s = b
-    npk = (n + g - 1) // g
+    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
+    cost = 7 + analyze_planes(dpl[0:nb], n, nb, h[0:nb], lens[0:nb], modes[0:nb], sizes[0:nb], f[0:256 * nb],
+                              cm[0:256 * nb], rm)
+    if nib:
+        s = nb
+        cost += analyze_planes(dpl[s:s + 1], (n + 1) >> 1, 1, h[s:s + 1], lens[s:s + 1], modes[s:s + 1],
+                               sizes[s:s + 1], f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm)
+    s = pr
     h[s] = 0
     histo4(dpl[s], npk, h[s])   # (never near raw where it pays: counted without analyze_planes' sample)
     cost += analyze_hist(h[s:s + 1], npk, 1, lens[s:s + 1], modes[s:s + 1], sizes[s:s + 1],
                          f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm, 0)
     if m > 0:
-        s = b + 1
-        k = unit - b
-        cost += analyze_planes(dpl[s:s + k], m, k, h[s:s + k], lens[s:s + k], modes[s:s + k], sizes[s:s + k],
-                               f[256 * s:256 * (s + k)], cm[256 * s:256 * (s + k)], rm)
+        s = er
+        cost += analyze_planes(dpl[s:s + ne], m, ne, h[s:s + ne], lens[s:s + ne], modes[s:s + ne],
+                               sizes[s:s + ne], f[256 * s:256 * (s + ne)], cm[256 * s:256 * (s + ne)], rm)
     if fast:
-        for s in range(b + (1 if m == 0 else 1 + unit - b)):
-            k = n if s < b else ((n + g - 1) // g if s == b else m)
+        for s in range(er + (ne if m > 0 else 0)):
+            k = n if s < nb else ((n + 1) >> 1 if s < pr else (npk if s == pr else m))
             if modes[s] == MODE_HUFF and (sizes[s] > k - k // FAST_RAW or k < FAST_MIN_HUFF):
                 cost += k - sizes[s]
                 modes[s] = MODE_RAW
@@ -317,58 +349,58 @@ def delta_analyze(dpl, n, unit, b, q, m, h, lens, modes, sizes, f, cm, rm, fast)
 
 
 @njit(nogil=True, cache=True)
-def delta_write(dpl, n, unit, b, q, m, h, lens, modes, sizes, f, cm, out, o, lim, tbuf):
-    """Write the delta chunk at out[o:] (mode byte, b, q, u32 m, the records); -1 past lim."""
+def delta_write(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, out, o, lim, tbuf):
+    """Write the delta chunk at out[o:] (mode byte, c, q, u32 m, the records); -1 past lim."""
     if o + 7 > lim:
         return -1
+    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
     out[o] = CHUNK_DELTA
-    out[o + 1] = b
+    out[o + 1] = c
     out[o + 2] = q
     store_u32(out, o + 3, np.uint32(m))
     o += 7
-    g = 8 // q
-    o = _write_streams(dpl, 0, n, b, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
-    if o < 0:
-        return -1
-    o = _write_streams(dpl, b, (n + g - 1) // g, b + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    o = _write_streams(dpl, 0, n, nb, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    if o >= 0 and nib:
+        o = _write_streams(dpl, nb, (n + 1) >> 1, nb + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    if o >= 0:
+        o = _write_streams(dpl, pr, npk, pr + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
     if o < 0 or m == 0:
         return o
-    return _write_streams(dpl, b + 1, m, unit + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    return _write_streams(dpl, er, m, er + ne, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
 
 
 @njit(nogil=True, cache=True)
-def _delta_head(blob, pos, end, n, unit):
-    """(status, b, q, m) of a delta chunk body blob[pos:end] (after its mode byte)."""
+def _delta_head(blob, pos, end, n, W):
+    """(status, c, q, m) of a delta chunk body blob[pos:end] (after its mode byte)."""
     if pos + 6 > end:
         return ERR_TRUNC, 0, 0, 0
-    b = np.int64(blob[pos])
+    c = np.int64(blob[pos])
     q = np.int64(blob[pos + 1])
     m = np.int64(load_u32(blob, pos + 2))
-    if b >= unit or (q != 2 and q != 4 and q != 8) or m > n:
+    if c & 3 or c >= W or (q != 2 and q != 4 and q != 8) or m > n:
         return ERR_DELTA, 0, 0, 0
-    return OK, b, q, m
+    return OK, c, q, m
 
 
 @njit(nogil=True, cache=True)
 def check_delta(blob, pos, end, n, layout, version, lens, f, cm, one):
     """Check a delta chunk body blob[pos:end] (after its mode byte) without decoding it: its head and
     stream records (check_records).  Returns a status."""
-    unit = 4 if layout == LAYOUT_F32 else 2
-    st, b, q, m = _delta_head(blob, pos, end, n, unit)
+    W = 32 if layout == LAYOUT_F32 else 16
+    st, c, q, m = _delta_head(blob, pos, end, n, W)
     if st != OK:
         return st
     pos += 6
-    g = 8 // q
-    st, _, pos = check_records(blob, pos, end, n, b, version, lens, f, cm, one)
+    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
+    st, _, pos = check_records(blob, pos, end, n, nb, version, lens, f, cm, one)
+    if st == OK and nib:
+        st, _, pos = check_records(blob, pos, end, (n + 1) >> 1, 1, version, lens, f, cm, one)
+    if st == OK:
+        st, _, pos = check_records(blob, pos, end, npk, 1, version, lens, f, cm, one)
+    if st == OK and m > 0:
+        st, _, pos = check_records(blob, pos, end, m, ne, version, lens, f, cm, one)
     if st != OK:
         return st
-    st, _, pos = check_records(blob, pos, end, (n + g - 1) // g, 1, version, lens, f, cm, one)
-    if st != OK:
-        return st
-    if m > 0:
-        st, _, pos = check_records(blob, pos, end, m, unit - b, version, lens, f, cm, one)
-        if st != OK:
-            return st
     return OK if pos == end else ERR_TRAIL
 
 
@@ -376,90 +408,118 @@ def check_delta(blob, pos, end, n, layout, version, lens, f, cm, one):
 def delta_decode(blob, pos, end, n, layout, ref, start, out, planes, dec, dec3, dec1, lens, tmp, version, f,
                  cm, dtab):
     """Decode a delta chunk body blob[pos:end] (after the mode byte) into out (units from start); planes:
-    >= unit + 1 rows of >= n + 16 bytes.  Returns a status (checksum not checked here)."""
-    unit = 4 if layout == LAYOUT_F32 else 2
-    W = 8 * unit
-    st, b, q, m = _delta_head(blob, pos, end, n, unit)
+    >= W / 8 + 3 rows of >= n + 16 bytes.  Returns a status (checksum not checked here)."""
+    W = 32 if layout == LAYOUT_F32 else 16
+    st, c, q, m = _delta_head(blob, pos, end, n, W)
     if st != OK:
         return st
     pos += 6
-    g = 8 // q
-    ns = (n + g - 1) // g
+    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
+    nr = planes[(W >> 3) + 2]   # the nibble stream, one nibble a byte (zero where there is none)
     # low byte streams all raw (as prefer="fast" writes them): read in place
     raw = np.zeros(3, np.int64)
     q0 = pos
-    for j in range(b):
+    for j in range(nb):
         st, mode, plen = _read_record(blob, q0, end, n, version)
         if st != OK:
             return st
         raw[j] = q0 + 5 if mode == MODE_RAW else -1
         q0 += 5 + plen
-    inplace = b > 0 and raw[0] >= 0 and (b < 2 or raw[1] >= 0) and (b < 3 or raw[2] >= 0)
+    inplace = nb > 0 and raw[0] >= 0 and (nb < 2 or raw[1] >= 0) and (nb < 3 or raw[2] >= 0)
     if inplace:
         pos = q0
     else:
-        st, pos = decode_records(blob, pos, end, n, b, planes[0:b], dec, dec3, dec1, lens, tmp, version, f, cm,
-                                 dtab)
+        st, pos = decode_records(blob, pos, end, n, nb, planes[0:nb], dec, dec3, dec1, lens, tmp, version, f,
+                                 cm, dtab)
         if st != OK:
             return st
-    st, pos = decode_records(blob, pos, end, ns, 1, planes[b:b + 1], dec, dec3, dec1, lens, tmp, version, f, cm,
-                             dtab)
+    if nib:
+        nh = (n + 1) >> 1
+        st, mode, plen = _read_record(blob, pos, end, nh, version)
+        if st != OK:
+            return st
+        if mode == MODE_RAW:
+            st = _unpack_nib(blob[pos + 5:pos + 5 + nh], n, nr)
+            pos += 5 + plen
+        else:
+            st, pos = decode_records(blob, pos, end, nh, 1, planes[nb:nb + 1], dec, dec3, dec1, lens, tmp,
+                                     version, f, cm, dtab)
+            if st == OK:
+                st = _unpack_nib(planes[nb], n, nr)
+        if st != OK:
+            return st
+    st, pos = decode_records(blob, pos, end, npk, 1, planes[pr:pr + 1], dec, dec3, dec1, lens, tmp, version, f,
+                             cm, dtab)
     if st != OK:
         return st
-    ne = unit - b
     if m > 0:
-        st, pos = decode_records(blob, pos, end, m, ne, planes[b + 1:b + 1 + ne], dec, dec3, dec1, lens, tmp,
-                                 version, f, cm, dtab)
+        st, pos = decode_records(blob, pos, end, m, ne, planes[er:er + ne], dec, dec3, dec1, lens, tmp, version,
+                                 f, cm, dtab)
         if st != OK:
             return st
     if pos != end:
         return ERR_TRAIL
-    pk = planes[b]
+    pk = planes[pr]
+    g = 8 // q
     if n % g:  # the last byte's unused fields are zero
-        if (np.int64(pk[ns - 1]) >> (q * (n % g))) != 0:
+        if (np.int64(pk[npk - 1]) >> (q * (n % g))) != 0:
             return ERR_DELTA
     if W == 32:
         o32 = out[4 * start:4 * (start + n)].view(np.uint32)
         r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
         if inplace:
-            return _units(pk, ns, q, planes, b, ne, m, n, W, o32, r32, blob[raw[0]:raw[0] + n],
-                          blob[max(raw[1], 0):max(raw[1], 0) + n], blob[max(raw[2], 0):max(raw[2], 0) + n])
-        return _units(pk, ns, q, planes, b, ne, m, n, W, o32, r32, planes[0], planes[1], planes[2])
+            return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o32, r32, blob[raw[0]:raw[0] + n],
+                          blob[max(raw[1], 0):max(raw[1], 0) + n], blob[max(raw[2], 0):max(raw[2], 0) + n], nr)
+        return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o32, r32, planes[0], planes[1], planes[2], nr)
     o16 = out[2 * start:2 * (start + n)].view(np.uint16)
     r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
     if inplace:
-        return _units(pk, ns, q, planes, b, ne, m, n, W, o16, r16, blob[raw[0]:raw[0] + n], blob[0:0], blob[0:0])
-    return _units(pk, ns, q, planes, b, ne, m, n, W, o16, r16, planes[0], planes[1], planes[2])
+        return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o16, r16, blob[raw[0]:raw[0] + n], blob[0:0],
+                      blob[0:0], nr)
+    return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o16, r16, planes[0], planes[1], planes[2], nr)
 
 
 @njit(nogil=True, cache=True)
-def _units(pk, ns, q, planes, b, ne, m, n, W, o, r, l0, l1, l2):
+def _unpack_nib(src, n, nr):
+    """nr[i] = nibble i of src (element 2j in the low nibble of byte j); the unused high nibble of an odd
+    count must be zero.  Returns a status."""
+    for k in range(n >> 1):
+        v = src[k]
+        nr[2 * k] = v & 15
+        nr[2 * k + 1] = v >> 4
+    if n & 1:
+        v = src[n >> 1]
+        if v >> 4:
+            return ERR_DELTA
+        nr[n - 1] = v
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o, r, l0, l1, l2, nr):
     """The decoded streams -> the units o (against r; l0..l2: the low byte streams, decoded or in the
-    blob): the fields into o, the escapes' values added, then the units (branch-free loops but the
-    escapes': vectorize).  Returns a status."""
+    blob; nr: the nibble stream, one a byte): the fields into o, the escapes' values added, then the units
+    (branch-free loops but the escapes': vectorize).  Returns a status."""
     _unpack(pk, n, q, o)
-    # the escapes: h = 2^q - 1 + e, which must fit the W - 8b bits above the cut
+    # the escapes: h = 2^q - 1 + e, which must fit the W - c bits above the cut (all checked first, in a
+    # loop that vectorizes)
     M = (np.int64(1) << q) - 1
-    hb = W - 8 * b
+    hv = _escape_values(planes, er, ne, m, M)
+    if m > 0 and (_maxv(hv) >> (W - c)) != 0:
+        return ERR_DELTA
     j = 0
-    n8 = ns & ~7
-    for k in range(0, ns, 8):
-        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, ns), q)
+    n8 = npk & ~7
+    for k in range(0, npk, 8):
+        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, npk), q)
         while a != _U0:
             if j >= m:
                 return ERR_DELTA
-            e = np.int64(0)
-            for t in range(ne):
-                e |= np.int64(planes[b + 1 + t, j]) << (8 * t)
-            h = M + e
-            if (h >> hb) != 0:
-                return ERR_DELTA
-            o[_lowest_field(a, k, q)] = h
+            o[_lowest_field(a, k, q)] = hv[j]
             j += 1
             a &= a - np.uint64(1)
     if j != m:
         return ERR_DELTA
-    _finish(o, r, n, W, b, l0, l1, l2)
+    _finish(o, r, n, W, c, nib, l0, l1, l2, nr)
     return OK
 
 
@@ -488,29 +548,55 @@ def _unpack(pk, n, q, o):
 
 
 @njit(nogil=True, cache=True)
-def _finish(o, r, n, W, b, l0, l1, l2):
-    """o[i]: h -> the unit: z = h << 8b | the low bytes, x = unmono(mono(r) + unzigzag(z)) (one loop per
-    cut)."""
+def _escape_values(planes, er, ne, m, M):
+    """h = M + e of the m escapes (e little-endian over the rows er..er+ne-1)."""
+    hv = np.empty(m, np.int64)
+    e0 = planes[er]
+    for j in range(m):
+        hv[j] = M + np.int64(e0[j])
+    for t in range(1, ne):
+        et = planes[er + t]
+        for j in range(m):
+            hv[j] += np.int64(et[j]) << (8 * t)
+    return hv
+
+
+@njit(nogil=True, cache=True)
+def _maxv(a):
+    mx = a[0]
+    for i in range(1, a.size):
+        mx = max(mx, a[i])
+    return mx
+
+
+@njit(nogil=True, cache=True)
+def _finish(o, r, n, W, c, nib, l0, l1, l2, nr):
+    """o[i]: h -> the unit: z = h << c | the low part (c // 8 bytes, then the nibble where c % 8 = 4),
+    x = unmono(mono(r) + unzigzag(z)) (one loop per number of low bytes: vectorize)."""
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
-    if b == 0:
+    nb = c >> 3
+    s8 = 8 * nb
+    nm = np.int64(15) if nib else np.int64(0)   # (nr holds zeros where there is no nibble stream)
+    if nb == 0:
         for i in range(n):
-            zv = np.int64(o[i])
+            zv = ((np.int64(o[i]) << c) | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
             o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
-    elif b == 1:
+    elif nb == 1:
         for i in range(n):
-            zv = ((np.int64(o[i]) << 8) | np.int64(l0[i])) & mask
+            zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
             o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
-    elif b == 2:
+    elif nb == 2:
         for i in range(n):
-            zv = ((np.int64(o[i]) << 16) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)) & mask
+            zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
+                  | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
             o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
     else:
         for i in range(n):
-            zv = ((np.int64(o[i]) << 24) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
-                  | (np.int64(l2[i]) << 16)) & mask
+            zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8) | (np.int64(l2[i]) << 16)
+                  | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
             o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)

@@ -279,30 +279,35 @@ def mantissa_context(b, pos, end, n, version, smodes):
 
 
 def delta(b, pos, end, n, lay, ref_units, version, smodes):
-    """A delta chunk body (FORMAT.md, mode 6): b, q, u32 m, then the b low byte streams (n symbols), the
-    packed stream (ceil(n / (8 / q)) symbols) and, where m > 0, the unit - b escape streams (m symbols).
-    Element i: its q-bit field f_i (LSB first, g = 8 / q to a byte); h_i = f_i, or 2^q - 1 + the next
-    escape value (little-endian over the escape streams) where f_i = 2^q - 1; z_i = h_i << 8b | its low
-    bytes; d_i = unzigzag(z_i); the unit = unmono(mono(r_i) + d_i mod 2^W)."""
+    """A delta chunk body (FORMAT.md, mode 6): c, q, u32 m, then the c // 8 low byte streams (n symbols),
+    where c % 8 = 4 the nibble stream (ceil(n / 2) symbols), the packed stream (ceil(n / (8 / q)) symbols)
+    and, where m > 0, the ceil((W - c) / 8) escape streams (m symbols).  Element i: its q-bit field f_i
+    (LSB first, g = 8 / q to a byte); h_i = f_i, or 2^q - 1 + the next escape value (little-endian over the
+    escape streams) where f_i = 2^q - 1; z_i = h_i << c | its low part; d_i = unzigzag(z_i); the unit =
+    unmono(mono(r_i) + d_i mod 2^W)."""
     W = FLOAT[lay][0]
-    unit = W // 8
     sb, mask = 1 << (W - 1), (1 << W) - 1
     if end - pos < 6:
         raise ValueError("delta header")
     cut, q = b[pos], b[pos + 1]
     (m,) = struct.unpack_from("<I", b, pos + 2)
-    if cut >= unit or q not in (2, 4, 8) or m > n:
+    if cut % 4 or cut >= W or q not in (2, 4, 8) or m > n:
         raise ValueError("delta header")
     p = pos + 6
     low = []
-    for _ in range(cut):
+    for _ in range(cut // 8):
         plane, p = stream_record(b, p, end, n, version, smodes)
         low.append(plane)
+    nib = None
+    if cut % 8:
+        nib, p = stream_record(b, p, end, (n + 1) // 2, version, smodes)
+        if n % 2 and nib[-1] >> 4:
+            raise ValueError("unused nibble")
     g = 8 // q
     packed, p = stream_record(b, p, end, (n + g - 1) // g, version, smodes)
     esc = []
     if m:
-        for _ in range(unit - cut):
+        for _ in range((W - cut + 7) // 8):
             plane, p = stream_record(b, p, end, m, version, smodes)
             esc.append(plane)
     if p != end:
@@ -317,11 +322,14 @@ def delta(b, pos, end, n, lay, ref_units, version, smodes):
         if h == M:
             if j >= m:
                 raise ValueError("escapes")
-            h += sum(esc[t][j] << (8 * t) for t in range(unit - cut))
+            h += sum(e[j] << (8 * t) for t, e in enumerate(esc))
             j += 1
-            if h >> (W - 8 * cut):
+            if h >> (W - cut):
                 raise ValueError("escape too large")
-        z = h << (8 * cut) | sum(low[t][i] << (8 * t) for t in range(cut))
+        lo = sum(low[t][i] << (8 * t) for t in range(cut // 8))
+        if nib is not None:
+            lo |= (nib[i // 2] >> (4 * (i % 2)) & 15) << (8 * (cut // 8))
+        z = h << cut | lo
         d = (z >> 1) ^ -(z & 1)
         r = ref_units[i]
         mr = r ^ mask if r & sb else r ^ sb
