@@ -1,10 +1,10 @@
 """Coding with a reference at half the alone speed? (issue 21, target 2): lmc's prefer="fast" against lmc alone.
 
-Usage: python bench_fast.py [SERIES_DIR] [--repeat R] [--runs K] [--steps N]
+Usage: python bench_fast.py [SERIES_DIR] [--repeat R] [--runs K] [--steps N | --pairs R:S,...]
 
 SERIES_DIR: a Hugging Face Trainer folder with checkpoint-<step>/ (model.safetensors, optimizer.pt); default: the
 embedded tinygpt series (lmcbench.sources.tinygpt, cached under ~/.cache/lmcbench).  For the last N steps, each
-against the one before, per kind (weight, exp_avg, exp_avg_sq: every tensor of the kind concatenated), in fp32 and
+against the one before (or the pairs given: S coded against R), per kind (weight, exp_avg, exp_avg_sq: every tensor of the kind concatenated), in fp32 and
 in a bf16 cast: the ratio of lmc alone, of lmc with the reference (prefer="speed", the default: the temporal mode
 where it saves 1/64, else the delta, XOR or alone coding) and with prefer="fast" (never the temporal mode), and of
 z4ai.compress_delta (if installed); then one-thread compress and decompress speed of each lmc coding, every time
@@ -59,11 +59,14 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=3, help="the last N steps, each against the one before")
+    ap.add_argument("--pairs", default=None, help="R:S,... : step S against step R (instead of --steps)")
     a = ap.parse_args()
     folder = a.series or default_series()
     steps = sorted(int(re.search(r"checkpoint-(\d+)$", p).group(1))
                    for p in glob.glob(os.path.join(folder, "checkpoint-*")))
     pairs = [(steps[i - 1], steps[i]) for i in range(max(1, len(steps) - a.steps), len(steps))]
+    if a.pairs:
+        pairs = [tuple(int(v) for v in p.split(":")) for p in a.pairs.split(",")]
     print(f"lmc {lmc.__version__}; series {folder}; steps {', '.join(f'{s} against {p}' for p, s in pairs)}; "
           f"1 thread, best of {a.repeat}, {a.runs} runs; z4ai {getattr(z4ai, '__version__', 'missing')}")
     data = {}

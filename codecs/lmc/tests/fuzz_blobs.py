@@ -1,16 +1,19 @@
 """Seed blobs and blob parser of the lmc decoder fuzzer (fuzz_decoder.py).
 
 The corpus the fuzzer damages: real blobs of every chunk mode (alone, XOR,
-stored, temporal, predicted exponent) and stream mode (raw, constant, Huffman,
-rANS) -- weights of a small torch model and one Adam step of it, an XOR-coded
-reference, sparse int8 data, random bits, predicted-exponent chunks of
-bf16/fp32/fp16 tensors (build_corpus, pred_specs; save_corpus / load_corpus
-write / read them as .npz) -- and ``Blob``, which parses a blob down to its
-fields (FORMAT.md: header, chunk table, chunk modes, stream records, Huffman
-tables and jump tables, rANS frequency tables, states and words, temporal
-context masks, R and raw bits, the row length of a predicted-exponent chunk)
-and packs it back with the chunk table and header CRC-32 recomputed
-(``Blob.pack``); coverage() counts the modes of a corpus.
+stored, temporal, predicted exponent, mantissa context, delta) and stream mode
+(raw, constant, Huffman, rANS) -- weights of a small torch model and one Adam
+step of it, an XOR-coded reference, sparse int8 data, random bits,
+predicted-exponent chunks of bf16/fp32/fp16 tensors, delta chunks
+(prefer="fast") of bf16/fp16/fp32 steps against their reference (build_corpus,
+pred_specs, mctx_specs, delta_specs; save_corpus / load_corpus write / read
+them as .npz) -- and ``Blob``, which parses a blob down to its fields
+(FORMAT.md: header, chunk table, chunk modes, stream records, Huffman tables
+and jump tables, rANS frequency tables, states and words, temporal context
+masks, R and raw bits, the row length of a predicted-exponent chunk, the cut,
+field width and escape count of a delta chunk) and packs it back with the
+chunk table and header CRC-32 recomputed (``Blob.pack``); coverage() counts
+the modes of a corpus.
 
 A plain module (no tests): fuzz_decoder.py imports it as a sibling, the same
 way as make_vectors, and re-exports its names.
@@ -29,7 +32,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
 from lmc import _core  # noqa: E402
 
-CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx"}
+CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx", 6: "delta"}
 STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
 
 
@@ -120,12 +123,64 @@ def mctx_specs():
     return [("bf16_mctx", x, None, 1051), ("bf16_mctx_ref", x, far, 1051)]
 
 
+_UINT = {2: np.uint16, 4: np.uint32}
+
+
+def mono(u, W):
+    """Sign-magnitude bits (W-bit units) -> the monotone integer of FORMAT.md's temporal and delta chunks."""
+    u = np.asarray(u).astype(np.int64)
+    sb = 1 << (W - 1)
+    return np.where(u & sb, u ^ ((1 << W) - 1), u ^ sb)
+
+
+def unmono(m, W):
+    sb = 1 << (W - 1)
+    return np.where(m & sb, m ^ sb, m ^ ((1 << W) - 1))
+
+
+def stepped(r, d):
+    """The array whose every unit is the reference's moved by d_i on the monotone integer scale (mod 2^W):
+    the delta chunk's d_i = mono(x_i) - mono(r_i) exactly (float32 / float16 / bfloat16)."""
+    u = r.dtype.itemsize
+    W = 8 * u
+    m = (mono(r.reshape(-1).view(_UINT[u]), W) + np.asarray(d, np.int64).reshape(-1)) & ((1 << W) - 1)
+    return unmono(m, W).astype(_UINT[u]).view(r.dtype).reshape(r.shape)
+
+
+def delta_pair(dt, n, seed, spread=1, far=0.0, far_span=30000, moved=1.0):
+    """(x, ref): weight-like bf16 / fp16 / fp32 references and x moved by a uniform step in
+    [-spread, spread] (on a `moved` share of the elements) plus, on a `far` share, a far one in
+    [-far_span, far_span] (escapes of the delta chunk)."""
+    g = np.random.default_rng(seed)
+    r = (g.standard_normal(n) * 0.02).astype(np.float32).astype(dt)
+    d = g.integers(-spread, spread + 1, n) * (g.random(n) < moved)
+    d = d + (g.random(n) < far) * g.integers(-far_span, far_span + 1, n)
+    return stepped(r, d), r
+
+
+def delta_specs(small=False):
+    """Seeds with delta chunks (chunk mode 6, format v6, prefer="fast"; a reference): bf16 cut at bit 4 (a
+    nibble stream) with 4-bit fields and escapes, the last chunk of odd length; fp16 with 4-bit fields; fp32
+    with 2-bit fields whose far moves need escapes of 4 bytes, and one cut at bit 4 or 8 with escapes of 4 or
+    3 bytes."""
+    import ml_dtypes
+    bf = ml_dtypes.bfloat16
+    n, c = (700, 333) if small else (2101, 1001)
+    x1, r1 = delta_pair(bf, n, 35, spread=60, far=0.01)
+    x2, r2 = delta_pair(np.float16, n, 32, spread=6, far=0.01)
+    x3, r3 = delta_pair(np.float32, n, 33, spread=1, far=0.01, far_span=1 << 22)
+    x4, r4 = delta_pair(np.float32, n, 34, spread=300, far=0.01, far_span=1 << 22)
+    return [("bf16_delta", x1, r1, c), ("f16_delta", x2, r2, c), ("f32_delta", x3, r3, c),
+            ("f32_delta_cut", x4, r4, c)]
+
+
 def build_corpus(seed=0, small=False):
     """A list of cases {name, x, ref, blob}: every chunk mode (alone, XOR, stored,
-    temporal, predicted exponent) and stream mode (raw, const, Huffman, rANS)
-    occurs (see coverage()).  small: arrays and chunks about 5x smaller (for the
-    pure-Python build; the predicted-exponent seeds only a little smaller: the
-    encoder needs chunks of about 700 elements to choose that mode)."""
+    temporal, predicted exponent, mantissa context, delta) and stream mode (raw,
+    const, Huffman, rANS) occurs (see coverage()).  small: arrays and chunks
+    about 5x smaller (for the pure-Python build; the predicted-exponent seeds
+    only a little smaller: the encoder needs chunks of about 700 elements to
+    choose that mode; the delta seeds about 3x smaller)."""
     import ml_dtypes
     rng = np.random.default_rng(seed)
     w1, w0 = _model_weights(seed)          # 5736 fp32 weights and their previous step
@@ -167,6 +222,8 @@ def build_corpus(seed=0, small=False):
              for nm, x, r, c in specs]
             + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="size"))
                for nm, x, r, c in mctx_specs()]
+            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="fast"))
+               for nm, x, r, c in delta_specs(small)]
             + [dict(name=nm + "_v3", x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=3))
                for nm, x, r, c in specs if nm in v3])
 
@@ -243,6 +300,17 @@ class Blob:
             F += [(q, 4, "mctx_R", own)]
             F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(4)]
             F += [(q + 20, R - 16, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "mctx_nibbles", own)]
+        elif cm == 6:
+            own = "delta"
+            F += [(1, 1, "delta_c", own), (2, 1, "delta_q", own), (3, 4, "delta_m", own)]
+            cut, (m,) = p[1], struct.unpack_from("<I", p, 3)
+            q = 7
+            for _ in range(cut // 8 + (cut % 8 != 0)):   # the low byte streams, the nibble stream
+                q = self._record_fields(p, q, cname, F)
+            q = self._record_fields(p, q, cname, F)      # the packed fields
+            if m:                                        # the escape values' bytes
+                for _ in range((self.W - cut + 7) // 8):
+                    q = self._record_fields(p, q, cname, F)
         elif cm == 3:
             own = "temporal"
             F += [(1, 1, "temporal_E", own), (2, 2, "temporal_cmask", own)]

@@ -1,7 +1,7 @@
 """Forgeries of the chunk modes with rules of their own, for the decoder fuzzer (fuzz_decoder.py): the
-predicted-exponent mode (chunk mode 4, format v3: ``_pred_mutation``) and the mantissa-context mode (chunk mode
-5, format v5: ``_mctx_mutation``), and the FormatError messages (MSG_*) the forgeries FORMAT.md requires to be
-refused must carry.
+predicted-exponent mode (chunk mode 4, format v3: ``_pred_mutation``), the mantissa-context mode (chunk mode
+5, format v5: ``_mctx_mutation``) and the delta mode (chunk mode 6, format v6: ``_delta_mutation``), and the
+FormatError messages (MSG_*) the forgeries FORMAT.md requires to be refused must carry.
 
 A plain module (no tests): fuzz_decoder.py imports it as a sibling and re-exports its names.
 """
@@ -9,6 +9,7 @@ import struct
 
 import numpy as np
 
+import pyref
 from lmc import _core
 from lmc._kbase import LAYOUT_PLANES as _LAYOUT_PLANES, ck_mode
 
@@ -21,6 +22,7 @@ MSG_FLAGS = "invalid chunk flags byte"
 MSG_MCTX = "mantissa-context chunk"
 MSG_PAD = "non-zero padding bits"
 MSG_LEN = "payload length inconsistent"
+MSG_DELTA = "delta chunk"
 
 
 def _records(p, pos, ns):
@@ -189,3 +191,123 @@ def _mctx_mutation(b, rng, ref):
     # nibble_len: one nibble byte less or more
     pl[c] = bytes(p[:-1]) if rng.random() < 0.5 else bytes(p) + bytes([int(rng.integers(256))])
     return "mctx:nibble_len", "mctx", b.pack(pl), ref, ("error", MSG_LEN, None)
+
+
+def _raw_record(sym):
+    """A raw stream record (mode 0) of the symbols sym."""
+    return bytes([0]) + struct.pack("<I", len(sym)) + bytes(bytearray(sym))
+
+
+def _delta_mutation(b, rng, ref):
+    """A forgery of the delta mode (chunk mode 6: byte 6, the cut c in bits (a multiple of 4 below W), the
+    field width q in {2, 4, 8}, u32 m <= n escapes, c // 8 low byte stream records of n symbols, where
+    c % 8 = 4 a nibble record of ceil(n / 2) symbols, the packed record of ceil(n / (8 / q)) symbols, and
+    where m > 0 ceil((W - c) / 8) escape records of m symbols; format v6, float layouts, a reference).
+    Refused: c not a multiple of 4 or not below W, another q, m > n, m one more or one less than the escapes
+    the packed fields give (the escape records re-encoded raw with m +- 1 values), a non-zero unused field
+    in the last packed byte (n not a multiple of 8 / q: the packed record re-encoded raw) or a non-zero
+    unused final nibble (n odd: the nibble record re-encoded raw), an escape whose h = 2^q - 1 + e does not
+    fit W - c bits (the escape records re-encoded raw), a cut inside the 7-byte head, the blob's version set
+    to 2, 4 or 5, the dtype relabelled to an integer type of the same unit (no mode 6 there; the message
+    required where chunk 0 is a delta chunk: another chunk before it may fail first).  Not refused by
+    structure (they must decode exactly or fail with a FormatError: the escapes, the checksum): a record
+    replaced by a raw one of random bytes of its length; a 16-bit float blob relabelled as the other 16-bit
+    float (the delta chunk codes units, so its chunks decode to the same bits).  Returns (kind, owner, blob,
+    reference, expected) as mutations() or None if the blob has no mode-6 chunk."""
+    dc = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x06"]
+    if not dc:
+        return None
+    pl = list(b.payloads)
+    c = dc[int(rng.integers(len(dc)))]
+    p = bytearray(pl[c])
+    n = b.n_of(c)
+    unit = b.h["unit"]
+    W = 8 * unit
+    cut, q = p[1], p[2]
+    (m,) = struct.unpack_from("<I", p, 3)
+    g = 8 // q
+    ns = (n + g - 1) // g
+    nb, nib = cut // 8, cut % 8 != 0          # low byte records, a nibble record
+    ne = (W - cut + 7) // 8                   # escape records
+    pk = nb + nib                             # the packed record's index
+    recs = _records(p, 7, pk + 1 + (ne if m else 0))
+    esc0 = recs[pk][1]     # the escape records' start (the end of the packed record)
+
+    def symbols(k, count):  # record k decoded (the oracle's stream decoder)
+        return pyref.stream_record(bytes(p), recs[k][0], recs[k][1], count, b.version, set())[0]
+
+    sub = rng.choice(["c_bad", "q_bad", "m_big", "m_off", "pad_field", "esc_big", "head_cut", "version",
+                      "as_int", "as_float", "records"],
+                     p=[.09, .09, .08, .14, .12, .1, .08, .08, .07, .05, .1])
+    if sub == "c_bad":      # not a multiple of 4, or not below W
+        p[1] = int(rng.choice([1, 2, 3, 5, 6, 9, 14, W - 2, W - 1, W, W + 4, W + 8, 255]))
+        pl[c] = bytes(p)
+        return "delta:c_bad", "delta", b.pack(pl), ref, ("error", MSG_DELTA, None)
+    if sub == "q_bad":
+        p[2] = int(rng.choice([0, 1, 3, 5, 6, 7, 9, 16, 32, 255]))
+        pl[c] = bytes(p)
+        return "delta:q_bad", "delta", b.pack(pl), ref, ("error", MSG_DELTA, None)
+    if sub == "m_big":
+        struct.pack_into("<I", p, 3, int(rng.choice([n + 1, n + 2, 2 * n + 1, 1 << 31, (1 << 32) - 1])))
+        pl[c] = bytes(p)
+        return "delta:m_big", "delta", b.pack(pl), ref, ("error", MSG_DELTA, None)
+    if sub == "m_off":      # m +- 1 and escape records that hold m +- 1 values: not the escapes of the fields
+        esc = [symbols(pk + 1 + t, m) for t in range(ne)] if m else [[] for _ in range(ne)]
+        if m == 0 or rng.random() < 0.5:
+            m2 = m + 1
+            esc = [e + [int(rng.integers(256))] for e in esc]
+        else:
+            m2 = m - 1
+            esc = [e[:-1] for e in esc]
+        tail = b"".join(_raw_record(e) for e in esc) if m2 else b""
+        pl[c] = bytes(p[:3]) + struct.pack("<I", m2) + bytes(p[7:esc0]) + tail
+        return "delta:m_off", "delta", b.pack(pl), ref, ("error", MSG_DELTA, None)
+    if sub == "pad_field" and nib and n % 2 and rng.random() < 0.5:   # the unused final high nibble set
+        nb_ = symbols(nb, (n + 1) // 2)
+        nb_[-1] |= int(rng.integers(1, 16)) << 4
+        pl[c] = bytes(p[:recs[nb][0]]) + _raw_record(nb_) + bytes(p[recs[nb][1]:])
+        return "delta:pad_nibble", "delta", b.pack(pl), ref, ("error", MSG_DELTA, None)
+    if sub == "pad_field" and n % g:   # a set bit in an unused field of the last packed byte
+        fields = symbols(pk, ns)
+        used = q * (n % g)
+        fields[-1] |= int(rng.integers(1, 1 << (8 - used))) << used
+        pl[c] = bytes(p[:recs[pk][0]]) + _raw_record(fields) + bytes(p[esc0:])
+        return "delta:pad_field", "delta", b.pack(pl), ref, ("error", MSG_DELTA, None)
+    if sub == "esc_big" and m:   # one escape with M + e >= 2^(W - c) (e below 2^(8 ne))
+        esc = [symbols(pk + 1 + t, m) for t in range(ne)]
+        lo = (1 << (W - cut)) - (1 << q) + 1
+        top = 1 << (8 * ne)
+        e = int(rng.choice([lo, top - 1, int(rng.integers(lo, top))]))
+        j = int(rng.integers(m))
+        for t in range(ne):
+            esc[t][j] = (e >> (8 * t)) & 255
+        pl[c] = bytes(p[:esc0]) + b"".join(_raw_record(x) for x in esc)
+        return "delta:esc_big", "delta", b.pack(pl), ref, ("error", MSG_DELTA, None)
+    if sub == "head_cut":   # 0..6 bytes: inside the mode byte, c, q and m
+        pl[c] = bytes(p[:int(rng.integers(7))])
+        return "delta:head_cut", "delta", b.pack(pl), ref, ("error", MSG_TRUNC, None)
+    if sub == "version":    # a mode-6 chunk in a version-2, -4 or -5 blob, its reference hash forged to that
+        # version's (as _mctx_mutation); a chunk before it may fail first unless the checksums stay (v5)
+        v = int(rng.choice([2, 4, 5]))
+        h = b.refhash
+        if ref is not None:
+            h = _core._ref_hash(_core._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
+        exp = ("error", MSG_VERSION, None) if dc[0] == 0 or v == 5 else None
+        return f"delta:in_v{v}", "delta", b.pack(version=v, refhash=h), ref, exp
+    if sub == "as_int":     # the same units as an integer dtype: no mode 6 there
+        code = int(rng.choice([7, 8] if unit == 2 else [9, 10]))
+        r = None if ref is None else ref.view(_core._DTYPES[code][0])
+        exp = ("error", MSG_FLAGS, None) if dc[0] == 0 else ("relabel", code, None)
+        return "delta:as_int", "delta", b.pack(code=code), r, exp
+    if sub == "as_float" and unit == 2:   # bf16 <-> fp16: a delta chunk decodes to the same units
+        code = 2 if b.code == 3 else 3
+        r = None if ref is None else ref.view(_core._DTYPES[code][0])
+        return "delta:as_float", "delta", b.pack(code=code), r, ("relabel", code, None)
+    # records: one record replaced by a raw one of random bytes of its length (valid structure; a nibble
+    # record's unused final nibble may be set: refused then)
+    k = int(rng.integers(len(recs)))
+    count = n if k < nb else ((n + 1) // 2 if k < pk else (ns if k == pk else m))
+    rec = _raw_record(rng.integers(0, 256, count, dtype=np.uint8).tobytes())
+    pl[c] = bytes(p[:recs[k][0]]) + rec + bytes(p[recs[k][1]:])
+    what = "low" if k < nb else ("nibble" if k < pk else ("packed" if k == pk else "escape"))
+    return f"delta:records_{what}", "delta", b.pack(pl), ref, None

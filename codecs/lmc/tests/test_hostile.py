@@ -21,7 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal", "chunk:pred",
          "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const",
-         "pred/huffman", "pred/raw", "pred/const", "chunk:mctx", "mctx/huffman"]
+         "pred/huffman", "pred/raw", "pred/const", "chunk:mctx", "mctx/huffman", "chunk:delta", "delta/raw",
+         "delta/const"]
 # the predicted-exponent forgeries of fuzz_decoder._pred_mutation (chunk mode 4, format v3)
 PRED_KINDS = ("pred:w", "pred:w_zero", "pred:residual_raw", "pred:residual_const", "pred:residual_rans1",
               "pred:all_const", "pred:head_cut", "pred:in_v1", "pred:in_v2", "pred:as_alone",
@@ -53,6 +54,9 @@ def _check_summary(d, min_cases):
     # mode 5 (mantissa context) likewise
     assert d["coverage"].get("chunk:mctx", 0) >= 4, d["coverage"]
     assert d["by_owner"].get("mctx", 0) >= 5, d["by_owner"]
+    # mode 6 (delta) likewise
+    assert d["coverage"].get("chunk:delta", 0) >= 8, d["coverage"]
+    assert d["by_owner"].get("delta", 0) >= 5 and d["by_owner"].get("delta/raw", 0) >= 5, d["by_owner"]
 
 
 def test_corpus_uses_every_mode(corpus):
@@ -80,7 +84,9 @@ def test_corpus_uses_every_mode(corpus):
 
 
 def test_fuzz_normal_build(corpus):
-    stats, failures = FZ.run(corpus, 4000, seed=1, stack=0.2)
+    # (seed 5: some forgery kinds of PRED_KINDS are drawn only 2 or 3 times in 4000 cases, so a seed may
+    # miss one; the seed was 1 before the delta seeds joined the corpus, with which pred:in_v2 is not drawn)
+    stats, failures = FZ.run(corpus, 4000, seed=5, stack=0.2)
     assert not failures, failures[:3]
     assert sum(v for k, v in stats["by_kind"].items() if k.endswith("+flips")) > 400
     by_owner = stats["by_owner"]
@@ -122,6 +128,43 @@ def test_fuzz_mantissa_context(corpus):
     errs = stats["errors"]
     for msg in ("mantissa-context chunk: context count outside 1..8", "context mask does not match",
                 "unused final nibble", "newer than the blob's format version"):
+        assert any(msg in e for e in errs), (msg, errs)
+
+
+# the delta forgeries of fuzz_decoder._delta_mutation (chunk mode 6, format v6)
+DELTA_KINDS = ("delta:c_bad", "delta:q_bad", "delta:m_big", "delta:m_off", "delta:pad_field", "delta:pad_nibble",
+               "delta:esc_big", "delta:head_cut", "delta:in_v2", "delta:in_v4", "delta:in_v5", "delta:as_int",
+               "delta:as_float", "delta:records_low", "delta:records_nibble", "delta:records_packed",
+               "delta:records_escape")
+
+
+def test_fuzz_delta(corpus):
+    """Mode-6 seeds (bf16, fp16 and fp32 against a reference, prefer="fast": 2-, 4- and 8-bit fields, cuts at
+    bits 0, 4 and 8, escapes of 2, 3 and 4 bytes): every forgery of the mode and the generic mutations, with
+    the refusals FORMAT.md requires."""
+    dc = [c for c in corpus if any(p[:1] == b"\x06" for p in FZ.Blob(c["blob"]).payloads)]
+    assert all(c["ref"] is not None for c in dc)
+    assert {str(c["x"].dtype) for c in dc} == {"bfloat16", "float16", "float32"}
+    heads = set()
+    for c in dc:
+        b = FZ.Blob(c["blob"])
+        for ch, p in enumerate(b.payloads):
+            if p[0] == 6:
+                heads.add((b.W, p[1], p[2], struct.unpack_from("<I", p, 3)[0] > 0, b.n_of(ch) % 2))
+    assert {(W, cut, q) for W, cut, q, _, _ in heads} >= {(16, 4, 4), (16, 0, 4), (32, 0, 2), (32, 4, 8),
+                                                          (32, 8, 2)}, heads
+    assert {(W - cut + 7) // 8 for W, cut, _, esc, _ in heads if esc} >= {2, 4}, heads   # escape bytes
+    assert any(cut % 8 and odd for _, cut, _, _, odd in heads), heads    # an unused final nibble
+    assert any(odd and q < 8 for _, _, q, _, odd in heads), heads        # unused packed fields
+    stats, failures = FZ.run(dc, 4000, seed=1, stack=0.2)
+    assert not failures, failures[:3]
+    for kind in DELTA_KINDS:
+        assert _kinds(stats["by_kind"], kind) > 0, (kind, stats["by_kind"])
+    assert stats["by_owner"]["delta"] >= 500 and stats["by_owner"]["delta/raw"] >= 200, stats["by_owner"]
+    assert stats["exact_by_owner"]["delta"] > 0     # e.g. bf16 <-> fp16 relabelled: the same units
+    errs = stats["errors"]
+    for msg in ("delta chunk: ", "newer than the blob's format version", "invalid chunk flags byte",
+                "chunk data truncated", "unused trailing bytes"):
         assert any(msg in e for e in errs), (msg, errs)
 
 
