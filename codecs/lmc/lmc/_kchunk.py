@@ -38,7 +38,7 @@ from ._kbase import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STO
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
                         exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
-from ._kdelta import DPLAN_TABLES, alone_estimate, check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_write, delta_z
+from ._kdelta import DPLAN_TABLES, check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_write, delta_z, stream_estimates
 from ._kmctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
@@ -119,17 +119,24 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     df = np.zeros((unit + 2) * 256, np.int64)
     dcm = np.zeros((unit + 2) * 256, np.int64)
     est_a = -1
+    fast_x = False   # prefer="fast" and the XOR coding may pay: counted exactly
     if do_d:
         db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
         if fast:
-            # prefer="fast": the delta and the alone coding estimated from a
-            # sample; where the delta mode is larger it is not built and the
-            # chunk is coded as if it had no reference (no XOR either)
-            est_a = alone_estimate(data, start, n, layout, dhs)
-            if est_a >= 0 and est_d > est_a:
+            # prefer="fast": the delta, alone and XOR codings estimated from
+            # a sample (the XOR's with a margin of 1/16: the delta mode is
+            # the one made for a reference); where the delta mode is larger
+            # than one of the others it is not built and the chunk is coded
+            # alone or by XOR (counted exactly, the XOR only where its
+            # estimate is the smaller)
+            est_a, est_x = stream_estimates(data, ref, start, n, layout, dhs)
+            est_x += est_x // 16
+            if est_a >= 0 and est_d > min(est_a, est_x):
                 temporal = False
                 do_d = False
                 do_t = False
+                fast_x = est_x < est_a
+            est_a = min(est_a, est_x)
     if temporal:
         # exact counts of the alone coding; the XOR and temporal codings are
         # estimated on a sample first and analysed exactly only where they
@@ -140,9 +147,9 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             dm = delta_build(dz, n, 8 * unit, db, dq, dpl)
             cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast)
             if fast:
-                # where the delta mode is clearly smaller than the alone
-                # coding's estimate, the alone coding is not counted (and no
-                # other mode tried)
+                # where the delta mode is clearly smaller than the alone and
+                # XOR codings' estimates, the alone coding is not counted (and
+                # no other mode tried)
                 if cost_d + cost_d // 16 < est_a and cost_d < nbytes:
                     e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
                                     o + nbytes, tbuf)
@@ -165,19 +172,21 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             temporal_hist(th, W, thist)
             trans, cmask = temporal_estimate(thist, tf, tcm, W)
             cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
-        do_x = not fast and est_x - est_x // 16 < (min(best_e, cost_t) if do_t else best_e)
+        # (fast: small chunks, not estimated, count the XOR coding exactly)
+        do_x = (fast and est_a < 0) or (not fast and est_x - est_x // 16
+                                        < (min(best_e, cost_t) if do_t else best_e))
         cost_x = cost_a + 1
         if do_x:
             stream_count(data, ref, True, start, n, layout, hx)
             stream_hist(hx, ns, h2)
-            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, rm, 0)
+            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, 0)
     else:
         chk = split_chunk(data, ref, False, start, n, unit, layout, planes, wk)
         cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
         cost_x = cost_a
-        if has_ref and not fast:
+        if has_ref and (fast_x or not fast):
             split_chunk(data, ref, True, start, n, unit, layout, planes2, wk)
-            cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, rm)
+            cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm)
     best = CHUNK_ALONE
     score = cost_a
     cost = cost_a
@@ -221,14 +230,24 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             cost = cost_m
     alone = best  # the better alone coding (the fallback below)
     alone_cost = 1 + cost  # its chunk bytes: the mode byte and cost
-    if do_x and cost_x < score:
-        best = CHUNK_XOR
-        score = cost_x
-        cost = cost_x
-    if do_d and cost_d < score:
-        best = CHUNK_DELTA
-        score = cost_d
-        cost = cost_d
+    if fast:  # the delta mode first; the XOR coding must save 1/16 over it
+        if do_d and cost_d < score:
+            best = CHUNK_DELTA
+            score = cost_d
+            cost = cost_d
+        if do_x and cost_x + cost_x // 16 < score:
+            best = CHUNK_XOR
+            score = cost_x
+            cost = cost_x
+    else:
+        if do_x and cost_x < score:
+            best = CHUNK_XOR
+            score = cost_x
+            cost = cost_x
+        if do_d and cost_d < score:
+            best = CHUNK_DELTA
+            score = cost_d
+            cost = cost_d
     if do_t:
         if cost_t + cost_t // tm < score:
             best = CHUNK_TEMPORAL

@@ -173,47 +173,59 @@ def _plan(x, r, n, W, hs):
                 bq = 2 << qi
     if m == 0:
         return bc, bq, np.int64(0)
-    return bc, bq, np.int64(best * (n / (8.0 * m))) + 7 + 5 * ((W >> 3) + 2)
+    return bc, bq, np.int64(best * (n / (8.0 * m))) + 6 + 5 * ((W >> 3) + 2)
 
 
 @njit(nogil=True, cache=True)
-def alone_estimate(data, start, n, layout, hs):
-    """The alone coding's bytes estimated from one 64-element block in DSAMPLE: the order-0 entropies of
-    its byte streams (as _kstreams.stream_count splits them), scaled, plus the stream headers; below
-    DSAMPLE_MIN elements -1 (not estimated).  hs: int64[>= 4 * 256] scratch."""
+def stream_estimates(data, ref, start, n, layout, hs):
+    """The alone and the XOR coding's bytes estimated from one 64-element block in DSAMPLE: the estimated
+    Huffman sizes (_hcost, as the delta plan's) of their byte streams (as _kstreams.stream_count splits
+    them), scaled, plus the stream headers; below DSAMPLE_MIN elements (-1, -1) (not estimated).
+    hs: int64[>= 8 * 256] scratch."""
     if n < DSAMPLE_MIN:
-        return -1
+        return np.int64(-1), np.int64(-1)
     hs[:] = 0
     m = 0
     if layout == LAYOUT_F32:
         x = data[4 * start:4 * (start + n)].view(np.uint32)
+        r = ref[4 * start:4 * (start + n)].view(np.uint32)
         for b0 in range(0, n - 63, 64 * DSAMPLE):
             for i in range(b0, b0 + 64):
                 v = np.int64(x[i])
-                hs[(v >> 23) & 0xFF] += 1
-                hs[256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
-                hs[512 + ((v >> 8) & 0xFF)] += 1
-                hs[768 + (v & 0xFF)] += 1
+                for u in range(2):
+                    t = 1024 * u
+                    hs[t + ((v >> 23) & 0xFF)] += 1
+                    hs[t + 256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
+                    hs[t + 512 + ((v >> 8) & 0xFF)] += 1
+                    hs[t + 768 + (v & 0xFF)] += 1
+                    v ^= np.int64(r[i])
             m += 64
         ns = 4
     else:
         x16 = data[2 * start:2 * (start + n)].view(np.uint16)
+        r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
         for b0 in range(0, n - 63, 64 * DSAMPLE):
             for i in range(b0, b0 + 64):
                 v = np.int64(x16[i])
-                if layout == LAYOUT_BF16:
-                    hs[(v >> 7) & 0xFF] += 1
-                    hs[256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
-                else:
-                    hs[(v >> 10) & 0x1F] += 1
-                    hs[256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
-                    hs[512 + (v & 0xFF)] += 1
+                for u in range(2):
+                    t = 1024 * u
+                    if layout == LAYOUT_BF16:
+                        hs[t + ((v >> 7) & 0xFF)] += 1
+                        hs[t + 256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
+                    else:
+                        hs[t + ((v >> 10) & 0x1F)] += 1
+                        hs[t + 256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
+                        hs[t + 512 + (v & 0xFF)] += 1
+                    v ^= np.int64(r16[i])
             m += 64
         ns = 2 if layout == LAYOUT_BF16 else 3
-    bits = 0
+    ba = 0
+    bx = 0
     for s in range(ns):
-        bits += _ent(hs, 256 * s)
-    return np.int64(bits * (n / (8.0 * m))) + 5 * ns
+        ba += _hcost(hs, 256 * s)
+        bx += _hcost(hs, 1024 + 256 * s)
+    sc = n / (8.0 * m)
+    return np.int64(ba * sc) + 5 * ns, np.int64(bx * sc) + 5 * ns
 
 
 @njit(nogil=True, cache=True)
@@ -319,11 +331,12 @@ def delta_analyze(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, rm, fast):
     stream counted whole; h, lens, modes, sizes, f, cm sized for W / 8 + 2 streams).  fast
     (prefer="fast"): no rANS, and a Huffman stream that saves less than 1/FAST_RAW of its bytes, or has
     fewer than FAST_MIN_HUFF symbols, is stored raw (decoding it would cost more than a raw copy gains).
-    Returns the chunk's estimated bytes (mode byte, c, q, m and the records)."""
+    Returns the chunk's estimated bytes after its mode byte (c, q, m and the records), as the other modes'
+    analyses count them."""
     if fast:
         rm = 0
     nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
-    cost = 7 + analyze_planes(dpl[0:nb], n, nb, h[0:nb], lens[0:nb], modes[0:nb], sizes[0:nb], f[0:256 * nb],
+    cost = 6 + analyze_planes(dpl[0:nb], n, nb, h[0:nb], lens[0:nb], modes[0:nb], sizes[0:nb], f[0:256 * nb],
                               cm[0:256 * nb], rm)
     if nib:
         s = nb
