@@ -42,23 +42,6 @@ def _unmono(m, sb):
 
 
 @njit(nogil=True, cache=True)
-def _ent(hs, c0):
-    """Order-0 entropy (bits) of the counts hs[c0:c0+256]."""
-    tot = 0
-    for s in range(256):
-        tot += hs[c0 + s]
-    if tot == 0:
-        return 0
-    lt = np.log2(np.float64(tot))
-    bits = 0.0
-    for s in range(256):
-        c = hs[c0 + s]
-        if c > 0:
-            bits += c * (lt - np.log2(np.float64(c)))
-    return np.int64(bits)
-
-
-@njit(nogil=True, cache=True)
 def _hcost(hs, c0):
     """Estimated bits of a Huffman code of the counts hs[c0:c0+256]: each symbol at its information
     content but at least one bit (a Huffman code's floor, its largest loss on a skewed stream); 0 for one
@@ -185,39 +168,13 @@ def stream_estimates(data, ref, start, n, layout, hs):
     if n < DSAMPLE_MIN:
         return np.int64(-1), np.int64(-1)
     hs[:] = 0
-    m = 0
     if layout == LAYOUT_F32:
-        x = data[4 * start:4 * (start + n)].view(np.uint32)
-        r = ref[4 * start:4 * (start + n)].view(np.uint32)
-        for b0 in range(0, n - 63, 64 * DSAMPLE):
-            for i in range(b0, b0 + 64):
-                v = np.int64(x[i])
-                for u in range(2):
-                    t = 1024 * u
-                    hs[t + ((v >> 23) & 0xFF)] += 1
-                    hs[t + 256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
-                    hs[t + 512 + ((v >> 8) & 0xFF)] += 1
-                    hs[t + 768 + (v & 0xFF)] += 1
-                    v ^= np.int64(r[i])
-            m += 64
+        m = _count_sample(data[4 * start:4 * (start + n)].view(np.uint32),
+                          ref[4 * start:4 * (start + n)].view(np.uint32), n, layout, hs)
         ns = 4
     else:
-        x16 = data[2 * start:2 * (start + n)].view(np.uint16)
-        r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
-        for b0 in range(0, n - 63, 64 * DSAMPLE):
-            for i in range(b0, b0 + 64):
-                v = np.int64(x16[i])
-                for u in range(2):
-                    t = 1024 * u
-                    if layout == LAYOUT_BF16:
-                        hs[t + ((v >> 7) & 0xFF)] += 1
-                        hs[t + 256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
-                    else:
-                        hs[t + ((v >> 10) & 0x1F)] += 1
-                        hs[t + 256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
-                        hs[t + 512 + (v & 0xFF)] += 1
-                    v ^= np.int64(r16[i])
-            m += 64
+        m = _count_sample(data[2 * start:2 * (start + n)].view(np.uint16),
+                          ref[2 * start:2 * (start + n)].view(np.uint16), n, layout, hs)
         ns = 2 if layout == LAYOUT_BF16 else 3
     ba = 0
     bx = 0
@@ -226,6 +183,33 @@ def stream_estimates(data, ref, start, n, layout, hs):
         bx += _hcost(hs, 1024 + 256 * s)
     sc = n / (8.0 * m)
     return np.int64(ba * sc) + 5 * ns, np.int64(bx * sc) + 5 * ns
+
+
+@njit(nogil=True, cache=True)
+def _count_sample(x, r, n, layout, hs):
+    """stream_estimates' counts: of the units x (tables at hs[0:]) and of x ^ r (at hs[1024:]), one
+    64-element block in DSAMPLE.  Returns the number of units counted."""
+    m = 0
+    for b0 in range(0, n - 63, 64 * DSAMPLE):
+        for i in range(b0, b0 + 64):
+            v = np.int64(x[i])
+            for u in range(2):
+                t = 1024 * u
+                if layout == LAYOUT_F32:
+                    hs[t + ((v >> 23) & 0xFF)] += 1
+                    hs[t + 256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
+                    hs[t + 512 + ((v >> 8) & 0xFF)] += 1
+                    hs[t + 768 + (v & 0xFF)] += 1
+                elif layout == LAYOUT_BF16:
+                    hs[t + ((v >> 7) & 0xFF)] += 1
+                    hs[t + 256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
+                else:
+                    hs[t + ((v >> 10) & 0x1F)] += 1
+                    hs[t + 256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
+                    hs[t + 512 + (v & 0xFF)] += 1
+                v ^= np.int64(r[i])
+        m += 64
+    return m
 
 
 @njit(nogil=True, cache=True)

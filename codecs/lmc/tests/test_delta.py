@@ -16,7 +16,7 @@ import pyref
 from fuzz_blobs import Blob, delta_pair, mono, stepped
 from lmc import _core
 from lmc._kbase import ck_mode
-from make_vectors import steps, train_pair
+from make_vectors import train_pair
 
 BF = ml_dtypes.bfloat16
 DTS = [BF, np.float16, np.float32]
