@@ -129,3 +129,19 @@ def test_dcp_prune_prefer_size(tmp_path, spy):
         assert_same(states[i], load(states[i], tmp_path / f"step-{i}"))
     with pytest.raises(ValueError, match="prefer must be one of"):
         prune(tmp_path, keep_last=1, prefer="tiny")
+
+
+def test_archive_prefer_fast_never_takes_the_temporal_mode(series, tmp_path, spy):
+    """prefer="fast" reaches the archive's codings: the previous step re-coded against the new one never takes
+    the temporal mode (float tensors against their reference: the delta mode, alone or XOR), and restores
+    bit-exact."""
+    calls = spy(ARCHIVE_MODULES)
+    a = Archive(tmp_path / "fast.lmca", prefer="fast")
+    for d in series:
+        a.add(d)
+    assert calls and {p for _, p in calls} == {"fast"}
+    assert spy.modes and not any("temporal" in m for m in spy.modes), spy.modes
+    assert any("delta" in m for m in spy.modes), spy.modes
+    for s, d in zip(a.steps(), series):
+        a.restore(s, tmp_path / f"r{s}")
+        assert_same_folder(d, tmp_path / f"r{s}")
