@@ -119,34 +119,35 @@ def main():
     print("\n## Speed with the reference / speed alone (one thread; per run: compress, decompress)\n")
     print("| dtype | kind | MiB | alone MiB/s (c / d) | speed: c | speed: d | fast: c | fast: d |")
     print("|---|---|---:|---:|---|---|---|---|")
-    tot = {}
+    tot = {}   # per dtype and run: each coding's (compress s, decompress s) summed over the kinds
     for (dtn, kind), (xs, rs) in data.items():
         runs = []
-        for _ in range(a.runs):
-            t = dict.fromkeys(CODINGS)
+        for k in range(a.runs):
+            t = {c: (0.0, 0.0) for c in CODINGS}
             for x, r in zip(xs, rs):
                 tt = timings(x, r, a.repeat)
-                for c in CODINGS:
-                    t[c] = tt[c] if t[c] is None else (t[c][0] + tt[c][0], t[c][1] + tt[c][1])
+                t = {c: _add(t[c], tt[c]) for c in CODINGS}
             runs.append(t)
             acc = tot.setdefault(dtn, [])
-            if len(acc) < len(runs):
+            if len(acc) <= k:
                 acc.append({c: (0.0, 0.0) for c in CODINGS})
-            for c in CODINGS:
-                acc[len(runs) - 1][c] = (acc[len(runs) - 1][c][0] + t[c][0], acc[len(runs) - 1][c][1] + t[c][1])
+            acc[k] = {c: _add(acc[k][c], t[c]) for c in CODINGS}
         mib = sum(x.nbytes for x in xs) / 2**20
         al = runs[0]["alone"]
-
-        def col(c, j):
-            return " / ".join(f"{r['alone'][j] / r[c][j]:.2f}x" for r in runs)
-        print(f"| {dtn} | {kind} | {mib:.1f} | {mib / al[0]:.0f} / {mib / al[1]:.0f} | {col('speed', 0)} | "
-              f"{col('speed', 1)} | {col('fast', 0)} | {col('fast', 1)} |")
+        print(f"| {dtn} | {kind} | {mib:.1f} | {mib / al[0]:.0f} / {mib / al[1]:.0f} | {_speed_cols(runs)} |")
     for dtn, runs in tot.items():
-        def col(c, j):
-            return " / ".join(f"{r['alone'][j] / r[c][j]:.2f}x" for r in runs)
-        print(f"| {dtn} | whole checkpoint | | | {col('speed', 0)} | {col('speed', 1)} | {col('fast', 0)} | "
-              f"{col('fast', 1)} |")
+        print(f"| {dtn} | whole checkpoint | | | {_speed_cols(runs)} |")
 
+
+def _add(a, b):
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _speed_cols(runs):
+    """The table's last four columns: per coding with the reference and direction, every run's time alone over
+    its time with the reference (a speed ratio)."""
+    return " | ".join(" / ".join(f"{r['alone'][j] / r[c][j]:.2f}x" for r in runs)
+                      for c in ("speed", "fast") for j in (0, 1))
 
 if __name__ == "__main__":
     main()

@@ -91,6 +91,15 @@ def chunk_symbols(x, r):
 
 
 @njit(nogil=True, cache=True)
+def _dsym(dtab, c, xl, out, i):
+    """One rANS decode step of state xl with the context table at dtab[c:] (lmc's 12-bit tables): its symbol into
+    out[i]; returns the state before renormalisation."""
+    e = np.int64(dtab[np.int64(c) + (xl & 4095)])
+    out[i] = e & 255
+    return (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+
+
+@njit(nogil=True, cache=True)
 def _renc_lane(x, fs, bias, buf, p):
     """One rANS encode step of a lane (as lmc's: x' = (x div f) * 4096 + x mod f + cum), pushing at most one
     16-bit word below buf[p]; returns (x, p)."""
@@ -147,9 +156,7 @@ def decode_lanes(blob, n, N, cb, dtab, out, x, ptr):
         i0 = g * N
         for lane in range(N):
             xl = x[lane]
-            e = np.int64(dtab[np.int64(cb[i0 + lane]) + (xl & 4095)])
-            out[i0 + lane] = e & 255
-            xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+            xl = _dsym(dtab, cb[i0 + lane], xl, out, i0 + lane)
             q = ptr[lane]
             w = np.int64(blob[q]) | (np.int64(blob[q + 1]) << 8)
             k = np.int64(xl < RANS_L)
@@ -158,9 +165,7 @@ def decode_lanes(blob, n, N, cb, dtab, out, x, ptr):
     for i in range(rounds * N, n):
         lane = i - rounds * N
         xl = x[lane]
-        e = np.int64(dtab[np.int64(cb[i]) + (xl & 4095)])
-        out[i] = e & 255
-        xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+        xl = _dsym(dtab, cb[i], xl, out, i)
         if xl < RANS_L:
             xl = (xl << 16) | np.int64(load_u16(blob, ptr[lane]))
             ptr[lane] += 2
@@ -321,9 +326,7 @@ def decode_lanes32(w, n, N, cb, dtab, out, x, ptr):
         i0 = g * N
         for lane in range(N):
             xl = x[lane]
-            e = np.int64(dtab[np.int64(cb[i0 + lane]) + (xl & 4095)])
-            out[i0 + lane] = e & 255
-            xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+            xl = _dsym(dtab, cb[i0 + lane], xl, out, i0 + lane)
             q = ptr[lane]
             k = np.int64(xl < L31)
             x[lane] = (xl << (k << 5)) | (np.int64(w[q]) & -k)
@@ -331,9 +334,7 @@ def decode_lanes32(w, n, N, cb, dtab, out, x, ptr):
     for i in range(rounds * N, n):
         lane = i - rounds * N
         xl = x[lane]
-        e = np.int64(dtab[np.int64(cb[i]) + (xl & 4095)])
-        out[i] = e & 255
-        xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+        xl = _dsym(dtab, cb[i], xl, out, i)
         if xl < L31:
             xl = (xl << 32) | np.int64(w[ptr[lane]])
             ptr[lane] += 1
@@ -434,9 +435,7 @@ if _avx2():
         for i in range(rounds * N, n):
             lane = i - rounds * N
             xl = np.int64(xs[lane])
-            e = np.int64(dtab[np.int64(cb[i]) + (xl & 4095)])
-            out[i] = e & 255
-            xl = (((e >> 8) & 4095) + 1) * (xl >> 12) + (e >> 20)
+            xl = _dsym(dtab, cb[i], xl, out, i)
             if xl < RANS_L:
                 xl = (xl << 16) | np.int64(load_u16(blob, np.int64(ps[lane])))
                 ps[lane] += 2

@@ -30,15 +30,16 @@ import numpy as np
 from numba import njit
 
 from ._intrinsics import load_u32
-from ._kbase import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM, ERR_FLAGS,
-                     ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES,
-                     MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN,
-                     _U0, checksum_fill, checksum_units, ck_mode, copy_bytes, merge_chunk, merge_units, split_chunk, split_units,
-                     xor_into)
+from ._kbase import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
+                     ERR_CHECKSUM, ERR_FLAGS, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
+                     LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN,
+                     PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, ck_mode,
+                     copy_bytes, merge_chunk, merge_units, split_chunk, split_units, xor_into)
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
                         exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
-from ._kdelta import DPLAN_TABLES, check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_write, delta_z, stream_estimates
+from ._kdelta import (check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_scratch, delta_write,
+                      delta_z, stream_estimates)
 from ._kmctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
@@ -46,7 +47,7 @@ from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal
 
 @njit(nogil=True, cache=True)
 def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, out, o, planes, planes2,
-                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane, mh, mf, mcm, dz, dpl, dhs):
+                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane, mh, mf, mcm, dsc):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
     temporal scratch (float layouts with a reference and v2): jb, low: n
     u16 / u32; th: int32[4 * NCTX * 65]; ha, hx: int32[ns * 1024]; thist,
@@ -55,8 +56,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3;
     mh: int64[4096], mf, mcm: int64[MCTX_K * 256] for the mantissa-context
     mode, jb then >= n u16 too; the delta mode (v6, a reference, float
-    layouts): dz uint32[>= n], dpl uint8[unit + 2, >= n], dhs
-    int64[DPLAN_TABLES * 256]).
+    layouts): dsc = delta_scratch(...), one per driver).
     fv: the newest format version whose modes may be used (1, 2 or 3; 4:
     3's modes, the checksum over 64-bit words; 5: 4's and the
     mantissa-context mode, bf16, only where size comes first; 6: 5's and
@@ -112,12 +112,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     db = 0
     dq = 8
     dm = 0
-    dh = np.zeros((unit + 2, 4, 256), np.int64)
-    dlens = np.zeros((unit + 2, 256), np.uint8)
-    dmodes = np.zeros(unit + 2, np.int64)
-    dsizes = np.zeros(unit + 2, np.int64)
-    df = np.zeros((unit + 2) * 256, np.int64)
-    dcm = np.zeros((unit + 2) * 256, np.int64)
+    dz, dpl, dhs, dh, dlens, dmodes, dsizes, df, dcm = dsc
     est_a = -1
     fast_x = False   # prefer="fast" and the XOR coding may pay: counted exactly
     if do_d:
@@ -438,9 +433,7 @@ def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns
     rplane = np.empty(m if fv >= 3 else 1, np.uint8)
     mc = pref == PREF_SIZE and fv >= 5 and layout == LAYOUT_BF16   # the mantissa-context mode may be planned
     dm = m if (tm > 1 and fv >= 6) else 1   # the delta mode's scratch
-    dz = np.empty(dm, np.uint32)
-    dpl = np.empty((unit + 2, dm), np.uint8)
-    dhs = np.empty(DPLAN_TABLES * 256 if dm > 1 else 1, np.int64)
+    dsc = delta_scratch(unit, dm)
     # (jb: the temporal mode's joint symbols, or the mantissa-context mode's)
     jb = np.empty(m if tm > 1 or mc else 1, np.uint16)
     low = np.empty(tm, np.uint32)
@@ -462,7 +455,7 @@ def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns
         n = min(chunk, total - start)
         sz, ck, u = encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, scratch,
                                  c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
-                                 tbuf[:2 * n + 16], rbuf, kbt, et, rplane, mh, mf, mcm, dz, dpl, dhs)
+                                 tbuf[:2 * n + 16], rbuf, kbt, et, rplane, mh, mf, mcm, dsc)
         sizes[c] = sz
         chks[c] = ck
         used[c] = u

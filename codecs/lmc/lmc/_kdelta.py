@@ -21,24 +21,15 @@ from numba import njit
 from ._intrinsics import clz64, load_u32, load_u64, store_u32
 from ._kbase import CHUNK_DELTA, ERR_DELTA, ERR_TRAIL, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, OK, _U0
 from ._khuffman import histo4
-from ._kstreams import _read_record, _write_streams, analyze_hist, analyze_planes, check_records, decode_records
+from ._kstreams import (_read_record, _write_streams, analyze_hist, analyze_planes, check_records, count_streams,
+                        decode_records)
+from ._ktemporal import _mono, _unmono
 
 DSAMPLE = 64            # the plan counts one 64-element block in DSAMPLE
 DSAMPLE_MIN = 4096      # below this many elements the plan counts every element
 DPLAN_TABLES = 8 + 3 * 8   # the plan's histograms (_plan)
 FAST_RAW = 16           # prefer="fast": a Huffman stream saving less than 1/FAST_RAW is stored raw,
 FAST_MIN_HUFF = 8192    # and so is one of fewer symbols (its decoder tables cost more than it saves)
-
-
-@njit(nogil=True, cache=True)
-def _mono(v, sb):
-    """Sign-magnitude bits -> monotone integer (as _ktemporal._mono)."""
-    return v ^ sb ^ (-np.int64((v & sb) != 0) & (sb - 1))
-
-
-@njit(nogil=True, cache=True)
-def _unmono(m, sb):
-    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
 
 
 @njit(nogil=True, cache=True)
@@ -78,7 +69,7 @@ def _dz(x, r, n, W, z):
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
     for i in range(n):  # branch-free: vectorizes
-        d = (_mono(np.int64(x[i]), sb) - _mono(np.int64(r[i]), sb)) & mask
+        d = (_mono(np.int64(x[i]), sb, mask) - _mono(np.int64(r[i]), sb, mask)) & mask
         neg = (d >> (W - 1)) & 1
         z[i] = np.uint32(((d << 1) & mask) ^ (-neg & mask))
 
@@ -193,23 +184,22 @@ def _count_sample(x, r, n, layout, hs):
     for b0 in range(0, n - 63, 64 * DSAMPLE):
         for i in range(b0, b0 + 64):
             v = np.int64(x[i])
-            for u in range(2):
-                t = 1024 * u
-                if layout == LAYOUT_F32:
-                    hs[t + ((v >> 23) & 0xFF)] += 1
-                    hs[t + 256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
-                    hs[t + 512 + ((v >> 8) & 0xFF)] += 1
-                    hs[t + 768 + (v & 0xFF)] += 1
-                elif layout == LAYOUT_BF16:
-                    hs[t + ((v >> 7) & 0xFF)] += 1
-                    hs[t + 256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
-                else:
-                    hs[t + ((v >> 10) & 0x1F)] += 1
-                    hs[t + 256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
-                    hs[t + 512 + (v & 0xFF)] += 1
-                v ^= np.int64(r[i])
+            count_streams(hs, 0, v, layout)
+            count_streams(hs, 1024, v ^ np.int64(r[i]), layout)
         m += 64
     return m
+
+
+@njit(nogil=True, cache=True)
+def delta_scratch(unit, m):
+    """The encoder's scratch for the delta mode, one set per chunk-range driver (m: the largest chunk + 16, or
+    1 where the mode cannot be taken): (z, the stream rows, the plan's and the samplers' counts, and per stream
+    row the analysis' counts, code lengths, modes, sizes, rANS tables and cumulative frequencies)."""
+    r = unit + 2
+    k = r if m > 1 else 1
+    return (np.empty(m, np.uint32), np.empty((r, m), np.uint8), np.empty(DPLAN_TABLES * 256 if m > 1 else 1, np.int64),
+            np.empty((k, 4, 256), np.int64), np.empty((k, 256), np.uint8), np.empty(k, np.int64), np.empty(k, np.int64),
+            np.zeros(k * 256, np.int64), np.zeros(k * 256, np.int64))
 
 
 @njit(nogil=True, cache=True)
@@ -319,6 +309,7 @@ def delta_analyze(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, rm, fast):
     analyses count them."""
     if fast:
         rm = 0
+    h[:] = 0   # (the driver's scratch: counted into by analyze_planes)
     nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
     cost = 6 + analyze_planes(dpl[0:nb], n, nb, h[0:nb], lens[0:nb], modes[0:nb], sizes[0:nb], f[0:256 * nb],
                               cm[0:256 * nb], rm)
@@ -579,21 +570,21 @@ def _finish(o, r, n, W, c, nib, l0, l1, l2, nr):
         for i in range(n):
             zv = ((np.int64(o[i]) << c) | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
     elif nb == 1:
         for i in range(n):
             zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
     elif nb == 2:
         for i in range(n):
             zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
                   | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
     else:
         for i in range(n):
             zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8) | (np.int64(l2[i]) << 16)
                   | ((np.int64(nr[i]) & nm) << s8)) & mask
             d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb) + d) & mask, sb)
+            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)

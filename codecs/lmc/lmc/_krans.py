@@ -163,62 +163,21 @@ def build_rans_dtab(f, cm, c0, dtab, t0):
 
 
 @njit(nogil=True, cache=True)
-def _renc(x, s, f, cm, inv, buf, p):
-    """Encode symbol index s (table * 256 + symbol) into state x, pushing
-    at most one 16-bit word below buf[p]; returns (x, p).  x // f by a
-    double reciprocal, corrected to the exact quotient (x < 2^32, f <= 2^12:
-    the product is off by less than one only when f divides x)."""
-    fs = ld(f, s)
-    # branchless renormalisation: the word is stored speculatively (p >= 16
-    # + 2 * the words still to come, so p - 2 is inside buf)
-    g = np.int64(x >= (fs << 20))
-    store_u16(buf, p - 2, np.uint16(x & 0xFFFF))
-    p -= g << 1
-    x >>= g << 4
-    q = np.int64(np.float64(x) * ld(inv, s))
-    r = x - q * fs
-    if r >= fs:
-        q += 1
-        r -= fs
-    return (q << PROB_BITS) + r + ld(cm, s), p
-
-
-@njit(nogil=True, cache=True)
 def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf):
     """Encode syms[0:n] (table ctxs[i] if use_ctx else 0) backwards; the
     stream (4 u32 final states, then the 16-bit words in decoding order) is
-    placed at the end of buf (len >= 2n + 16).  Returns its start."""
-    inv = np.empty(f.size, np.float64)
+    placed at the end of buf (len >= 2n + 16).  Returns its start.  (The
+    context coder's encoder, _tenc, with an entry per symbol of f's tables.)"""
+    et = np.zeros(2 * f.size, np.uint64)
     for j in range(f.size):
-        inv[j] = 1.0 / f[j] if f[j] > 0 else 0.0
-    p = buf.size
-    xs = np.empty(4, np.int64)
-    xs[:] = RANS_L
-    n4 = n & ~3
-    for i in range(n - 1, n4 - 1, -1):  # the last n % 4 symbols first
-        s = np.int64(ld(syms, i))
-        if use_ctx:
-            s += np.int64(ld(ctxs, i)) << 8
-        xs[i & 3], p = _renc(xs[i & 3], s, f, cm, inv, buf, p)
-    x0 = xs[0]
-    x1 = xs[1]
-    x2 = xs[2]
-    x3 = xs[3]
-    for g in range(n4 - 4, -1, -4):
-        s3 = np.int64(ld(syms, g + 3))
-        s2 = np.int64(ld(syms, g + 2))
-        s1 = np.int64(ld(syms, g + 1))
-        s0 = np.int64(ld(syms, g))
-        if use_ctx:
-            s3 += np.int64(ld(ctxs, g + 3)) << 8
-            s2 += np.int64(ld(ctxs, g + 2)) << 8
-            s1 += np.int64(ld(ctxs, g + 1)) << 8
-            s0 += np.int64(ld(ctxs, g)) << 8
-        x3, p = _renc(x3, s3, f, cm, inv, buf, p)
-        x2, p = _renc(x2, s2, f, cm, inv, buf, p)
-        x1, p = _renc(x1, s1, f, cm, inv, buf, p)
-        x0, p = _renc(x0, s0, f, cm, inv, buf, p)
-    return rans_put_states(buf, p, x0, x1, x2, x3)
+        if f[j] > 0:
+            _enc_entry(f[j], cm[j], 0, et, j)
+    if not use_ctx:
+        return _tenc(syms, n, et, buf)
+    jb = np.empty(n, np.int64)
+    for i in range(n):
+        jb[i] = (np.int64(ctxs[i]) << 8) + np.int64(syms[i])
+    return _tenc(jb, n, et, buf)
 
 
 @njit(nogil=True, cache=True)

@@ -63,6 +63,24 @@ def stream_count(data, ref, use_ref, start, n, layout, hs):
 
 
 @njit(nogil=True, cache=True)
+def count_streams(hs, t, v, layout):
+    """Count the bytes of unit v (or its XOR with the reference) in its byte streams as stream_count splits
+    them, stream s at hs[t + 256 * s:] (one table per stream: the samplers' counts)."""
+    if layout == LAYOUT_F32:
+        hs[t + ((v >> 23) & 0xFF)] += 1
+        hs[t + 256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
+        hs[t + 512 + ((v >> 8) & 0xFF)] += 1
+        hs[t + 768 + (v & 0xFF)] += 1
+    elif layout == LAYOUT_BF16:
+        hs[t + ((v >> 7) & 0xFF)] += 1
+        hs[t + 256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
+    else:
+        hs[t + ((v >> 10) & 0x1F)] += 1
+        hs[t + 256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
+        hs[t + 512 + (v & 0xFF)] += 1
+
+
+@njit(nogil=True, cache=True)
 def stream_hist(hs, ns, h):
     """int32 stream counts hs[s * 1024 + k * 256 + c] -> int64 h[s, k, c]."""
     for s in range(ns):

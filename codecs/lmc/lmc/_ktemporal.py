@@ -12,6 +12,7 @@ from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAY
                      NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _slow_load)
 from ._krans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
                      rans_cost_bits, rans_normalize, read_ctx_tables)
+from ._kstreams import count_streams
 
 
 # ---------------------------------------------------------------------------
@@ -184,19 +185,7 @@ def _tsample(x, r, n, layout, E, ts, xs):
             nz = np.int64(k != 0)
             raw += k - nz
             ts[c * KS + 2 * k - nz + neg] += 1
-            xr = xv ^ rv
-            if layout == LAYOUT_BF16:
-                xs[(xr >> 7) & 0xFF] += 1
-                xs[256 + (((xr >> 8) & 0x80) | (xr & 0x7F))] += 1
-            elif layout == LAYOUT_F16:
-                xs[(xr >> 10) & 0x1F] += 1
-                xs[256 + (((xr >> 13) & 4) | ((xr >> 8) & 3))] += 1
-                xs[512 + (xr & 0xFF)] += 1
-            else:
-                xs[(xr >> 23) & 0xFF] += 1
-                xs[256 + (((xr >> 24) & 0x80) | ((xr >> 16) & 0x7F))] += 1
-                xs[512 + ((xr >> 8) & 0xFF)] += 1
-                xs[768 + (xr & 0xFF)] += 1
+            count_streams(xs, 0, xv ^ rv, layout)
         m += 4
     return raw, m
 
