@@ -42,6 +42,13 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
     def clz64(x):
         return 64 - int(x).bit_length()
 
+    def ctz64(x):
+        x = int(x)
+        return (x & -x).bit_length() - 1 if x else 64
+
+    def popcnt64(x):
+        return bin(int(x)).count("1")
+
     def mulhi64(a, b):
         return np.uint64((int(a) * int(b)) >> 64)
 
@@ -222,6 +229,28 @@ else:
 
         def codegen(context, builder, signature, args):
             return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+        return sig, codegen
+
+    @intrinsic
+    def ctz64(typingctx, x):
+        """Count of trailing zero bits of a uint64 (64 for 0), as int64."""
+        if not (isinstance(x, types.Integer) and x.bitwidth == 64):
+            return None
+        sig = types.int64(x)
+
+        def codegen(context, builder, signature, args):
+            return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+        return sig, codegen
+
+    @intrinsic
+    def popcnt64(typingctx, x):
+        """Count of set bits of a uint64, as int64."""
+        if not (isinstance(x, types.Integer) and x.bitwidth == 64):
+            return None
+        sig = types.int64(x)
+
+        def codegen(context, builder, signature, args):
+            return builder.ctpop(args[0])
         return sig, codegen
 
     @intrinsic

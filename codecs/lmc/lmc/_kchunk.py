@@ -112,7 +112,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     db = 0
     dq = 8
     dm = 0
-    dz, dpl, dhs, dh, dlens, dmodes, dsizes, df, dcm = dsc
+    dz, dpl, dhs, dh, dlens, dmodes, dsizes, df, dcm, dpos, dmk = dsc
     est_a = -1
     fast_x = False   # prefer="fast" and the XOR coding may pay: counted exactly
     if do_d:
@@ -139,7 +139,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         chk = checksum_units(data, start, n, unit, wk)
         if do_d:
             delta_z(data, ref, start, n, layout, dz)
-            dm = delta_build(dz, n, 8 * unit, db, dq, dpl)
+            dm = delta_build(dz, n, 8 * unit, db, dq, dpl, dpos, dmk)
             cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast)
             if fast:
                 # where the delta mode is clearly smaller than the alone and

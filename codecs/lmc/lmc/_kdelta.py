@@ -18,7 +18,7 @@ are branch-free loops over the elements, except the escape fix-up, which visits 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import clz64, load_u32, load_u64, store_u32
+from ._intrinsics import ctz64, load_u32, load_u64, popcnt64, store_u32
 from ._kbase import CHUNK_DELTA, ERR_DELTA, ERR_TRAIL, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, OK, _U0
 from ._khuffman import histo4
 from ._kstreams import (_read_record, _write_streams, analyze_hist, analyze_planes, check_records, count_streams,
@@ -30,6 +30,7 @@ DSAMPLE_MIN = 4096      # below this many elements the plan counts every element
 DPLAN_TABLES = 8 + 3 * 8   # the plan's histograms (_plan)
 FAST_RAW = 16           # prefer="fast": a Huffman stream saving less than 1/FAST_RAW is stored raw,
 FAST_MIN_HUFF = 8192    # and so is one of fewer symbols (its decoder tables cost more than it saves)
+ESC_K = 4               # escapes found per 64-field block without a branch each (_escape_positions)
 
 
 @njit(nogil=True, cache=True)
@@ -193,13 +194,15 @@ def _count_sample(x, r, n, layout, hs):
 @njit(nogil=True, cache=True)
 def delta_scratch(unit, m):
     """The encoder's scratch for the delta mode, one set per chunk-range driver (m: the largest chunk + 16, or
-    1 where the mode cannot be taken): (z, the stream rows, the plan's and the samplers' counts, and per stream
-    row the analysis' counts, code lengths, modes, sizes, rANS tables and cumulative frequencies)."""
+    1 where the mode cannot be taken): (z, the stream rows, the plan's and the samplers' counts, per stream
+    row the analysis' counts, code lengths, modes, sizes, rANS tables and cumulative frequencies, and the
+    escapes' positions and block masks)."""
     r = unit + 2
     k = r if m > 1 else 1
     return (np.empty(m, np.uint32), np.empty((r, m), np.uint8), np.empty(DPLAN_TABLES * 256 if m > 1 else 1, np.int64),
             np.empty((k, 4, 256), np.int64), np.empty((k, 256), np.uint8), np.empty(k, np.int64), np.empty(k, np.int64),
-            np.zeros(k * 256, np.int64), np.zeros(k * 256, np.int64))
+            np.zeros(k * 256, np.int64), np.zeros(k * 256, np.int64), np.empty(m + ESC_K, np.int64),
+            np.empty((m >> 6) + 2, np.uint64))
 
 
 @njit(nogil=True, cache=True)
@@ -215,11 +218,11 @@ def delta_rows(c, q, n, W):
 
 
 @njit(nogil=True, cache=True)
-def delta_build(z, n, W, c, q, dpl):
+def delta_build(z, n, W, c, q, dpl, pos, mk):
     """The streams of the plan (c, q) into dpl rows (delta_rows): the c // 8 low byte streams (n bytes),
     the nibble stream where c % 8 = 4 (ceil(n / 2) bytes), the packed stream (ceil(n / g) bytes, unused
     fields of the last byte zero) and the ceil((W - c) / 8) escape streams (m bytes each).  Returns m, the
-    number of escapes."""
+    number of escapes (pos: int64[>= n + ESC_K], mk: uint64[>= n / 64 + 2] scratch)."""
     nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
     for j in range(nb):
         p = dpl[j]
@@ -254,16 +257,11 @@ def delta_build(z, n, W, c, q, dpl):
                 acc |= min(np.int64(z[i]) >> sh, M) << (2 * (i & 3))
             pk[n >> 2] = np.uint8(acc)
     # the escapes, in order, found as the decoder finds them
-    m = 0
-    n8 = npk & ~7
-    for k in range(0, npk, 8):
-        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, npk), q)
-        while a != _U0:
-            e = (np.int64(z[_lowest_field(a, k, q)]) >> sh) - M
-            for j in range(ne):
-                dpl[er + j, m] = np.uint8((e >> (8 * j)) & 255)
-            m += 1
-            a &= a - np.uint64(1)
+    m = _escape_positions(mk, _escape_masks(pk, npk, q, mk), pos, n)
+    for t in range(m):
+        e = (np.int64(z[pos[t]]) >> sh) - M
+        for j in range(ne):
+            dpl[er + j, t] = np.uint8((e >> (8 * j)) & 255)
     return m
 
 
@@ -292,11 +290,100 @@ def _all_ones(w, q):
 
 
 @njit(nogil=True, cache=True)
-def _lowest_field(a, k, q):
-    """The element of a's lowest set bit (_all_ones of the bytes from k)."""
-    bit = np.int64(63 - clz64(a & (~a + np.uint64(1))))
-    lq = 1 if q == 2 else (2 if q == 4 else 3)   # (shifts: a division here would cost more than the rest)
-    return (k << (3 - lq)) + (bit >> lq)
+def _escape_masks(pk, npk, q, mk):
+    """mk[b] = the escapes among fields 64b .. 64b + 63 of the packed stream pk[0:npk] (_escapes64) for
+    every block; returns the number of blocks (ceil(npk / 8q)).  The full blocks in a loop of word
+    operations only (vectorizes)."""
+    fb = 8 * q
+    nf = npk // fb
+    if q == 8:
+        for b in range(nf):
+            a = _U0
+            for t in range(8):
+                a |= _ff8(load_u64(pk, 64 * b + 8 * t)) << np.uint64(8 * t)
+            mk[b] = a
+    elif q == 4:
+        for b in range(nf):
+            a = _U0
+            for t in range(4):
+                a |= _gather(_all_ones(load_u64(pk, 32 * b + 8 * t), 4), 4) << np.uint64(16 * t)
+            mk[b] = a
+    else:
+        for b in range(nf):
+            mk[b] = (_gather(_all_ones(load_u64(pk, 16 * b), 2), 2)
+                     | (_gather(_all_ones(load_u64(pk, 16 * b + 8), 2), 2) << np.uint64(32)))
+    if nf * fb < npk:
+        mk[nf] = _escapes64(pk, nf * fb, q, npk)
+        return nf + 1
+    return nf
+
+
+@njit(nogil=True, cache=True)
+def _escape_positions(mk, nbk, pos, lim):
+    """pos[0:k] = the fields of the escapes of the nbk block masks mk, in order; returns k, or -1 where
+    there are more than lim (pos: int64[>= lim + ESC_K]).  ESC_K positions a block are written whether
+    or not there are as many (those past the block's count are overwritten or unused): a branch that
+    mispredicts only in the rare block with more."""
+    j = 0
+    for b in range(nbk):
+        a = mk[b]
+        pc = popcnt64(a)
+        if j + pc > lim:
+            return -1
+        i0 = 64 * b
+        for t in range(ESC_K):
+            pos[j + t] = i0 + ctz64(a)
+            a &= a - np.uint64(1)
+        if pc > ESC_K:
+            jj = j + ESC_K
+            while a != _U0:
+                pos[jj] = i0 + ctz64(a)
+                jj += 1
+                a &= a - np.uint64(1)
+        j += pc
+    return j
+
+
+@njit(nogil=True, cache=True)
+def _ff8(w):
+    """The bytes of w that are 0xff: bit t set where byte t is (_all_ones and _gather of q = 8, in fewer
+    operations)."""
+    v = ~w
+    f = ~(((v & np.uint64(0x7F7F7F7F7F7F7F7F)) + np.uint64(0x7F7F7F7F7F7F7F7F)) | v) & np.uint64(0x8080808080808080)
+    return ((f >> np.uint64(7)) * np.uint64(0x0102040810204080)) >> np.uint64(56)
+
+
+@njit(nogil=True, cache=True)
+def _escapes64(pk, k, q, npk):
+    """The escapes among the 64 fields of the packed bytes pk[k:k + 8q] (zero past npk): bit t set where
+    field t is all ones (branch-free: each word's _all_ones bits gathered to the low bits)."""
+    a = _U0
+    nw = q   # words of 64 fields
+    sh = 64 // q
+    for t in range(nw):
+        b = k + 8 * t
+        w = _all_ones(load_u64(pk, b) if b + 8 <= npk else _word(pk, b, npk), q) if b < npk else _U0
+        a |= _gather(w, q) << np.uint64(sh * t)
+    return a
+
+
+@njit(nogil=True, cache=True)
+def _gather(x, q):
+    """The bits of x at 0, q, 2q, .. (64 / q of them) to bits 0, 1, 2, ..."""
+    if q == 2:
+        x = (x | (x >> np.uint64(1))) & np.uint64(0x3333333333333333)
+        x = (x | (x >> np.uint64(2))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+        x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
+        x = (x | (x >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
+        return (x | (x >> np.uint64(16))) & np.uint64(0xFFFFFFFF)
+    if q == 4:
+        x = (x | (x >> np.uint64(3))) & np.uint64(0x0303030303030303)
+        x = (x | (x >> np.uint64(6))) & np.uint64(0x000F000F000F000F)
+        x = (x | (x >> np.uint64(12))) & np.uint64(0x000000FF000000FF)
+        return (x | (x >> np.uint64(24))) & np.uint64(0xFFFF)
+    x = (x | (x >> np.uint64(7))) & np.uint64(0x0003000300030003)
+    x = (x | (x >> np.uint64(14))) & np.uint64(0x0000000F0000000F)
+    return (x | (x >> np.uint64(28))) & np.uint64(0xFF)
 
 
 @njit(nogil=True, cache=True)
@@ -469,12 +556,13 @@ def delta_decode(blob, pos, end, n, layout, ref, start, out, planes, dec, dec3, 
 
 @njit(nogil=True, cache=True)
 def _unpack_nib(src, n, nr):
-    """nr[i] = nibble i of src (element 2j in the low nibble of byte j); the unused high nibble of an odd
-    count must be zero.  Returns a status."""
-    for k in range(n >> 1):
-        v = src[k]
-        nr[2 * k] = v & 15
-        nr[2 * k + 1] = v >> 4
+    """nr[i] = nibble i of src (element 2j in the low nibble of byte j; two nibbles written as one uint16, so
+    the loop vectorizes); the unused high nibble of an odd count must be zero.  Returns a status."""
+    n2 = n & ~1
+    w16 = nr[0:n2].view(np.uint16)
+    for k in range(n2 >> 1):
+        v = np.uint16(src[k])
+        w16[k] = (v & np.uint16(15)) | ((v >> np.uint16(4)) << np.uint16(8))
     if n & 1:
         v = src[n >> 1]
         if v >> 4:
@@ -495,44 +583,51 @@ def _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o, r, l0, l1, l2, nr):
     hv = _escape_values(planes, er, ne, m, M)
     if m > 0 and (_maxv(hv) >> (W - c)) != 0:
         return ERR_DELTA
-    j = 0
-    n8 = npk & ~7
-    for k in range(0, npk, 8):
-        a = _all_ones(load_u64(pk, k) if k < n8 else _word(pk, k, npk), q)
-        while a != _U0:
-            if j >= m:
-                return ERR_DELTA
-            o[_lowest_field(a, k, q)] = hv[j]
-            j += 1
-            a &= a - np.uint64(1)
+    mk = np.empty(npk // (8 * q) + 1, np.uint64)
+    pos = np.empty(m + ESC_K, np.int64)
+    j = _escape_positions(mk, _escape_masks(pk, npk, q, mk), pos, m)
     if j != m:
         return ERR_DELTA
+    for t in range(m):
+        o[pos[t]] = hv[t]
     _finish(o, r, n, W, c, nib, l0, l1, l2, nr)
     return OK
 
 
 @njit(nogil=True, cache=True)
 def _unpack(pk, n, q, o):
-    """o[i] = field i of the packed stream."""
+    """o[i] = field i of the packed stream (o: uint16 or uint32; the fields of a byte written as one wide
+    store, so the loops vectorize)."""
     if q == 8:
         for i in range(n):
             o[i] = pk[i]
+        return
+    g = 8 // q
+    nf = n - n % g
+    if o.itemsize == 2 and q == 4:
+        w32 = o[0:nf].view(np.uint32)
+        for k in range(nf >> 1):
+            v = np.uint32(pk[k])
+            w32[k] = (v & np.uint32(15)) | ((v >> np.uint32(4)) << np.uint32(16))
+    elif o.itemsize == 2:
+        w64 = o[0:nf].view(np.uint64)
+        for k in range(nf >> 2):
+            v = np.uint64(pk[k])
+            w64[k] = ((v & np.uint64(3)) | (((v >> np.uint64(2)) & np.uint64(3)) << np.uint64(16))
+                      | (((v >> np.uint64(4)) & np.uint64(3)) << np.uint64(32)) | ((v >> np.uint64(6)) << np.uint64(48)))
     elif q == 4:
-        for k in range(n >> 1):
-            v = pk[k]
-            o[2 * k] = v & 15
-            o[2 * k + 1] = v >> 4
-        if n & 1:
-            o[n - 1] = pk[n >> 1] & 15
+        w64 = o[0:nf].view(np.uint64)
+        for k in range(nf >> 1):
+            v = np.uint64(pk[k])
+            w64[k] = (v & np.uint64(15)) | ((v >> np.uint64(4)) << np.uint64(32))
     else:
-        for k in range(n >> 2):
-            v = pk[k]
-            o[4 * k] = v & 3
-            o[4 * k + 1] = (v >> 2) & 3
-            o[4 * k + 2] = (v >> 4) & 3
-            o[4 * k + 3] = v >> 6
-        for i in range(n & ~3, n):
-            o[i] = (pk[n >> 2] >> (2 * (i & 3))) & 3
+        w64 = o[0:nf].view(np.uint64)
+        for k in range(nf >> 2):
+            v = np.uint64(pk[k])
+            w64[2 * k] = (v & np.uint64(3)) | (((v >> np.uint64(2)) & np.uint64(3)) << np.uint64(32))
+            w64[2 * k + 1] = ((v >> np.uint64(4)) & np.uint64(3)) | ((v >> np.uint64(6)) << np.uint64(32))
+    for i in range(nf, n):
+        o[i] = (pk[i // g] >> (q * (i % g))) & ((1 << q) - 1)
 
 
 @njit(nogil=True, cache=True)
