@@ -34,10 +34,23 @@ ESC_K = 4               # escapes found per 64-field block without a branch each
 
 
 @njit(nogil=True, cache=True)
+def _log2_table(k):
+    """log2(c) for c < k, by the compiled code's own log2 (what _hcost computes above the table)."""
+    t = np.zeros(k, np.float64)
+    for c in range(1, k):
+        t[c] = np.log2(np.float64(c))
+    return t
+
+
+LOG2_K = 4096
+_LOG2 = _log2_table(LOG2_K)   # (a constant of the compiled kernels)
+
+
+@njit(nogil=True, cache=True)
 def _hcost(hs, c0):
     """Estimated bits of a Huffman code of the counts hs[c0:c0+256]: each symbol at its information
     content but at least one bit (a Huffman code's floor, its largest loss on a skewed stream); 0 for one
-    symbol or none.  (Cheap: no code is built.)"""
+    symbol or none.  (Cheap: no code is built, and a count's log2 is looked up.)"""
     tot = 0
     k = 0
     for s in range(256):
@@ -50,7 +63,7 @@ def _hcost(hs, c0):
     for s in range(256):
         c = hs[c0 + s]
         if c > 0:
-            bits += c * max(1.0, lt - np.log2(np.float64(c)))
+            bits += c * max(1.0, lt - (_LOG2[c] if c < LOG2_K else np.log2(np.float64(c))))
     return np.int64(bits)
 
 
@@ -124,11 +137,14 @@ def _plan(x, r, n, W, hs):
                 hs[t + 512 + min(h1, 255)] += 1
                 hs[t + 512 + min(h2, 255)] += 1
                 hs[t + 512 + min(h3, 255)] += 1
-                esc[3 * ci] += (np.int64(h0 >= 3) + np.int64(h1 >= 3) + np.int64(h2 >= 3) + np.int64(h3 >= 3))
-                esc[3 * ci + 1] += (np.int64(h0 >= 15) + np.int64(h1 >= 15) + np.int64(h2 >= 15)
-                                    + np.int64(h3 >= 15))
-                esc[3 * ci + 2] += (np.int64(h0 >= 255) + np.int64(h1 >= 255) + np.int64(h2 >= 255)
-                                    + np.int64(h3 >= 255))
+    # the escapes (fields all ones), from the packed streams' counts
+    for ci in range(nc):
+        t = (8 + 3 * ci) * 256
+        for v in range(256):
+            esc[3 * ci] += hs[t + v] * (np.int64(v & 3 == 3) + np.int64((v >> 2) & 3 == 3)
+                                        + np.int64((v >> 4) & 3 == 3) + np.int64(v >> 6 == 3))
+            esc[3 * ci + 1] += hs[t + 256 + v] * (np.int64(v & 15 == 15) + np.int64(v >> 4 == 15))
+        esc[3 * ci + 2] = hs[t + 512 + 255]
     best = np.int64(1) << 62
     bc = 0
     bq = 8
