@@ -592,7 +592,6 @@ def _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o, r, l0, l1, l2, nr):
     """The decoded streams -> the units o (against r; l0..l2: the low byte streams, decoded or in the
     blob; nr: the nibble stream, one a byte): the fields into o, the escapes' values added, then the units
     (branch-free loops but the escapes': vectorize).  Returns a status."""
-    _unpack(pk, n, q, o)
     # the escapes: h = 2^q - 1 + e, which must fit the W - c bits above the cut (all checked first, in a
     # loop that vectorizes)
     M = (np.int64(1) << q) - 1
@@ -604,9 +603,14 @@ def _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o, r, l0, l1, l2, nr):
     j = _escape_positions(mk, _escape_masks(pk, npk, q, mk), pos, m)
     if j != m:
         return ERR_DELTA
-    for t in range(m):
-        o[pos[t]] = hv[t]
-    _finish(o, r, n, W, c, nib, l0, l1, l2, nr)
+    if q == 8:   # the units from the packed bytes themselves (an escape's field is all ones), then the escapes'
+        _finish(o, pk, r, n, W, c, nib, l0, l1, l2, nr)
+        _finish_at(o, pos, hv, m, r, W, c, nib, l0, l1, l2, nr)
+    else:        # the fields unpacked, the escapes' values put in, then the units
+        _unpack(pk, n, q, o)
+        for t in range(m):
+            o[pos[t]] = hv[t]
+        _finish(o, o, r, n, W, c, nib, l0, l1, l2, nr)
     return OK
 
 
@@ -668,10 +672,12 @@ def _maxv(a):
     return mx
 
 
-@njit(nogil=True, cache=True)
-def _finish(o, r, n, W, c, nib, l0, l1, l2, nr):
-    """o[i]: h -> the unit: z = h << c | the low part (c // 8 bytes, then the nibble where c % 8 = 4),
-    x = unmono(mono(r) + unzigzag(z)) (one loop per number of low bytes: vectorize)."""
+@njit(nogil=True, inline="always")
+def _finish(o, fld, r, n, W, c, nib, l0, l1, l2, nr):
+    """o[i] = the unit of the field h = fld[i] (o itself, or the packed bytes where q = 8): z = h << c | the
+    low part (c // 8 bytes, then the nibble where c % 8 = 4), x = unmono(mono(r) + unzigzag(z)); one loop
+    per number of low bytes, branch-free: they vectorize (inlined, so that where fld is o the compiler sees
+    one array: a loop reading and writing one array needs no overlap check)."""
     sb = np.int64(1) << (W - 1)
     mask = (np.int64(1) << W) - 1
     nb = c >> 3
@@ -679,23 +685,44 @@ def _finish(o, r, n, W, c, nib, l0, l1, l2, nr):
     nm = np.int64(15) if nib else np.int64(0)   # (nr holds zeros where there is no nibble stream)
     if nb == 0:
         for i in range(n):
-            zv = ((np.int64(o[i]) << c) | ((np.int64(nr[i]) & nm) << s8)) & mask
-            d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+            o[i] = _unit((np.int64(fld[i]) << c) | ((np.int64(nr[i]) & nm) << s8), np.int64(r[i]), sb, mask)
     elif nb == 1:
         for i in range(n):
-            zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | ((np.int64(nr[i]) & nm) << s8)) & mask
-            d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+            o[i] = _unit((np.int64(fld[i]) << c) | np.int64(l0[i]) | ((np.int64(nr[i]) & nm) << s8),
+                         np.int64(r[i]), sb, mask)
     elif nb == 2:
         for i in range(n):
-            zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
-                  | ((np.int64(nr[i]) & nm) << s8)) & mask
-            d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+            o[i] = _unit((np.int64(fld[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
+                         | ((np.int64(nr[i]) & nm) << s8), np.int64(r[i]), sb, mask)
     else:
         for i in range(n):
-            zv = ((np.int64(o[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8) | (np.int64(l2[i]) << 16)
-                  | ((np.int64(nr[i]) & nm) << s8)) & mask
-            d = (zv >> 1) ^ (-(zv & 1) & mask)
-            o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+            o[i] = _unit((np.int64(fld[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
+                         | (np.int64(l2[i]) << 16) | ((np.int64(nr[i]) & nm) << s8), np.int64(r[i]), sb, mask)
+
+
+@njit(nogil=True, cache=True)
+def _finish_at(o, pos, hv, m, r, W, c, nib, l0, l1, l2, nr):
+    """_finish of the m escapes only: o[pos[t]] = the unit of h = hv[t]."""
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    nb = c >> 3
+    nm = np.int64(15) if nib else np.int64(0)
+    for t in range(m):
+        i = pos[t]
+        lo = (np.int64(nr[i]) & nm) << (8 * nb)
+        if nb > 0:
+            lo |= np.int64(l0[i])
+        if nb > 1:
+            lo |= np.int64(l1[i]) << 8
+        if nb > 2:
+            lo |= np.int64(l2[i]) << 16
+        o[i] = _unit((hv[t] << c) | lo, np.int64(r[i]), sb, mask)
+
+
+@njit(nogil=True, inline="always")
+def _unit(zv, rv, sb, mask):
+    """The unit x = unmono(mono(r) + unzigzag(z)) mod 2^W of z (its bits past W dropped) and the
+    reference unit r (branch-free)."""
+    zv &= mask
+    d = (zv >> 1) ^ (-(zv & 1) & mask)
+    return _unmono((_mono(rv, sb, mask) + d) & mask, sb, mask)

@@ -206,6 +206,43 @@ def test_every_cut_and_field_width_decodes(dt, const):
             assert _parse(Blob(blob).payloads[0], x.size, unit)["m"] == d["m"]
 
 
+@pytest.mark.parametrize("dt", [BF, np.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("q", [2, 4, 8])
+def test_escapes_per_block(dt, q):
+    """The decoder finds escapes 64 fields at a time, ESC_K (4) of a block without a branch each: blocks of
+    64 fields with 0, 1 (the last field), 4, 5, 63 and 64 escapes, then a last partial block (37 fields) all
+    escapes, written from FORMAT.md (every record raw); lmc and the oracle decode them, and packed fields that
+    mark one escape more or one fewer than m are refused."""
+    W = 8 * np.dtype(dt).itemsize
+    c = 4 if W == 16 else 8
+    M = (1 << q) - 1
+    per = [[], [63], [0, 9, 10, 40], [1, 2, 3, 4, 5], list(range(1, 64)), list(range(64))]
+    n = 64 * len(per) + 37
+    esc = np.zeros(n, bool)
+    for b, fs in enumerate(per):
+        esc[[64 * b + f for f in fs]] = True
+    esc[64 * len(per):] = True
+    g = np.random.default_rng(q)
+    h = np.where(esc, M + g.integers(0, 1 << (W - c - 1) if W - c - 1 < 12 else 1 << 12, n), g.integers(0, M, n))
+    z = (h << c) | g.integers(0, 1 << c, n)
+    d = np.where(z & 1, -((z + 1) >> 1), z >> 1)
+    r = (g.standard_normal(n) * 0.02).astype(np.float32).astype(dt)
+    x = stepped(r, d)
+    parts = _parts(x, r, c, q)
+    assert parts["m"] == esc.sum()
+    base = _one_chunk_blob(x, r)
+    assert _round_trip(x, r, base.pack([_payload(parts)])) == {6}
+    g8 = 8 // q
+    for i, v in ((5, M), (64 * 3 + 3, 0), (64 * 4 + 1, 0)):     # one more, one fewer (in blocks of 5 and 63)
+        pk = parts["packed"].copy()
+        pk[i // g8] = (int(pk[i // g8]) & ~(M << (q * (i % g8)))) | (v << (q * (i % g8)))
+        bad = base.pack([_payload(_with(parts, packed=pk))])
+        with pytest.raises(lmc.FormatError, match="chunk 0: "):
+            lmc.decompress(bad, reference=r)
+        with pytest.raises(ValueError):
+            pyref.decode(bad, r.tobytes())
+
+
 # ---------------------------------------------------------------------------
 # versions
 # ---------------------------------------------------------------------------
