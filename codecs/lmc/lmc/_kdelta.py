@@ -12,8 +12,8 @@ the unit - b bytes it may need.  Packing several small values into one byte lets
 less than one bit per element where most elements barely move: a Huffman code cannot go below one bit a
 symbol, and byte streams of z itself would (the reason the temporal mode used rANS).  Every stream is
 an ordinary stream record (raw / constant / Huffman / rANS, ``_kstreams``); the decoder's other passes
-are branch-free loops over the elements, except the escape fix-up, which visits only the escapes (found
-8 bytes at a time).  FORMAT.md, "Delta chunk"."""
+are branch-free loops over the elements; the escapes are found 64 fields at a time (a bit mask per block,
+ESC_K positions a block taken without a branch each) and fixed up alone.  FORMAT.md, "Delta chunk"."""
 
 import numpy as np
 from numba import njit
