@@ -220,38 +220,24 @@ else:
             return context.get_dummy_value()
         return sig, codegen
 
-    @intrinsic
-    def clz64(typingctx, x):
-        """Count of leading zero bits of a uint64 (64 for 0), as int64."""
-        if not (isinstance(x, types.Integer) and x.bitwidth == 64):
-            return None
-        sig = types.int64(x)
+    def _bit_count(emit, doc):
+        """An intrinsic of one uint64 argument returning int64, its value emit(builder, x)."""
+        @intrinsic
+        def _count(typingctx, x):
+            if not (isinstance(x, types.Integer) and x.bitwidth == 64):
+                return None
+            sig = types.int64(x)
 
-        def codegen(context, builder, signature, args):
-            return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
-        return sig, codegen
+            def codegen(context, builder, signature, args):
+                return emit(builder, args[0])
+            return sig, codegen
+        _count.__doc__ = doc
+        return _count
 
-    @intrinsic
-    def ctz64(typingctx, x):
-        """Count of trailing zero bits of a uint64 (64 for 0), as int64."""
-        if not (isinstance(x, types.Integer) and x.bitwidth == 64):
-            return None
-        sig = types.int64(x)
-
-        def codegen(context, builder, signature, args):
-            return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
-        return sig, codegen
-
-    @intrinsic
-    def popcnt64(typingctx, x):
-        """Count of set bits of a uint64, as int64."""
-        if not (isinstance(x, types.Integer) and x.bitwidth == 64):
-            return None
-        sig = types.int64(x)
-
-        def codegen(context, builder, signature, args):
-            return builder.ctpop(args[0])
-        return sig, codegen
+    _NOT_POISON = ir.Constant(ir.IntType(1), 0)   # (a zero argument is defined: 64)
+    clz64 = _bit_count(lambda b, x: b.ctlz(x, _NOT_POISON), "Count of leading zero bits of a uint64 (64 for 0).")
+    ctz64 = _bit_count(lambda b, x: b.cttz(x, _NOT_POISON), "Count of trailing zero bits of a uint64 (64 for 0).")
+    popcnt64 = _bit_count(lambda b, x: b.ctpop(x), "Count of set bits of a uint64.")
 
     @intrinsic
     def mulhi64(typingctx, a, b):

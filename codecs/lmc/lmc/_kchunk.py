@@ -38,8 +38,9 @@ from ._kbase import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STO
 from ._khuffman import histo4
 from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
                         exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
-from ._kdelta import (check_delta, delta_analyze, delta_build, delta_decode, delta_plan, delta_scratch, delta_write,
-                      delta_z, stream_estimates)
+from ._kdelta import (delta_analyze, delta_build, delta_plan, delta_scratch, delta_write, delta_z,
+                      stream_estimates)
+from ._kdelta_dec import check_delta, delta_decode
 from ._kmctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
 from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
@@ -576,9 +577,9 @@ def checksum_range(data, total, chunk, unit, wk, chks, c0, c1):
 def _checked_pure_python():
     """LMC_CHECKED=1 with NUMBA_DISABLE_JIT=1: the kernels allocate checked
     arrays (lmc._core passes its buffers as checked arrays too)."""
-    from . import _intrinsics, _kbase, _khuffman, _kmctx, _krans, _kstreams, _ktemporal
+    from . import _intrinsics, _kbase, _kdelta, _kdelta_dec, _khuffman, _kmctx, _krans, _kstreams, _ktemporal
     import sys
-    for m in (_kbase, _khuffman, _krans, _kstreams, _ktemporal, _kmctx, sys.modules[__name__]):
+    for m in (_kbase, _khuffman, _krans, _kstreams, _ktemporal, _kmctx, _kdelta, _kdelta_dec, sys.modules[__name__]):
         m.np = _intrinsics.checked_numpy
 
 

@@ -1,36 +1,35 @@
-"""lmc kernels: the delta chunk mode of format v6 - fp32 / fp16 / bf16 coded against a reference (the
-previous checkpoint) through byte streams only, so that it decodes at the speed of the byte-stream
-modes: the plan from a sample (``delta_plan``), the streams (``delta_build``), the writer, the
-structural check (``check_delta``) and the decoder (``delta_decode``).
+"""lmc kernels: the delta chunk mode of format v6, the encoder - fp32 / fp16 / bf16 coded against a reference
+(the previous checkpoint) through byte streams only, so that it decodes at the speed of the byte-stream modes:
+the plan from a sample (``delta_plan``), the alone and XOR codings' estimates for prefer="fast"
+(``stream_estimates``), the streams (``delta_build``), their codings (``delta_analyze``) and the writer
+(``delta_write``).  The layout, the structural check and the decoder: ``_kdelta_dec``.
 
 Each element's change is z = zigzag(mono(x) - mono(r) mod 2^W), the same monotone map as the temporal
-mode (``_ktemporal._mono``): a small step of a weight is a small z, also across zero.  z is cut at bit
-8b: its b low bytes are b byte streams, and the high part h = z >> 8b (small where the plan is good) is
-packed g = 8 / q elements to a byte in fields of q bits (q = 2, 4 or 8), a field holding min(h, 2^q - 1);
-an element whose field is all ones (an escape) has h - (2^q - 1) in the escape streams, little-endian over
-the unit - b bytes it may need.  Packing several small values into one byte lets a Huffman code spend
-less than one bit per element where most elements barely move: a Huffman code cannot go below one bit a
-symbol, and byte streams of z itself would (the reason the temporal mode used rANS).  Every stream is
-an ordinary stream record (raw / constant / Huffman / rANS, ``_kstreams``); the decoder's other passes
-are branch-free loops over the elements; the escapes are found 64 fields at a time (a bit mask per block,
-ESC_K positions a block taken without a branch each) and fixed up alone.  FORMAT.md, "Delta chunk"."""
+mode (``_ktemporal._mono``): a small step of a weight is a small z, also across zero.  z is cut at a bit c
+(a multiple of 4): its c // 8 low bytes are byte streams, a nibble stream follows where c % 8 = 4, and the
+high part h = z >> c (small where the plan is good) is packed g = 8 / q elements to a byte in fields of q
+bits (q = 2, 4 or 8), a field holding min(h, 2^q - 1); an element whose field is all ones (an escape) has
+h - (2^q - 1) in the escape streams, little-endian over the bytes it may need.  Packing several small values
+into one byte lets a Huffman code spend less than one bit per element where most elements barely move: a
+Huffman code cannot go below one bit a symbol, and byte streams of z itself would (the reason the temporal
+mode used rANS).  Every stream is an ordinary stream record (raw / constant / Huffman / rANS, ``_kstreams``).
+FORMAT.md, "Delta chunk"."""
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import ctz64, load_u32, load_u64, popcnt64, store_u32
-from ._kbase import CHUNK_DELTA, ERR_DELTA, ERR_TRAIL, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, OK, _U0
+from ._intrinsics import store_u32
+from ._kbase import CHUNK_DELTA, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW
+from ._kdelta_dec import ESC_K, _escape_masks, _escape_positions, delta_rows
 from ._khuffman import histo4
-from ._kstreams import (_read_record, _write_streams, analyze_hist, analyze_planes, check_records, count_streams,
-                        decode_records)
-from ._ktemporal import _mono, _unmono
+from ._kstreams import _write_streams, analyze_hist, analyze_planes, count_streams
+from ._ktemporal import _mono
 
 DSAMPLE = 64            # the plan counts one 64-element block in DSAMPLE
 DSAMPLE_MIN = 4096      # below this many elements the plan counts every element
 DPLAN_TABLES = 8 + 3 * 8   # the plan's histograms (_plan)
 FAST_RAW = 16           # prefer="fast": a Huffman stream saving less than 1/FAST_RAW is stored raw,
 FAST_MIN_HUFF = 8192    # and so is one of fewer symbols (its decoder tables cost more than it saves)
-ESC_K = 4               # escapes found per 64-field block without a branch each (_escape_positions)
 
 
 @njit(nogil=True, cache=True)
@@ -222,18 +221,6 @@ def delta_scratch(unit, m):
 
 
 @njit(nogil=True, cache=True)
-def delta_rows(c, q, n, W):
-    """(number of low byte streams, whether a nibble stream follows, the packed stream's row and length,
-    the first escape row, the number of escape streams) of the plan (c, q); the rows of the low byte
-    streams are 0.., the nibble stream's the next."""
-    nb = c >> 3
-    nib = (c & 4) != 0
-    pr = nb + (1 if nib else 0)
-    g = 8 // q
-    return nb, nib, pr, (n + g - 1) // g, pr + 1, (W - c + 7) >> 3
-
-
-@njit(nogil=True, cache=True)
 def delta_build(z, n, W, c, q, dpl, pos, mk):
     """The streams of the plan (c, q) into dpl rows (delta_rows): the c // 8 low byte streams (n bytes),
     the nibble stream where c % 8 = 4 (ceil(n / 2) bytes), the packed stream (ceil(n / g) bytes, unused
@@ -279,127 +266,6 @@ def delta_build(z, n, W, c, q, dpl, pos, mk):
         for j in range(ne):
             dpl[er + j, t] = np.uint8((e >> (8 * j)) & 255)
     return m
-
-
-@njit(nogil=True, cache=True)
-def _word(pk, k, ns):
-    """The packed bytes pk[k:k+8] as a little-endian word (zero past ns)."""
-    if k + 8 <= ns:
-        return load_u64(pk, k)
-    w = _U0
-    for t in range(ns - k):
-        w |= np.uint64(pk[k + t]) << np.uint64(8 * t)
-    return w
-
-
-@njit(nogil=True, cache=True)
-def _all_ones(w, q):
-    """The all-ones q-bit fields of the word w: a bit at the lowest bit of each."""
-    a = w & (w >> np.uint64(1))
-    if q == 2:
-        return a & np.uint64(0x5555555555555555)
-    a &= a >> np.uint64(2)
-    if q == 4:
-        return a & np.uint64(0x1111111111111111)
-    a &= a >> np.uint64(4)
-    return a & np.uint64(0x0101010101010101)
-
-
-@njit(nogil=True, cache=True)
-def _escape_masks(pk, npk, q, mk):
-    """mk[b] = the escapes among fields 64b .. 64b + 63 of the packed stream pk[0:npk] (_escapes64) for
-    every block; returns the number of blocks (ceil(npk / 8q)).  The full blocks in a loop of word
-    operations only (vectorizes)."""
-    fb = 8 * q
-    nf = npk // fb
-    if q == 8:
-        for b in range(nf):
-            a = _U0
-            for t in range(8):
-                a |= _ff8(load_u64(pk, 64 * b + 8 * t)) << np.uint64(8 * t)
-            mk[b] = a
-    elif q == 4:
-        for b in range(nf):
-            a = _U0
-            for t in range(4):
-                a |= _gather(_all_ones(load_u64(pk, 32 * b + 8 * t), 4), 4) << np.uint64(16 * t)
-            mk[b] = a
-    else:
-        for b in range(nf):
-            mk[b] = (_gather(_all_ones(load_u64(pk, 16 * b), 2), 2)
-                     | (_gather(_all_ones(load_u64(pk, 16 * b + 8), 2), 2) << np.uint64(32)))
-    if nf * fb < npk:
-        mk[nf] = _escapes64(pk, nf * fb, q, npk)
-        return nf + 1
-    return nf
-
-
-@njit(nogil=True, cache=True)
-def _escape_positions(mk, nbk, pos, lim):
-    """pos[0:k] = the fields of the escapes of the nbk block masks mk, in order; returns k, or -1 where
-    there are more than lim (pos: int64[>= lim + ESC_K]).  ESC_K positions a block are written whether
-    or not there are as many (those past the block's count are overwritten or unused): a branch that
-    mispredicts only in the rare block with more."""
-    j = 0
-    for b in range(nbk):
-        a = mk[b]
-        pc = popcnt64(a)
-        if j + pc > lim:
-            return -1
-        i0 = 64 * b
-        for t in range(ESC_K):
-            pos[j + t] = i0 + ctz64(a)
-            a &= a - np.uint64(1)
-        if pc > ESC_K:
-            jj = j + ESC_K
-            while a != _U0:
-                pos[jj] = i0 + ctz64(a)
-                jj += 1
-                a &= a - np.uint64(1)
-        j += pc
-    return j
-
-
-@njit(nogil=True, cache=True)
-def _ff8(w):
-    """The bytes of w that are 0xff: bit t set where byte t is (_all_ones and _gather of q = 8, in fewer
-    operations)."""
-    v = ~w
-    f = ~(((v & np.uint64(0x7F7F7F7F7F7F7F7F)) + np.uint64(0x7F7F7F7F7F7F7F7F)) | v) & np.uint64(0x8080808080808080)
-    return ((f >> np.uint64(7)) * np.uint64(0x0102040810204080)) >> np.uint64(56)
-
-
-@njit(nogil=True, cache=True)
-def _escapes64(pk, k, q, npk):
-    """The escapes among the 64 fields of the packed bytes pk[k:k + 8q] (zero past npk): bit t set where
-    field t is all ones (branch-free: each word's _all_ones bits gathered to the low bits)."""
-    a = _U0
-    nw = q   # words of 64 fields
-    sh = 64 // q
-    for t in range(nw):
-        b = k + 8 * t
-        w = _all_ones(load_u64(pk, b) if b + 8 <= npk else _word(pk, b, npk), q) if b < npk else _U0
-        a |= _gather(w, q) << np.uint64(sh * t)
-    return a
-
-
-@njit(nogil=True, cache=True)
-def _gather(x, q):
-    """The bits of x at 0, q, 2q, .. (64 / q of them) to bits 0, 1, 2, ..."""
-    if q == 2:
-        x = (x | (x >> np.uint64(1))) & np.uint64(0x3333333333333333)
-        x = (x | (x >> np.uint64(2))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-        x = (x | (x >> np.uint64(4))) & np.uint64(0x00FF00FF00FF00FF)
-        x = (x | (x >> np.uint64(8))) & np.uint64(0x0000FFFF0000FFFF)
-        return (x | (x >> np.uint64(16))) & np.uint64(0xFFFFFFFF)
-    if q == 4:
-        x = (x | (x >> np.uint64(3))) & np.uint64(0x0303030303030303)
-        x = (x | (x >> np.uint64(6))) & np.uint64(0x000F000F000F000F)
-        x = (x | (x >> np.uint64(12))) & np.uint64(0x000000FF000000FF)
-        return (x | (x >> np.uint64(24))) & np.uint64(0xFFFF)
-    x = (x | (x >> np.uint64(7))) & np.uint64(0x0003000300030003)
-    x = (x | (x >> np.uint64(14))) & np.uint64(0x0000000F0000000F)
-    return (x | (x >> np.uint64(28))) & np.uint64(0xFF)
 
 
 @njit(nogil=True, cache=True)
@@ -458,271 +324,3 @@ def delta_write(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, out, o, lim, t
     if o < 0 or m == 0:
         return o
     return _write_streams(dpl, er, m, er + ne, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
-
-
-@njit(nogil=True, cache=True)
-def _delta_head(blob, pos, end, n, W):
-    """(status, c, q, m) of a delta chunk body blob[pos:end] (after its mode byte)."""
-    if pos + 6 > end:
-        return ERR_TRUNC, 0, 0, 0
-    c = np.int64(blob[pos])
-    q = np.int64(blob[pos + 1])
-    m = np.int64(load_u32(blob, pos + 2))
-    if c & 3 or c >= W or (q != 2 and q != 4 and q != 8) or m > n:
-        return ERR_DELTA, 0, 0, 0
-    return OK, c, q, m
-
-
-@njit(nogil=True, cache=True)
-def check_delta(blob, pos, end, n, layout, version, lens, f, cm, one):
-    """Check a delta chunk body blob[pos:end] (after its mode byte) without decoding it: its head and
-    stream records (check_records).  Returns a status."""
-    W = 32 if layout == LAYOUT_F32 else 16
-    st, c, q, m = _delta_head(blob, pos, end, n, W)
-    if st != OK:
-        return st
-    pos += 6
-    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
-    st, _, pos = check_records(blob, pos, end, n, nb, version, lens, f, cm, one)
-    if st == OK and nib:
-        st, _, pos = check_records(blob, pos, end, (n + 1) >> 1, 1, version, lens, f, cm, one)
-    if st == OK:
-        st, _, pos = check_records(blob, pos, end, npk, 1, version, lens, f, cm, one)
-    if st == OK and m > 0:
-        st, _, pos = check_records(blob, pos, end, m, ne, version, lens, f, cm, one)
-    if st != OK:
-        return st
-    return OK if pos == end else ERR_TRAIL
-
-
-@njit(nogil=True, cache=True)
-def delta_decode(blob, pos, end, n, layout, ref, start, out, planes, dec, dec3, dec1, lens, tmp, version, f,
-                 cm, dtab):
-    """Decode a delta chunk body blob[pos:end] (after the mode byte) into out (units from start); planes:
-    >= W / 8 + 3 rows of >= n + 16 bytes.  Returns a status (checksum not checked here)."""
-    W = 32 if layout == LAYOUT_F32 else 16
-    st, c, q, m = _delta_head(blob, pos, end, n, W)
-    if st != OK:
-        return st
-    pos += 6
-    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
-    nr = planes[(W >> 3) + 2]   # the nibble stream, one nibble a byte (zero where there is none)
-    # low byte streams all raw (as prefer="fast" writes them): read in place
-    raw = np.zeros(3, np.int64)
-    q0 = pos
-    for j in range(nb):
-        st, mode, plen = _read_record(blob, q0, end, n, version)
-        if st != OK:
-            return st
-        raw[j] = q0 + 5 if mode == MODE_RAW else -1
-        q0 += 5 + plen
-    inplace = nb > 0 and raw[0] >= 0 and (nb < 2 or raw[1] >= 0) and (nb < 3 or raw[2] >= 0)
-    if inplace:
-        pos = q0
-    else:
-        st, pos = decode_records(blob, pos, end, n, nb, planes[0:nb], dec, dec3, dec1, lens, tmp, version, f,
-                                 cm, dtab)
-        if st != OK:
-            return st
-    if nib:
-        nh = (n + 1) >> 1
-        st, mode, plen = _read_record(blob, pos, end, nh, version)
-        if st != OK:
-            return st
-        if mode == MODE_RAW:
-            st = _unpack_nib(blob[pos + 5:pos + 5 + nh], n, nr)
-            pos += 5 + plen
-        else:
-            st, pos = decode_records(blob, pos, end, nh, 1, planes[nb:nb + 1], dec, dec3, dec1, lens, tmp,
-                                     version, f, cm, dtab)
-            if st == OK:
-                st = _unpack_nib(planes[nb], n, nr)
-        if st != OK:
-            return st
-    st, pos = decode_records(blob, pos, end, npk, 1, planes[pr:pr + 1], dec, dec3, dec1, lens, tmp, version, f,
-                             cm, dtab)
-    if st != OK:
-        return st
-    if m > 0:
-        st, pos = decode_records(blob, pos, end, m, ne, planes[er:er + ne], dec, dec3, dec1, lens, tmp, version,
-                                 f, cm, dtab)
-        if st != OK:
-            return st
-    if pos != end:
-        return ERR_TRAIL
-    pk = planes[pr]
-    g = 8 // q
-    if n % g:  # the last byte's unused fields are zero
-        if (np.int64(pk[npk - 1]) >> (q * (n % g))) != 0:
-            return ERR_DELTA
-    if W == 32:
-        o32 = out[4 * start:4 * (start + n)].view(np.uint32)
-        r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
-        if inplace:
-            return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o32, r32, blob[raw[0]:raw[0] + n],
-                          blob[max(raw[1], 0):max(raw[1], 0) + n], blob[max(raw[2], 0):max(raw[2], 0) + n], nr)
-        return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o32, r32, planes[0], planes[1], planes[2], nr)
-    o16 = out[2 * start:2 * (start + n)].view(np.uint16)
-    r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
-    if inplace:
-        return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o16, r16, blob[raw[0]:raw[0] + n], blob[0:0],
-                      blob[0:0], nr)
-    return _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o16, r16, planes[0], planes[1], planes[2], nr)
-
-
-@njit(nogil=True, cache=True)
-def _unpack_nib(src, n, nr):
-    """nr[i] = nibble i of src (element 2j in the low nibble of byte j; two nibbles written as one uint16, so
-    the loop vectorizes); the unused high nibble of an odd count must be zero.  Returns a status."""
-    n2 = n & ~1
-    w16 = nr[0:n2].view(np.uint16)
-    for k in range(n2 >> 1):
-        v = np.uint16(src[k])
-        w16[k] = (v & np.uint16(15)) | ((v >> np.uint16(4)) << np.uint16(8))
-    if n & 1:
-        v = src[n >> 1]
-        if v >> 4:
-            return ERR_DELTA
-        nr[n - 1] = v
-    return OK
-
-
-@njit(nogil=True, cache=True)
-def _units(pk, npk, q, planes, c, nib, er, ne, m, n, W, o, r, l0, l1, l2, nr):
-    """The decoded streams -> the units o (against r; l0..l2: the low byte streams, decoded or in the
-    blob; nr: the nibble stream, one a byte): the fields into o, the escapes' values added, then the units
-    (branch-free loops but the escapes': vectorize).  Returns a status."""
-    # the escapes: h = 2^q - 1 + e, which must fit the W - c bits above the cut (all checked first, in a
-    # loop that vectorizes)
-    M = (np.int64(1) << q) - 1
-    hv = _escape_values(planes, er, ne, m, M)
-    if m > 0 and (_maxv(hv) >> (W - c)) != 0:
-        return ERR_DELTA
-    mk = np.empty(npk // (8 * q) + 1, np.uint64)
-    pos = np.empty(m + ESC_K, np.int64)
-    j = _escape_positions(mk, _escape_masks(pk, npk, q, mk), pos, m)
-    if j != m:
-        return ERR_DELTA
-    if q == 8:   # the units from the packed bytes themselves (an escape's field is all ones), then the escapes'
-        _finish(o, pk, r, n, W, c, nib, l0, l1, l2, nr)
-        _finish_at(o, pos, hv, m, r, W, c, nib, l0, l1, l2, nr)
-    else:        # the fields unpacked, the escapes' values put in, then the units
-        _unpack(pk, n, q, o)
-        for t in range(m):
-            o[pos[t]] = hv[t]
-        _finish(o, o, r, n, W, c, nib, l0, l1, l2, nr)
-    return OK
-
-
-@njit(nogil=True, cache=True)
-def _unpack(pk, n, q, o):
-    """o[i] = field i of the packed stream (o: uint16 or uint32; the fields of a byte written as one wide
-    store, so the loops vectorize)."""
-    if q == 8:
-        for i in range(n):
-            o[i] = pk[i]
-        return
-    g = 8 // q
-    nf = n - n % g
-    if o.itemsize == 2 and q == 4:
-        w32 = o[0:nf].view(np.uint32)
-        for k in range(nf >> 1):
-            v = np.uint32(pk[k])
-            w32[k] = (v & np.uint32(15)) | ((v >> np.uint32(4)) << np.uint32(16))
-    elif o.itemsize == 2:
-        w64 = o[0:nf].view(np.uint64)
-        for k in range(nf >> 2):
-            v = np.uint64(pk[k])
-            w64[k] = ((v & np.uint64(3)) | (((v >> np.uint64(2)) & np.uint64(3)) << np.uint64(16))
-                      | (((v >> np.uint64(4)) & np.uint64(3)) << np.uint64(32)) | ((v >> np.uint64(6)) << np.uint64(48)))
-    elif q == 4:
-        w64 = o[0:nf].view(np.uint64)
-        for k in range(nf >> 1):
-            v = np.uint64(pk[k])
-            w64[k] = (v & np.uint64(15)) | ((v >> np.uint64(4)) << np.uint64(32))
-    else:
-        w64 = o[0:nf].view(np.uint64)
-        for k in range(nf >> 2):
-            v = np.uint64(pk[k])
-            w64[2 * k] = (v & np.uint64(3)) | (((v >> np.uint64(2)) & np.uint64(3)) << np.uint64(32))
-            w64[2 * k + 1] = ((v >> np.uint64(4)) & np.uint64(3)) | ((v >> np.uint64(6)) << np.uint64(32))
-    for i in range(nf, n):
-        o[i] = (pk[i // g] >> (q * (i % g))) & ((1 << q) - 1)
-
-
-@njit(nogil=True, cache=True)
-def _escape_values(planes, er, ne, m, M):
-    """h = M + e of the m escapes (e little-endian over the rows er..er+ne-1)."""
-    hv = np.empty(m, np.int64)
-    e0 = planes[er]
-    for j in range(m):
-        hv[j] = M + np.int64(e0[j])
-    for t in range(1, ne):
-        et = planes[er + t]
-        for j in range(m):
-            hv[j] += np.int64(et[j]) << (8 * t)
-    return hv
-
-
-@njit(nogil=True, cache=True)
-def _maxv(a):
-    mx = a[0]
-    for i in range(1, a.size):
-        mx = max(mx, a[i])
-    return mx
-
-
-@njit(nogil=True, inline="always")
-def _finish(o, fld, r, n, W, c, nib, l0, l1, l2, nr):
-    """o[i] = the unit of the field h = fld[i] (o itself, or the packed bytes where q = 8): z = h << c | the
-    low part (c // 8 bytes, then the nibble where c % 8 = 4), x = unmono(mono(r) + unzigzag(z)); one loop
-    per number of low bytes, branch-free: they vectorize (inlined, so that where fld is o the compiler sees
-    one array: a loop reading and writing one array needs no overlap check)."""
-    sb = np.int64(1) << (W - 1)
-    mask = (np.int64(1) << W) - 1
-    nb = c >> 3
-    s8 = 8 * nb
-    nm = np.int64(15) if nib else np.int64(0)   # (nr holds zeros where there is no nibble stream)
-    if nb == 0:
-        for i in range(n):
-            o[i] = _unit((np.int64(fld[i]) << c) | ((np.int64(nr[i]) & nm) << s8), np.int64(r[i]), sb, mask)
-    elif nb == 1:
-        for i in range(n):
-            o[i] = _unit((np.int64(fld[i]) << c) | np.int64(l0[i]) | ((np.int64(nr[i]) & nm) << s8),
-                         np.int64(r[i]), sb, mask)
-    elif nb == 2:
-        for i in range(n):
-            o[i] = _unit((np.int64(fld[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
-                         | ((np.int64(nr[i]) & nm) << s8), np.int64(r[i]), sb, mask)
-    else:
-        for i in range(n):
-            o[i] = _unit((np.int64(fld[i]) << c) | np.int64(l0[i]) | (np.int64(l1[i]) << 8)
-                         | (np.int64(l2[i]) << 16) | ((np.int64(nr[i]) & nm) << s8), np.int64(r[i]), sb, mask)
-
-
-@njit(nogil=True, cache=True)
-def _finish_at(o, pos, hv, m, r, W, c, nib, l0, l1, l2, nr):
-    """_finish of the m escapes only: o[pos[t]] = the unit of h = hv[t]."""
-    sb = np.int64(1) << (W - 1)
-    mask = (np.int64(1) << W) - 1
-    nb = c >> 3
-    nm = np.int64(15) if nib else np.int64(0)
-    for t in range(m):
-        i = pos[t]
-        lo = (np.int64(nr[i]) & nm) << (8 * nb)
-        if nb > 0:
-            lo |= np.int64(l0[i])
-        if nb > 1:
-            lo |= np.int64(l1[i]) << 8
-        if nb > 2:
-            lo |= np.int64(l2[i]) << 16
-        o[i] = _unit((hv[t] << c) | lo, np.int64(r[i]), sb, mask)
-
-
-@njit(nogil=True, inline="always")
-def _unit(zv, rv, sb, mask):
-    """The unit x = unmono(mono(r) + unzigzag(z)) mod 2^W of z (its bits past W dropped) and the
-    reference unit r (branch-free)."""
-    zv &= mask
-    d = (zv >> 1) ^ (-(zv & 1) & mask)
-    return _unmono((_mono(rv, sb, mask) + d) & mask, sb, mask)
