@@ -1,8 +1,9 @@
 """Write side: encode one checkpoint folder into a segment."""
-import hashlib
-import mmap
+import functools
 import os
 import re
+import stat
+import threading
 import zlib
 
 import numpy as np
@@ -13,8 +14,10 @@ from . import _torchio
 from ..formats import torchzip
 from ..formats.dtypes import code_name
 from ._formats import NP_DTYPES, ST_DTYPES, TORCH_NP, layout, parse_safetensors, safe_relpath
+from ._integrity import matches, xxh
+from ._pipeline import Ordered, Phases, read_exact, workers_for
 from ._store import ArchiveError
-from ._view import CHUNK, same_identity, sha128
+from ._view import CHUNK
 
 # torch zip files: torch.save (.pt/.pth/.bin: the Trainer's optimizer.pt and pytorch_model.bin, DeepSpeed's
 # model and optimizer states) and DCP shards (.distcp: one zip per write item, end to end)
@@ -24,6 +27,7 @@ STORAGE_MIN = 256     # smaller storages (Adam's step counters) stay in the verb
 
 
 _SCANS = {}  # (path, size, mtime_ns, inode) -> scan: a file read as a step and then as the reference
+_SCANS_LOCK = threading.Lock()
 
 
 def _scan(f, size):
@@ -32,11 +36,15 @@ def _scan(f, size):
         key = (getattr(f, "name", None), size, st.st_mtime_ns, st.st_ino)
     except (OSError, AttributeError, ValueError):
         return torchzip.scan(f, size)
-    if key not in _SCANS:
-        if len(_SCANS) > 4096:
-            _SCANS.clear()
-        _SCANS[key] = torchzip.scan(f, size)
-    return _SCANS[key]
+    with _SCANS_LOCK:
+        got = _SCANS.get(key)
+    if got is None:
+        got = torchzip.scan(f, size)
+        with _SCANS_LOCK:
+            if len(_SCANS) > 4096:
+                _SCANS.clear()
+            _SCANS[key] = got
+    return got
 
 
 def torchzip_regions(f, size):
@@ -104,120 +112,103 @@ def list_files(folder):
     return sorted(out)
 
 
-def _mmap(path, size):
-    # (a plain ndarray over the map: slicing a np.memmap costs a Python-level __array_finalize__ per slice)
-    return np.asarray(np.memmap(path, np.uint8, mode="r")) if size else np.zeros(0, np.uint8)
-
-
-def _release(mm, begin, end):
-    """Drop the pages of the file map ``mm`` (from :func:`_mmap`) that lie wholly inside bytes [begin, end) from
-    this process's resident set once they have been read; they stay in the page cache, and a later read of them
-    faults them in again. A file coded region by region then holds about one region's pages, not the file's."""
-    m = getattr(mm.base, "_mmap", None)
-    if m is None or not hasattr(m, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    a, b = -(-begin // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
-    if b > a:
-        m.madvise(mmap.MADV_DONTNEED, a, b - a)
-
-
 class RawSource:
-    """Tensors of the previous step's raw checkpoint folder, used instead of
-    decoding the archive when their checksum equals the archived one."""
+    """Tensors of the previous step's raw checkpoint folder, used instead of decoding the archive when their
+    checksum equals the archived one. Safe to call from several threads: each file's tensor map is made once,
+    and each tensor is read with pread into its own buffer."""
 
     def __init__(self, folder):
         self.folder = folder
-        self.path = None
-        self.map = {}
-        self.mm = None  # the file map the current file's tensors are views of (None: read into memory)
+        self._maps = {}
+        self._lock = threading.Lock()
 
-    def get(self, rel, kind, key, sha):
+    def get(self, rel, kind, key, entry):
+        """The tensor's bytes (uint8) when they hash to ``entry``'s checksum, else None."""
         if self.folder is None:
             return None
-        if rel != self.path:
-            self.path, self.map, self.mm = rel, {}, None
+        with self._lock:
+            if rel not in self._maps:
+                try:
+                    self._maps[rel] = self._load(os.path.join(self.folder, *rel.split("/")), kind)
+                except Exception:
+                    self._maps[rel] = {}
+            m = self._maps[rel]
+        got = m.get(key)
+        if got is None:
+            return None
+        path, begin, end, data = got
+        if data is None:
             try:
-                self.map, self.mm = self._load(os.path.join(self.folder, *rel.split("/")), kind)
-            except Exception:
-                self.map = {}
-        entry = self.map.get(key)
-        if entry is None:
-            return None
-        begin, end, data = entry
-        u8 = data if self.mm is None else self.mm[begin:end]
-        if sha128(u8) != sha:
-            self.release(key)
-            return None
-        return u8
-
-    def release(self, key):
-        """Drop tensor ``key``'s pages of the current file from the resident set once it has been used (a file
-        read tensor by tensor holds about one tensor's pages, not the file's)."""
-        u8 = self.map.get(key)
-        if u8 is not None and self.mm is not None:
-            _release(self.mm, u8[0], u8[1])
+                with open(path, "rb") as f:
+                    data = read_exact(f.fileno(), begin, end, path)
+            except (OSError, ArchiveError):
+                return None
+        return data if matches(entry, data) else None
 
     @staticmethod
     def _load(path, kind):
-        """({key: (begin, end, None)}, the file map), or ({key: (0, 0, bytes in memory)}, None)."""
-        if kind == "torchzip":
+        """{key: (path, begin, end, None)} of a file's tensors, or {key: (path, 0, 0, bytes in memory)}."""
+        if kind in ("torchzip", "safetensors"):
             size = os.path.getsize(path)
             with open(path, "rb") as f:
-                regions, _ = torchzip_regions(f, size)
-            return ({r[1].key: (r[1].begin, r[1].end, None) for r in regions or [] if r[0] == "tensor"},
-                    _mmap(path, size))
-        if kind == "safetensors":
-            size = os.path.getsize(path)
-            with open(path, "rb") as f:
+                if kind == "torchzip":
+                    regions, _ = torchzip_regions(f, size)
+                    return {r[1].key: (path, r[1].begin, r[1].end, None) for r in regions or [] if r[0] == "tensor"}
                 parsed = parse_safetensors(f, size)
             if parsed is None:
-                return {}, None
-            return {t[0]: (t[3], t[4], None) for t in parsed[1] if t[1] in ST_DTYPES}, _mmap(path, size)
+                return {}
+            return {t[0]: (path, t[3], t[4], None) for t in parsed[1] if t[1] in ST_DTYPES}
         obj = _torchio.load(path)
         if obj is None:
-            return {}, None
+            return {}
         _, tensors = _torchio.flatten(obj)
-        return {k: (0, 0, _torchio.tensor_u8(t)) for k, t in tensors}, None
+        return {k: (path, 0, 0, _torchio.tensor_u8(t)) for k, t in tensors}
+
+
+BIG_TENSOR = 32 << 20  # a tensor this large is coded with lmc's threads inside it too
 
 
 class StepEncoder:
-    """Encodes files into a SegmentWriter, coding each tensor against the same
-    tensor of step `prev` (None: a keyframe, everything coded alone)."""
+    """Encodes a checkpoint folder into a SegmentWriter (archive version 3), every tensor alone (the new step
+    is a keyframe), pieces spread over a pool of threads (_pipeline.Ordered): each tensor is read, hashed and
+    coded in a worker, and, with a ``recoder``, the previous step's same tensor is coded against it there too;
+    the calling thread writes the results in file order. ``phases``: a _pipeline.Phases the workers add their
+    seconds to."""
 
-    def __init__(self, view, writer, prev, threads=None, reference_folder=None, on_tensor=None, prefer="speed"):
-        self.view = view
+    def __init__(self, writer, threads=None, prefer="speed", recoder=None, phases=None):
         self.w = writer
-        self.prev = prev
         self.threads = threads
+        self.workers = workers_for(threads)
         self.prefer = prefer  # lmc.compress's prefer
-        self.raw = RawSource(reference_folder)
-        self.ref_paths = {}
-        self.on_tensor = on_tensor  # (rel, kind, key, entry, bytes) after each lmc-coded tensor
+        self.rec = recoder
+        self.ph = phases or Phases()
+        self.pool = None
 
     def folder(self, folder):
         rels = list_files(folder)
-        if self.prev is not None:
-            self.ref_paths = reference_paths(rels, [fe["path"] for fe in self.view.index(self.prev)["files"]])
         files, nbytes = [], 0
-        for rel in rels:
-            fe = self.file(folder, rel)
-            ref = self.ref_paths.get(rel)
-            if ref is not None and ref != rel and any(t["ref"] for t in _tensors(fe)):
-                fe["ref_path"] = ref
-            nbytes += fe["size"]
-            files.append(fe)
+        with Ordered(self.workers) as self.pool:
+            for rel in rels:
+                fe = self.file(folder, rel)
+                nbytes += fe["size"]
+                files.append(fe)
+        self.pool = None
         return files, nbytes
 
     def file(self, folder, rel):
         path = os.path.join(folder, *rel.split("/"))
-        size = os.path.getsize(path)
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise ArchiveError(f"{path}: cannot read ({e.strerror or e})") from None
+        size = st.st_size
+        meta = {"mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime_ns}
         why = "not a tensor file format lmc reads"
         if rel.endswith(".safetensors"):
             with open(path, "rb") as f:
                 parsed = parse_safetensors(f, size)
             if parsed is not None:
-                return self._regions(path, rel, size, "safetensors",
-                                     layout(size, parsed[0], parsed[1]))
+                return self._regions(path, rel, st, meta, "safetensors", layout(size, parsed[0], parsed[1]))
             why = "safetensors header not valid"
         elif rel.endswith(TORCH_EXTS):
             if size < TORCH_MIN:
@@ -226,110 +217,114 @@ class StepEncoder:
                 with open(path, "rb") as f:
                     regions, why = torchzip_regions(f, size)
                 if regions is not None:
-                    return self._regions(path, rel, size, "torchzip", regions)
+                    return self._regions(path, rel, st, meta, "torchzip", regions)
                 if why == "not a torch zip file":  # torch's legacy (pre-1.6) format
-                    fe = self._torch(path, rel, size)
+                    fe = self._torch(path, rel, size, meta)
                     if fe is not None:
                         return fe
                     why = "not a torch zip file, and torch.load(weights_only=True) refuses it"
-        return self._bytes(path, rel, size, why)
+        return {"path": rel, "kind": "bytes", "size": size, **meta,
+                "chunks": self._raw(path, st, 0, size), "why": why}
 
     # -- plain bytes
+    def _raw(self, path, st, a, b):
+        """Chunk entries of bytes [a, b) of a file, each chunk read, hashed and zlib-coded in a worker."""
+        out = []
+        for c in range(a, b, CHUNK):
+            e = min(b, c + CHUNK)
+            ch = {"enc": None, "n": e - c, "sec": None, "xxh": None}
+            out.append(ch)
+            self.pool.submit(functools.partial(self._chunk_job, path, st, c, e), functools.partial(self._put_chunk, ch))
+        return out
+
     def put_bytes(self, data):
-        """Chunks (zlib where smaller) of a bytes-like object."""
+        """Chunk entries of a bytes-like object in memory, coded in place (the legacy torch skeleton)."""
         mv = memoryview(data).cast("B")
         out = []
         for a in range(0, mv.nbytes, CHUNK):
-            piece = mv[a:a + CHUNK]
-            z = zlib.compress(piece, 6)
-            if len(z) < piece.nbytes:
-                out.append({"enc": "zlib", "n": piece.nbytes, "sec": self.w.add_section(z)})
-            else:
-                out.append({"enc": "raw", "n": piece.nbytes, "sec": self.w.add_section(piece)})
+            ch = {"enc": None, "n": min(CHUNK, mv.nbytes - a), "sec": None, "xxh": None}
+            self._put_chunk(ch, self._code_chunk(np.frombuffer(mv[a:a + CHUNK], np.uint8)))
+            out.append(ch)
         return out
 
-    def _bytes(self, path, rel, size, why):
-        h = hashlib.sha256()
-        chunks = []
-        n = 0
-        with open(path, "rb") as f:
-            while True:
-                piece = f.read(CHUNK)
-                if not piece:
-                    break
-                h.update(piece)
-                n += len(piece)
-                chunks += self.put_bytes(piece)
-        if n != size:
-            raise ArchiveError(f"{path}: changed while being read")
-        return {"path": rel, "kind": "bytes", "size": size, "sha256": h.hexdigest(),
-                "chunks": chunks, "why": why}
+    def _chunk_job(self, path, st, a, b):
+        return self._code_chunk(self._read(path, st, a, b))
+
+    def _code_chunk(self, u8):
+        with self.ph.time("hash"):
+            h = xxh(u8)
+        with self.ph.time("zlib"):
+            z = zlib.compress(u8, 6)
+        return (h, "zlib", z) if len(z) < u8.nbytes else (h, "raw", u8)
+
+    def _put_chunk(self, ch, res):
+        ch["xxh"], ch["enc"], data = res
+        with self.ph.time("write"):
+            ch["sec"] = self.w.add_section(data)
+
+    def _read(self, path, st, a, b):
+        with self.ph.time("read"):
+            with open(path, "rb") as f:
+                now = os.fstat(f.fileno())
+                if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
+                    raise ArchiveError(f"{path}: changed while being read")
+                return read_exact(f.fileno(), a, b, path)
 
     # -- tensors
-    def put_tensor(self, rel, kind, key, dtype, shape, npname, u8):
-        if self.on_tensor is not None and npname is not None:
-            u8 = np.array(u8)  # one copy in memory: what is hashed, coded and handed on stays the same bytes
-        t = {"key": key, "dtype": dtype, "shape": list(shape), "n": int(u8.nbytes),
-             "np": npname, "enc": "lmc", "ref": False, "sec": None, "sha": sha128(u8)}
-        if npname is None:
-            z = zlib.compress(u8, 6)
-            t["enc"] = "zlib" if len(z) < u8.nbytes else "raw"
-            t["sec"] = self.w.add_section(z if t["enc"] == "zlib" else u8)
-            return t
-        dt = NP_DTYPES[npname]
-        ref = None
-        prel = self.ref_paths.get(rel)
-        if self.prev is not None and prel is not None:
-            pt = self.view.tensor(self.prev, prel, key)
-            if pt is not None and self.view.file(self.prev, prel)["kind"] == kind \
-                    and same_identity(pt, t):
-                ref = self.raw.get(prel, kind, key, pt["sha"])
-                if ref is not None:
-                    ref = ref.view(dt)
-                else:
-                    ref = self.view.decode(self.prev, prel, pt)
-        blob = compress(shaped(u8.view(dt), shape), reference=shaped(ref, shape), threads=self.threads,
-                        prefer=self.prefer)
-        del ref
-        if prel is not None and self.raw.path == prel:
-            self.raw.release(key)  # (its pages of the previous step's raw file, read once)
-        t["ref"] = _has_ref(blob)  # (a codec may drop an unused reference)
-        t["sec"] = self.w.add_section(blob)
-        del blob
-        if self.on_tensor is not None:
-            self.on_tensor(rel, kind, key, t, u8)
+    def put_tensor(self, rel, kind, key, dtype, shape, npname, load, part=False):
+        """A tensor entry (a file part: with "t"), filled in when its job is done; ``load()`` gives its bytes
+        (uint8) in the worker."""
+        t = {"t": "tensor"} if part else {}
+        t.update({"key": key, "dtype": dtype, "shape": list(shape), "n": None, "np": npname, "enc": "lmc",
+             "ref": False, "sec": None, "xxh": None})
+        self.pool.submit(functools.partial(self._tensor_job, rel, kind, t, load),
+                         functools.partial(self._put_tensor, t))
         return t
 
-    def _regions(self, path, rel, size, kind, regions):
+    def _tensor_job(self, rel, kind, t, load):
+        u8 = load()
+        with self.ph.time("hash"):
+            h = xxh(u8)
+        if t["np"] is None:
+            with self.ph.time("zlib"):
+                z = zlib.compress(u8, 6)
+            return u8.nbytes, h, ("zlib", z) if len(z) < u8.nbytes else ("raw", u8), None
+        dt = NP_DTYPES[t["np"]]
+        threads = 1 if self.workers > 1 and u8.nbytes < BIG_TENSOR else self.threads
+        with self.ph.time("code"):
+            blob = compress(shaped(u8.view(dt), t["shape"]), threads=threads, prefer=self.prefer)
+        rec = None
+        if self.rec is not None:
+            rec = self.rec.code(rel, kind, dict(t, n=u8.nbytes), u8, threads, self.ph)
+        return u8.nbytes, h, ("lmc", blob), rec
+
+    def _put_tensor(self, t, res):
+        n, h, (enc, data), rec = res
+        t["n"], t["xxh"], t["enc"] = n, h, enc
+        with self.ph.time("write"):
+            t["sec"] = self.w.add_section(data)
+            if rec is not None:
+                self.rec.put(rec)
+
+    def _regions(self, path, rel, st, meta, kind, regions):
         """A file made of verbatim regions and tensors (safetensors, torch zip files), restored byte-identical."""
-        mm = _mmap(path, size)
-        if mm.size != size:
-            raise ArchiveError(f"{path}: changed while being read")
-        h = hashlib.sha256()
         parts = []
         for reg in regions:
             if reg[0] == "raw":
-                piece = mm[reg[1]:reg[2]]
-                h.update(piece)
-                parts.append({"t": "raw", "chunks": self.put_bytes(piece)})
-                _release(mm, reg[1], reg[2])
+                parts.append({"t": "raw", "chunks": self._raw(path, st, reg[1], reg[2])})
                 continue
             if kind == "safetensors":
                 name, dt, shape, b, e = reg[1]
                 npname = ST_DTYPES[dt][1]
             else:  # a torch storage: a flat array of its dtype
-                st = reg[1]
-                name, dt, shape, b, e = st.key, st.dtype.name, [st.numel], st.begin, st.end
-                npname = code_name(st.dtype.code)
-            u8 = mm[b:e]
-            h.update(u8)
-            t = self.put_tensor(rel, kind, name, dt, shape, npname, u8)
-            parts.append({"t": "tensor", **t})
-            _release(mm, b, e)
-        del mm
-        return {"path": rel, "kind": kind, "size": size, "sha256": h.hexdigest(), "parts": parts}
+                s = reg[1]
+                name, dt, shape, b, e = s.key, s.dtype.name, [s.numel], s.begin, s.end
+                npname = code_name(s.dtype.code)
+            parts.append(self.put_tensor(rel, kind, name, dt, shape, npname,
+                                         functools.partial(self._read, path, st, b, e), part=True))
+        return {"path": rel, "kind": kind, "size": st.st_size, **meta, "parts": parts}
 
-    def _torch(self, path, rel, size):
+    def _torch(self, path, rel, size, meta):
         obj = _torchio.load(path)
         if obj is None:
             return None
@@ -344,10 +339,10 @@ class StepEncoder:
         entries = []
         for key, t in tensors:
             name = str(t.dtype).split(".")[-1]
-            entries.append(self.put_tensor(rel, "torch", key, name, list(t.shape),
-                                           TORCH_NP.get(name), _torchio.tensor_u8(t)))
-        return {"path": rel, "kind": "torch", "size": size, "sha256": None,
-                "skeleton": sk, "tensors": entries}
+            u8 = _torchio.tensor_u8(t)
+            entries.append(self.put_tensor(rel, "torch", key, name, list(t.shape), TORCH_NP.get(name),
+                                           functools.partial(np.asarray, u8)))
+        return {"path": rel, "kind": "torch", "size": size, **meta, "skeleton": sk, "tensors": entries}
 
 
 def _tensors(fe):

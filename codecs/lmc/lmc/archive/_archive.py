@@ -2,10 +2,13 @@
 tensor coded with lmc against the same tensor of the previous step."""
 import collections
 import copy
+import functools
 import hashlib
 import os
 import secrets
 import shutil
+import threading
+import time
 
 import numpy as np
 
@@ -19,7 +22,9 @@ from ..formats.trainer_folder import step_of
 from .._storage import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
                      new_manifest, probe_segment, read_manifest, store, write_manifest)
-from ._view import View, inflate, same_identity, sha128
+from ._integrity import matches
+from ._pipeline import Ordered, Phases, workers_for
+from ._view import View, same_identity
 from ._graph import _may_recode, _set_depths, _topo
 from ._recoder import _NextRecoder
 from ._steps import _folder_name, _folder_time, opaque_bytes, restore_bytes
@@ -168,22 +173,28 @@ class Archive:
                     reference_folder = cand if os.path.isdir(cand) else None
             w = SegmentWriter(self.path, step)
             wl = None
+            ph = Phases()
+            t0 = time.perf_counter()
             try:
                 with self._view(m) as view:
                     rec = None
                     if recode:  # the last step's tensors re-coded as the new step's are coded
-                        wl = SegmentWriter(self.path, last["step"])
+                        # (a step added by lmc 0.3 keeps its version-2 index, sections with CRC-32)
+                        wl = SegmentWriter(self.path, last["step"],
+                                           crc=view.index(last["step"]).get("version") != 3)
                         rec = _NextRecoder(view, last["step"], wl, reference_folder, self.threads,
                                            list_files(folder), prefer=self.prefer)
-                    enc = StepEncoder(view, w, None, self.threads, prefer=self.prefer,
-                                      on_tensor=None if rec is None else rec.on_tensor)
+                    enc = StepEncoder(w, self.threads, prefer=self.prefer, recoder=rec, phases=ph)
                     files, nbytes = enc.folder(folder)
                     fname, ftime = _folder_name(folder, step), _folder_time(folder)
-                    name = w.commit({"step": step, "prev": None, "keyframe": True, "files": files,
-                                     "name": fname, "time": ftime})
+                    with ph.time("fsync"):  # (the index, the flush, fsync and rename)
+                        name = w.commit({"version": 3, "step": step, "prev": None, "keyframe": True,
+                                         "files": files, "name": fname, "time": ftime})
                     if recode:
-                        idx = rec.finish(step)
-                        lname = wl.commit(idx)
+                        with ph.time("copy unchanged"):
+                            idx = rec.finish(step)
+                        with ph.time("fsync"):
+                            lname = wl.commit(idx)
             except BaseException:
                 w.abort()
                 if wl is not None:
@@ -199,6 +210,7 @@ class Archive:
             _set_depths(m)
             write_manifest(self.path, m)
             cleanup(self.path, m)  # the re-coded step's old segment
+        self.last_phases = dict(ph.as_dict(), wall=round(time.perf_counter() - t0, 6))
         return step
 
     def _check_writable_path(self):
@@ -239,10 +251,23 @@ class Archive:
                 yield from view.chunks(step, p["chunks"], fe["path"])
             else:
                 arr = view.decode(step, fe["path"], p)
+                if "xxh" in p:
+                    self._check_tensor(step, fe, p, arr)
                 yield arr.reshape(-1).view(np.uint8)
                 del arr
 
     def _write_plain(self, view, step, fe, f):
+        """Write (f: a file, or None to only check) a bytes/safetensors/torchzip file, checked end to end: each
+        piece against its xxh3-128 (version 3), or the whole file against its SHA-256 (versions 1-2)."""
+        if "sha256" not in fe:
+            n = 0
+            for piece in self._pieces(view, step, fe):
+                if f is not None:
+                    f.write(piece)
+                n += len(piece)
+            if n != fe["size"]:
+                raise ArchiveError(f"step {step}: {fe['path']}: restored size differs from the recorded one")
+            return
         h = hashlib.sha256()
         n = 0
         for piece in self._pieces(view, step, fe):
@@ -261,7 +286,7 @@ class Archive:
         return skel
 
     def _check_tensor(self, step, fe, t, arr):
-        if sha128(arr.reshape(-1).view(np.uint8)) != t["sha"]:
+        if not matches(t, arr.reshape(-1).view(np.uint8)):
             raise ArchiveError(f"step {step}: {fe['path']}: tensor {t['key']}: decoded bytes "
                                "do not match the recorded checksum")
 
@@ -320,23 +345,71 @@ class Archive:
                                f"{free:,} are (nothing was written)")
         tmp = os.path.join(parent, f".lmc-restore-{secrets.token_hex(4)}")
         os.mkdir(tmp)
+        ph = Phases()
+        t0 = time.perf_counter()
         try:
-            with self._view() as view:
-                for fe in view.index(int(step))["files"]:
-                    target = os.path.join(tmp, *fe["path"].split("/"))
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    if fe["kind"] == "torch":
-                        self._write_torch(view, step, fe, target)
-                    else:
-                        with open(target, "wb") as f:
-                            self._write_plain(view, step, fe, f)
+            with self._view() as view, Ordered(workers_for(self.threads)) as pool:
+                fds, stamps = [], []
+                try:
+                    for fe in view.index(int(step))["files"]:
+                        target = os.path.join(tmp, *fe["path"].split("/"))
+                        os.makedirs(os.path.dirname(target), exist_ok=True)
+                        if "mode" in fe:
+                            stamps.append((target, fe))
+                        if fe["kind"] == "torch":
+                            pool.drain()
+                            self._write_torch(view, step, fe, target)
+                        elif "sha256" not in fe:  # version 3: pieces decoded and written by the pool
+                            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                            fds.append(fd)
+                            self._restore_pieces(pool, view, step, fe, fd, ph)
+                        else:
+                            with open(target, "wb") as f:
+                                self._write_plain(view, step, fe, f)
+                    pool.drain()
+                finally:
+                    for fd in fds:
+                        os.close(fd)
+            for target, fe in stamps:  # the mode and mtime the file had when it was added
+                os.chmod(target, fe["mode"])
+                os.utime(target, ns=(fe["mtime"], fe["mtime"]))
             if os.path.isdir(out_dir):
                 os.rmdir(out_dir)
             os.rename(tmp, out_dir)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        self.last_phases = dict(ph.as_dict(), wall=round(time.perf_counter() - t0, 6))
         return out_dir
+
+    def _restore_pieces(self, pool, view, step, fe, fd, ph):
+        """Submit a version 3 file's pieces to the pool: each decoded, checked against its xxh3-128 and written
+        at its offset (pwrite) by a worker."""
+        pieces = []
+        if fe["kind"] == "bytes":
+            pieces = [("chunk", c) for c in fe["chunks"]]
+        else:
+            for p in fe["parts"]:
+                pieces += [("chunk", c) for c in p["chunks"]] if p["t"] == "raw" else [("tensor", p)]
+        off = 0
+        for kind, e in pieces:
+            pool.submit(functools.partial(self._restore_piece, view, step, fe, kind, e, fd, off, ph))
+            off += e["n"]
+
+    def _restore_piece(self, view, step, fe, kind, e, fd, off, ph):
+        with ph.time("decode"):
+            if kind == "chunk":
+                data = view.chunk(step, e, fe["path"])
+            else:
+                data = view.decode(step, fe["path"], e).reshape(-1).view(np.uint8)
+        if kind == "tensor":
+            with ph.time("hash"):
+                self._check_tensor(step, fe, e, data)
+        with ph.time("write"):
+            mv = memoryview(data).cast("B")
+            while mv.nbytes:
+                k = os.pwrite(fd, mv, off)
+                mv, off = mv[k:], off + k
 
     # -- verify
     def verify(self):
@@ -356,9 +429,10 @@ class Archive:
                     r = view.reader(s)
                     for fe in r.index["files"]:
                         for what, sec, c in all_sections(fe):
-                            data = r.read(sec, f"{fe['path']}: {what}")
-                            if c is not None and c["enc"] == "zlib":
-                                inflate(data, c["n"], f"step {s}: {fe['path']}")
+                            if c is not None:  # (inflated; checked against its CRC-32 or xxh3-128)
+                                view.chunk(s, c, f"{fe['path']}: {what}")
+                            elif len(sec) == 3:  # (a version 1-2 tensor section: its CRC-32)
+                                r.read(sec, f"{fe['path']}: {what}")
                         if fe["kind"] == "bytes":
                             self._write_plain(view, s, fe, None)
                         elif fe["kind"] == "torch":
@@ -373,28 +447,13 @@ class Archive:
                     cid = c if canon.count(c) == 1 else fe["path"]
                     for t in file_tensors(fe):
                         ids.setdefault((cid, fe["kind"], t["key"]), []).append((s, fe["path"], t))
-            for (_cid, kind, key), seq in ids.items():
-                last_s = last_t = arr = None
-                for s, path, t in seq:
-                    if s in damaged:
-                        last_s = last_t = arr = None
-                        continue
-                    dep = deps[s]
-                    chained = t["ref"] and last_s == dep and arr is not None and same_identity(last_t, t)
-                    if t["ref"] and not chained and (dep in damaged or dep in skipped):
-                        skipped.add(s)  # a dependent of a damaged step
-                        last_s = last_t = arr = None
-                        continue
-                    try:
-                        if t["ref"] and not chained:  # its reference is not the version just decoded
-                            arr = view.decode(s, path, t)
-                        else:
-                            arr = view.decode_one(s, path, t, ref=arr if t["ref"] else None)
-                        self._check_tensor(s, {"path": path}, t, arr)
-                    except ArchiveError as e:
-                        damaged.setdefault(s, str(e))
-                        arr = None
-                    last_s, last_t = s, t
+            # each tensor's versions in a worker of the pool (they decode one after another, each against the
+            # one before); damage found is merged on this thread in the order the tensors were listed
+            lock = threading.Lock()
+            with Ordered(workers_for(self.threads)) as pool:
+                for seq in ids.values():
+                    pool.submit(functools.partial(self._verify_versions, view, seq, deps, damaged, skipped, lock),
+                                functools.partial(_merge_damage, damaged, skipped, lock))
         dependents = {}
         for d in damaged:
             out = []
@@ -406,6 +465,35 @@ class Archive:
                     out.append(s)
             dependents[d] = out
         return VerifyResult(steps, dict(sorted(damaged.items())), dependents)
+
+    def _verify_versions(self, view, seq, deps, damaged0, skipped0, lock):
+        """Decode one tensor's versions in chain order; ({step: why} damaged, {steps skipped})."""
+        with lock:
+            known_damaged, known_skipped = set(damaged0), set(skipped0)
+        damaged, skipped = {}, set()
+        last_s = last_t = arr = None
+        for s, path, t in seq:
+            if s in damaged or s in known_damaged:
+                last_s = last_t = arr = None
+                continue
+            dep = deps[s]
+            chained = t["ref"] and last_s == dep and arr is not None and same_identity(last_t, t)
+            if t["ref"] and not chained and (dep in damaged or dep in known_damaged or dep in skipped
+                                             or dep in known_skipped):
+                skipped.add(s)  # a dependent of a damaged step
+                last_s = last_t = arr = None
+                continue
+            try:
+                if t["ref"] and not chained:  # its reference is not the version just decoded
+                    arr = view.decode(s, path, t)
+                else:
+                    arr = view.decode_one(s, path, t, ref=arr if t["ref"] else None)
+                self._check_tensor(s, {"path": path}, t, arr)
+            except ArchiveError as e:
+                damaged.setdefault(s, str(e))
+                arr = None
+            last_s, last_t = s, t
+        return damaged, skipped
 
     # -- repair
     def repair(self, keyframe_every=None):
@@ -513,14 +601,18 @@ class Archive:
                     target = e["depends_on"]
                     while target is not None and target not in keep:
                         target = deps[target]
-                    w = SegmentWriter(self.path, e["step"])
+                    w = None
                     try:
                         with self._view(m) as view:
+                            # (a version-2 step re-coded keeps its index version: sections with CRC-32)
+                            w = SegmentWriter(self.path, e["step"],
+                                              crc=view.index(e["step"]).get("version") != 3)
                             idx = self._recode(view, e["step"], w, target)
                         e.update(segment=w.commit(idx), size=w.size, index_crc=w.index_crc,
                                  keyframe=idx["keyframe"], prev=idx["prev"], depends_on=idx["prev"])
                     except BaseException:
-                        w.abort()
+                        if w is not None:
+                            w.abort()
                         raise
                 elif e["prev"] is not None and e["prev"] not in keep:
                     e["prev"] = None  # (its index keeps the number; it depends on nothing)
@@ -569,3 +661,11 @@ class Archive:
         idx["prev"] = target if used else None
         idx["keyframe"] = not used
         return idx
+
+
+def _merge_damage(damaged, skipped, lock, res):
+    d, s = res
+    with lock:
+        for k, v in d.items():
+            damaged.setdefault(k, v)
+        skipped |= s

@@ -57,9 +57,14 @@ def safe_relpath(p):
     return all(c not in (".", "..") for c in p.split("/"))
 
 
-def _is_sec(s):
-    return (isinstance(s, list) and len(s) == 3 and all(type(x) is int and x >= 0 for x in s)
-            and s[2] <= 0xFFFFFFFF)
+def _is_sec(s, v3):
+    """[offset, length] (version 3) or [offset, length, crc32] (versions 1-2)."""
+    return (isinstance(s, list) and len(s) == (2 if v3 else 3) and all(type(x) is int and x >= 0 for x in s)
+            and (v3 or s[2] <= 0xFFFFFFFF))
+
+
+def _is_digest(x, n):
+    return isinstance(x, str) and len(x) == n and bool(_HEX.match(x))
 
 
 def _is_int(x, lo=0):
@@ -73,29 +78,37 @@ def check_index(idx, step):
         if not cond:
             raise ArchiveError(f"step {step}: malformed index ({what})")
 
+    need(isinstance(idx, dict), "top")
+    # version 3: "version" in the index; sections [offset, length]; each chunk and tensor carries the xxh3-128
+    # of its original bytes ("xxh"); files carry mode and mtime and no SHA-256
+    v3 = idx.get("version") == 3
+    need("version" not in idx or v3, "version")
+    digest, fmeta = ("xxh", {"mode", "mtime"}) if v3 else ("sha", {"sha256"})
+
     def chunks(cs, what):
         need(isinstance(cs, list), what)
         for c in cs:
-            need(isinstance(c, dict) and set(c) == {"enc", "n", "sec"}, what)
-            need(c["enc"] in ("raw", "zlib") and _is_int(c["n"]) and _is_sec(c["sec"]), what)
+            need(isinstance(c, dict) and set(c) == ({"enc", "n", "sec", "xxh"} if v3 else {"enc", "n", "sec"}),
+                 what)
+            need(c["enc"] in ("raw", "zlib") and _is_int(c["n"]) and _is_sec(c["sec"], v3), what)
             need(c["enc"] != "raw" or c["n"] == c["sec"][1], what)
+            need(not v3 or _is_digest(c["xxh"], 32), what)
 
     def tensor(t, kind):
         need(isinstance(t, dict) and set(t) == {"key", "dtype", "shape", "n", "np", "enc",
-                                                "ref", "sec", "sha"}, "tensor")
+                                                "ref", "sec", digest}, "tensor")
         need(isinstance(t["key"], str) and isinstance(t["dtype"], str), "tensor key")
         need(isinstance(t["shape"], list) and len(t["shape"]) <= 64
              and all(_is_int(d) for d in t["shape"]), "tensor shape")
-        need(_is_int(t["n"]) and _is_sec(t["sec"]) and type(t["ref"]) is bool, "tensor")
-        need(isinstance(t["sha"], str) and len(t["sha"]) == 32 and _HEX.match(t["sha"]), "sha")
+        need(_is_int(t["n"]) and _is_sec(t["sec"], v3) and type(t["ref"]) is bool, "tensor")
+        need(_is_digest(t[digest], 32), digest)
         if t["enc"] == "lmc":
             need(t["np"] in NP_DTYPES and t["n"] % NP_DTYPES[t["np"]].itemsize == 0, "np")
         else:
             need(t["enc"] in ("raw", "zlib") and t["np"] is None and not t["ref"], "enc")
             need(t["enc"] != "raw" or t["n"] == t["sec"][1], "raw size")
 
-    need(isinstance(idx, dict) and set(idx) - {"name", "time"} == {"step", "prev", "keyframe", "files"},
-         "top")
+    need(set(idx) - {"name", "time", "version"} == {"step", "prev", "keyframe", "files"}, "top")
     # version 2: the step folder's name and time, so `repair` can rebuild the manifest from segments
     need("name" not in idx or (isinstance(idx["name"], str) and safe_relpath(idx["name"])
                                and "/" not in idx["name"]), "name")
@@ -119,10 +132,10 @@ def check_index(idx, step):
         kind = fe.get("kind")
         if kind == "bytes":
             need(isinstance(fe.pop("why", ""), str), "why")
-            need(set(fe) == {"path", "kind", "size", "sha256", "chunks"}, "bytes file")
+            need(set(fe) == {"path", "kind", "size", "chunks"} | fmeta, "bytes file")
             chunks(fe["chunks"], "chunks")
         elif kind in ("safetensors", "torchzip"):
-            need(set(fe) == {"path", "kind", "size", "sha256", "parts"}, f"{kind} file")
+            need(set(fe) == {"path", "kind", "size", "parts"} | fmeta, f"{kind} file")
             need(isinstance(fe["parts"], list), "parts")
             keys = set()
             for p in fe["parts"]:
@@ -137,7 +150,7 @@ def check_index(idx, step):
                     need(t["key"] not in keys, "duplicate tensor")
                     keys.add(t["key"])
         elif kind == "torch":
-            need(set(fe) == {"path", "kind", "size", "sha256", "skeleton", "tensors"}, "torch file")
+            need(set(fe) == {"path", "kind", "size", "skeleton", "tensors"} | fmeta, "torch file")
             chunks(fe["skeleton"], "skeleton")
             need(isinstance(fe["tensors"], list), "tensors")
             keys = set()
@@ -147,9 +160,13 @@ def check_index(idx, step):
                 keys.add(t["key"])
         else:
             need(False, "file kind")
-        sha = fe["sha256"]
-        need(sha is None if kind == "torch" else
-             (isinstance(sha, str) and len(sha) == 64 and _HEX.match(sha)), "sha256")
+        if v3:
+            need(_is_int(fe["mode"]) and fe["mode"] <= 0o7777 and type(fe["mtime"]) is int, "mode/mtime")
+        else:
+            sha = fe["sha256"]
+            need(sha is None if kind == "torch" else _is_digest(sha, 64), "sha256")
+        need(sum(c["n"] for _, _, c in all_sections(fe) if c is not None)
+             + sum(t["n"] for t in file_tensors(fe)) == fe["size"] or kind == "torch", "file size")
     need(not idx["keyframe"] or not any(t["ref"] for t in iter_tensors(idx)), "keyframe with refs")
     need(idx["prev"] is not None or not any(t["ref"] for t in iter_tensors(idx)), "refs without prev")
     return idx

@@ -23,32 +23,37 @@ class _NextRecoder:
         self.r = view.reader(step)
         self.idx = copy.deepcopy(self.r.index)
         self.paths = reference_paths([fe["path"] for fe in self.idx["files"]], next_paths)
-        self.by_next = {}
+        self.by_next = {}  # path in the new step -> (file entry of `step`, {key: tensor entry})
         for fe in self.idx["files"]:
             if self.paths.get(fe["path"]) is not None:
-                self.by_next[self.paths[fe["path"]]] = fe
-        self.tensors = {}
+                self.by_next[self.paths[fe["path"]]] = (fe, {x["key"]: x for x in file_tensors(fe)})
         self.done = {}
         self.raw = RawSource(raw_folder)
 
-    def on_tensor(self, rel, kind, key, t, u8):
-        fe = self.by_next.get(rel)
-        if fe is None or fe["kind"] != kind:
-            return
-        ts = self.tensors.get(fe["path"])
-        if ts is None:
-            ts = self.tensors[fe["path"]] = {x["key"]: x for x in file_tensors(fe)}
-        lt = ts.get(key)
+    def code(self, rel, kind, t, u8, threads, phases):
+        """In a worker: the blob of `step`'s same tensor coded against the new step's bytes ``u8`` (entry ``t``),
+        or None where `step` has no such tensor. Handed to put() on the writing thread."""
+        got = self.by_next.get(rel)
+        if got is None or got[0]["kind"] != kind:
+            return None
+        fe, ts = got
+        lt = ts.get(t["key"])
         if lt is None or not same_identity(lt, t):
-            return
+            return None
         dt = NP_DTYPES[lt["np"]]
-        cur = self.raw.get(fe["path"], kind, key, lt["sha"])
-        cur = self.view.decode(self.step, fe["path"], lt) if cur is None else cur.view(dt)
-        blob = compress(shaped(cur.reshape(-1).view(dt), lt["shape"]), reference=shaped(u8.view(dt), lt["shape"]),
-                        threads=self.threads, prefer=self.prefer)
-        del cur
-        self.raw.release(key)  # (its pages of the previous step's raw file, read once)
-        self.done[(fe["path"], key)] = (self.w.add_section(blob), bool(blob_info(blob)["has_reference"]))
+        with phases.time("read reference"):
+            cur = self.raw.get(fe["path"], kind, t["key"], lt)
+        if cur is None:
+            with phases.time("decode reference"):
+                cur = self.view.decode(self.step, fe["path"], lt)
+        with phases.time("code against"):
+            blob = compress(shaped(cur.reshape(-1).view(dt), lt["shape"]),
+                            reference=shaped(u8.view(dt), lt["shape"]), threads=threads, prefer=self.prefer)
+        return fe["path"], t["key"], blob, bool(blob_info(blob)["has_reference"])
+
+    def put(self, res):
+        path, key, blob, ref = res
+        self.done[(path, key)] = (self.w.add_section(blob), ref)
 
     def finish(self, next_step):
         used = False

@@ -3,9 +3,11 @@ replacement and locking (format: ARCHIVE.md), on a local folder or an fsspec
 URL (lmc._storage)."""
 import functools
 import json
+import os
 import re
 import secrets
 import struct
+import threading
 import zlib
 
 from ..formats.fileio import strict_json
@@ -19,8 +21,8 @@ class ArchiveError(Exception):
 MANIFEST = "lmc-archive.json"
 LOCK = ".lock"
 FORMAT = "lmc-archive"
-VERSION = 2           # written; version 1 archives (no torchzip files, ref_path, name, opaque) are read too
-VERSIONS = (1, 2)
+VERSION = 3           # written; versions 1 and 2 (CRC-32 sections, SHA-256 checksums) are read too
+VERSIONS = (1, 2, 3)
 SEG_MAGIC = b"LMCASEG\x01"
 FOOT_MAGIC = b"LMCAIDX\x01"
 FOOTER = struct.Struct("<8sQQII")  # magic, index offset, index length, index crc, footer crc
@@ -154,10 +156,13 @@ def cleanup(root, manifest):
 
 class SegmentWriter:
     """Writes one step's segment: sections, then the index and a footer.
-    Data goes to a temporary file; commit() fsyncs and renames it."""
+    Data goes to a temporary file; commit() fsyncs and renames it. ``crc``: sections carry a CRC-32 (the
+    version 1-2 form, for a step whose index stays version 2 when it is re-coded); version 3 sections are
+    [offset, length], their bytes covered by the pieces' xxh3-128 (_integrity)."""
 
-    def __init__(self, root, step):
+    def __init__(self, root, step, crc=False):
         self.root = root
+        self.crc = crc
         self.name = f"seg-{int(step):012d}-{secrets.token_hex(4)}.lmca"
         self.f = store(root).open_write(self.name)
         self.f.write(SEG_MAGIC)
@@ -166,11 +171,11 @@ class SegmentWriter:
         self.index_crc = None
 
     def add_section(self, data):
-        """Append bytes; returns the section reference [offset, length, crc32]."""
+        """Append bytes; returns the section reference [offset, length] (with ``crc``: [offset, length, crc32])."""
         mv = memoryview(data).cast("B")
         n = mv.nbytes
         self.f.write(mv)
-        ref = [self.pos, n, crc32(mv)]
+        ref = [self.pos, n, crc32(mv)] if self.crc else [self.pos, n]
         self.pos += n
         return ref
 
@@ -213,6 +218,7 @@ class SegmentReader:
 
     def __init__(self, root, entry):
         self.step = entry["step"]
+        self._lock = threading.Lock()
         b = store(root)
         self.path = b.where(entry["segment"])
         try:
@@ -251,19 +257,33 @@ class SegmentReader:
         self.index = load_json(data, f"step {self.step} index")
 
     def _read(self, off, n):
-        self.f.seek(off)
-        data = self.f.read(n)
+        """Bytes [off, off + n): pread on a local file (threads read at once), else seek and read under a lock."""
+        try:
+            fd = self.f.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = None
+        if fd is not None:
+            data = os.pread(fd, n, off)
+            while len(data) < n:
+                more = os.pread(fd, n - len(data), off + len(data))
+                if not more:
+                    break
+                data += more
+        else:
+            with self._lock:
+                self.f.seek(off)
+                data = self.f.read(n)
         if len(data) != n:
             raise ArchiveError(f"step {self.step}: short read (truncated segment)")
         return data
 
     def read(self, sec, what="section"):
         """Bytes of a section reference, checksum-checked."""
-        off, n, c = sec
+        off, n = sec[0], sec[1]
         if not (len(SEG_MAGIC) <= off and off + n <= self.data_end):
             raise ArchiveError(f"step {self.step}: {what}: section out of bounds")
         data = self._read(off, n)
-        if crc32(data) != c:
+        if len(sec) == 3 and crc32(data) != sec[2]:
             raise ArchiveError(f"step {self.step}: {what}: checksum mismatch (damaged data)")
         return data
 

@@ -1,19 +1,16 @@
 """Read side of an archive: open segments, look tensors up, decode a
 tensor through its reference chain holding at most two decoded tensors."""
-import hashlib
+import threading
 import zlib
 
 import numpy as np
 
 from .. import FormatError, decompress, info as blob_info
 from ._formats import NP_DTYPES, check_index, file_tensors
+from ._integrity import sha128, xxh  # noqa: F401  (sha128 re-exported)
 from ._store import ArchiveError, SegmentReader
 
 CHUNK = 4 << 20  # bytes per zlib chunk of plain data
-
-
-def sha128(data):
-    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def inflate(data, n, what):
@@ -45,6 +42,7 @@ class View:
         self._readers = {}
         self._files = {}
         self._tensors = {}
+        self._lock = threading.RLock()  # threads of the archive's pool share one view
 
     def close(self):
         for r in self._readers.values():
@@ -58,6 +56,13 @@ class View:
         self.close()
 
     def reader(self, step):
+        r = self._readers.get(step)
+        if r is not None:
+            return r
+        with self._lock:
+            return self._open(step)
+
+    def _open(self, step):
         r = self._readers.get(step)
         if r is None:
             if step not in self.entries:
@@ -76,8 +81,8 @@ class View:
             except BaseException:
                 r.close()
                 raise
-            self._readers[step] = r
             self._files[step] = {fe["path"]: fe for fe in r.index["files"]}
+            self._readers[step] = r  # (published last: a thread that finds it finds its files too)
         return r
 
     def index(self, step):
@@ -95,15 +100,22 @@ class View:
         k = (step, path)
         d = self._tensors.get(k)
         if d is None:
-            d = self._tensors[k] = {t["key"]: t for t in file_tensors(fe)}
+            with self._lock:
+                d = self._tensors[k] = {t["key"]: t for t in file_tensors(fe)}
         return d.get(key)
 
     def chunks(self, step, chunks, what):
         """Yield the plain bytes of a list of chunk entries."""
-        r = self.reader(step)
         for c in chunks:
-            data = r.read(c["sec"], what)
-            yield inflate(data, c["n"], f"step {step}: {what}") if c["enc"] == "zlib" else data
+            yield self.chunk(step, c, what)
+
+    def chunk(self, step, c, what):
+        """The plain bytes of one chunk entry, checked against its xxh3-128 where it has one (version 3)."""
+        data = self.reader(step).read(c["sec"], what)
+        data = inflate(data, c["n"], f"step {step}: {what}") if c["enc"] == "zlib" else data
+        if "xxh" in c and xxh(data) != c["xxh"]:
+            raise ArchiveError(f"step {step}: {what}: bytes do not match the recorded checksum (damaged data)")
+        return data
 
     def decode_one(self, step, path, t, ref=None, out=None):
         """Decode one tensor entry (flat array of its coding dtype, or uint8)."""

@@ -1,0 +1,128 @@
+"""The archive's parallel path: a bounded pool over tensors and chunks, per-phase timers, and reads that
+cannot fault.
+
+Why a pool over pieces, not only lmc's threads inside a tensor: a step is a few hundred tensors of a few MiB,
+each a handful of lmc chunks, so a codec call on its own keeps few cores busy, and everything around it
+(reading, hashing, zlib, writing) ran serially on one thread. Every stage of a piece here releases the GIL
+(os.preadv, xxhash, zlib, lmc's nogil kernels, file writes), so Python threads run them in parallel. Results
+are handed back on the calling thread in submission order, so a segment's bytes are the same on every run
+and for every thread count; at most ``depth`` pieces are in flight (two per worker), which bounds memory to
+about two tensors (and their blobs) per worker."""
+import collections
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from ._store import ArchiveError
+
+
+def workers_for(threads):
+    """Worker threads for ``threads`` (None: every core the process may use)."""
+    if threads is None:
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except (AttributeError, OSError):
+            return max(1, os.cpu_count() or 1)
+    return max(1, int(threads))
+
+
+class Phases:
+    """Seconds spent per phase (summed over threads: CPU-side time, not wall time), for the benchmark's
+    breakdown and ``Archive.last_phases``."""
+
+    def __init__(self):
+        self.s = collections.defaultdict(float)
+        self._lock = threading.Lock()
+
+    def add(self, name, dt):
+        with self._lock:
+            self.s[name] += dt
+
+    def time(self, name):
+        return _Timer(self, name)
+
+    def as_dict(self):
+        with self._lock:
+            return {k: round(v, 6) for k, v in sorted(self.s.items())}
+
+
+class _Timer:
+    __slots__ = ("p", "name", "t0")
+
+    def __init__(self, p, name):
+        self.p, self.name = p, name
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.p.add(self.name, time.perf_counter() - self.t0)
+
+
+class Ordered:
+    """Runs functions on ``workers`` threads, at most ``depth`` at a time, and calls each one's ``done`` with its
+    result on the submitting thread, in submission order. One worker: everything runs inline, in order.
+    Used as a context manager: leaving it drains the queue; leaving on an error cancels what has not started
+    and waits for what has (nothing runs on after the call returns)."""
+
+    def __init__(self, workers, depth=None):
+        self.workers = max(1, int(workers))
+        self.depth = depth or 2 * self.workers
+        self.ex = ThreadPoolExecutor(self.workers, thread_name_prefix="lmc-archive") if self.workers > 1 else None
+        self.q = collections.deque()
+
+    def submit(self, fn, done=None):
+        if self.ex is None:
+            r = fn()
+            if done is not None:
+                done(r)
+            return
+        self.q.append((self.ex.submit(fn), done))
+        while len(self.q) >= self.depth:
+            self._pop()
+
+    def _pop(self):
+        fut, done = self.q.popleft()
+        r = fut.result()
+        if done is not None:
+            done(r)
+
+    def drain(self):
+        while self.q:
+            self._pop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        try:
+            if exc_type is None:
+                self.drain()
+        finally:
+            if self.ex is not None:
+                for fut, _ in self.q:
+                    fut.cancel()
+                self.q.clear()
+                self.ex.shutdown(wait=True)
+        return False
+
+
+def read_exact(fd, begin, end, what):
+    """Bytes [begin, end) of an open file as a new uint8 array, read with pread (no file map: a file
+    truncated under the reader is a short read and one line here, never a SIGBUS)."""
+    n = end - begin
+    buf = np.empty(n, np.uint8)
+    mv = memoryview(buf)
+    got = 0
+    while got < n:
+        try:
+            k = os.preadv(fd, [mv[got:]], begin + got)
+        except OSError as e:
+            raise ArchiveError(f"{what}: cannot read ({e.strerror or e})") from None
+        if k <= 0:
+            raise ArchiveError(f"{what}: changed while being read (now shorter than {end} bytes)")
+        got += k
+    return buf
