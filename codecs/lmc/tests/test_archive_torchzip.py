@@ -247,7 +247,7 @@ def test_legacy_torch_format_keeps_the_skeleton_kind(tmp_path):
 
 def test_version1_archive_still_reads(tmp_path):
     """An archive written by lmc 0.2 (manifest version 1, no name/opaque) restores; the next add
-    writes version 2."""
+    writes the current version (3)."""
     import json
     from lmc.archive._store import canon, crc32
     sd = _train((1,))[1][0]
@@ -265,7 +265,7 @@ def test_version1_archive_still_reads(tmp_path):
     assert a.entries()[0]["opaque"] is None and a.entries()[0]["name"] == "checkpoint-1"
     a.restore(1, tmp_path / "r1")
     a.add(tmp_path / "checkpoint-2")
-    assert json.loads(mp.read_text())["manifest"]["version"] == 2
+    assert json.loads(mp.read_text())["manifest"]["version"] == 3
     assert _files(tmp_path / "r1") == _files(tmp_path / "checkpoint-1")
 
 

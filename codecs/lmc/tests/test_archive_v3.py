@@ -1,0 +1,163 @@
+"""Archive format 3: older archives still read (a frozen version 2 archive made by lmc 0.3.5), the parallel
+path writes the same bytes at every thread count, the one integrity layer catches damage, restored files get
+their mode and mtime back, and a source file truncated while it is read is one line (no SIGBUS)."""
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+from lmc.archive import Archive, ArchiveError  # noqa: E402
+from test_archive import make_series  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def _digests(folder):
+    out = {}
+    for d, _, names in os.walk(folder):
+        for n in names:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, folder).replace(os.sep, "/")] = hashlib.sha256(f.read()).hexdigest()
+    return dict(sorted(out.items()))
+
+
+def _manifest(path):
+    with open(os.path.join(path, "lmc-archive.json")) as f:
+        return json.load(f)["manifest"]
+
+
+def _index(a, step):
+    with a._view() as v:
+        return v.index(step)
+
+
+@pytest.fixture
+def frozen(tmp_path):
+    src = os.path.join(DATA, "archive_v2")
+    dst = tmp_path / "v2"
+    shutil.copytree(src, dst)
+    with open(os.path.join(DATA, "archive_v2.json")) as f:
+        want = {int(s): d for s, d in json.load(f)["steps"].items()}
+    return dst, want
+
+
+def test_frozen_version2_archive_restores_and_verifies(frozen, tmp_path):
+    path, want = frozen
+    a = Archive(path)
+    assert _manifest(path)["version"] == 2 and a.steps() == sorted(want)
+    assert any(not e["keyframe"] for e in a.entries())  # it holds steps coded against the next
+    for s in a.steps():
+        a.restore(s, tmp_path / f"r{s}")
+        assert _digests(tmp_path / f"r{s}") == want[s]
+    assert a.verify().ok
+
+
+def test_frozen_version2_archive_takes_version3_steps(frozen, tmp_path):
+    """A new step is written as version 3; the version 2 step re-coded against it keeps its version 2 index
+    (CRC-32 sections, SHA-256 checksums); prune re-codes a version 2 step the same way; every step restores."""
+    path, want = frozen
+    new = make_series(tmp_path / "more", steps=(2, 4, 6, 8, 10), hidden=32, vocab=64)[-1]
+    a = Archive(path, keyframe_every=3)
+    a.add(new)
+    assert _manifest(path)["version"] == 3
+    assert _index(a, 10)["version"] == 3
+    last_v2 = _index(a, 8)
+    assert "version" not in last_v2 and all(len(p["sec"]) == 3 for p in last_v2["files"][1]["parts"]
+                                            if p["t"] == "tensor")
+    assert a.verify().ok
+    for s in (2, 4, 6, 8):
+        a.restore(s, tmp_path / f"r{s}")
+        assert _digests(tmp_path / f"r{s}") == want[s]
+    a.restore(10, tmp_path / "r10")
+    assert _digests(tmp_path / "r10") == _digests(new)
+    a.prune(keep_every=4)  # keeps 4 and 8 (and 10); a kept step coded against a dropped one is re-coded
+    assert a.steps() == [4, 8, 10] and a.verify().ok
+    for s in (4, 8):
+        shutil.rmtree(tmp_path / f"r{s}")
+        a.restore(s, tmp_path / f"r{s}")
+        assert _digests(tmp_path / f"r{s}") == want[s]
+
+
+def test_same_bytes_at_every_thread_count(tmp_path):
+    folders = make_series(tmp_path / "run", steps=(2, 4, 6))
+    segs = {}
+    for threads in (1, 3):
+        a = Archive(tmp_path / f"a{threads}", keyframe_every=10, threads=threads)
+        for f in folders:
+            a.add(f)
+        segs[threads] = []
+        for e in a.entries():
+            with open(tmp_path / f"a{threads}" / e["segment"], "rb") as fh:
+                segs[threads].append(fh.read())
+        assert a.verify().ok
+    assert segs[1] == segs[3]
+
+
+def test_every_piece_is_checked_once_end_to_end(tmp_path):
+    """Version 3 keeps no section CRC and no file SHA-256: a flipped byte in a verbatim chunk or in a tensor's
+    blob is caught by the piece's xxh3-128 (or the codec's own checks) on restore and by verify."""
+    folder = make_series(tmp_path / "run", steps=(2,))[0]
+    for what in ("chunk", "tensor"):
+        a = Archive(tmp_path / f"a-{what}")
+        a.add(folder)
+        idx = _index(a, 2)
+        fe = next(f for f in idx["files"] if f["path"] == "model.safetensors")
+        assert "sha256" not in fe and all(len(c["sec"]) == 2 for p in fe["parts"] for c in p.get("chunks", ()))
+        if what == "chunk":
+            sec = next(p for p in fe["parts"] if p["t"] == "raw")["chunks"][0]["sec"]
+        else:
+            sec = max((p for p in fe["parts"] if p["t"] == "tensor"), key=lambda p: p["n"])["sec"]
+        seg = tmp_path / f"a-{what}" / a.entries()[0]["segment"]
+        b = bytearray(seg.read_bytes())
+        b[sec[0] + sec[1] // 2] ^= 0x10
+        seg.write_bytes(bytes(b))
+        with pytest.raises(ArchiveError):
+            a.restore(2, tmp_path / f"out-{what}")
+        assert not (tmp_path / f"out-{what}").exists()
+        res = a.verify()
+        assert not res.ok and 2 in res.damaged
+
+
+def test_restore_gives_back_mode_and_mtime(tmp_path):
+    folder = make_series(tmp_path / "run", steps=(2,))[0]
+    p = os.path.join(folder, "optimizer.pt")
+    os.chmod(p, 0o600)
+    os.utime(p, ns=(1_700_000_000_123_456_789, 1_700_000_000_123_456_789))
+    q = os.path.join(folder, "trainer_state.json")
+    os.chmod(q, 0o640)
+    a = Archive(tmp_path / "a")
+    a.add(folder)
+    a.restore(2, tmp_path / "out")
+    for src in (p, q):
+        got = os.stat(tmp_path / "out" / os.path.basename(src))
+        assert oct(got.st_mode & 0o7777) == oct(os.stat(src).st_mode & 0o7777)
+        assert got.st_mtime_ns == os.stat(src).st_mtime_ns
+
+
+def test_source_truncated_while_added_is_one_line(tmp_path, monkeypatch):
+    """The file is cut after its layout was read and before its tensors are: a clean ArchiveError (the old
+    reader mapped the file and died of SIGBUS), and the archive keeps what it had."""
+    folders = make_series(tmp_path / "run", steps=(2, 4))
+    a = Archive(tmp_path / "a")
+    a.add(folders[0])
+    before = _digests(tmp_path / "a")
+    from lmc.archive import _add
+    real = _add.parse_safetensors
+    victim = os.path.join(folders[1], "model.safetensors")
+
+    def parse_then_cut(f, size):
+        got = real(f, size)
+        if getattr(f, "name", None) == victim:
+            os.truncate(victim, size // 2)
+        return got
+
+    monkeypatch.setattr(_add, "parse_safetensors", parse_then_cut)
+    with pytest.raises(ArchiveError, match="changed while being read"):
+        a.add(folders[1])
+    assert _digests(tmp_path / "a") == before and a.steps() == [2]
