@@ -7,5 +7,5 @@ True
 """
 from ._core import FormatError, OutputLimitError, compress, decompress, info, shaped
 
-__version__ = "0.3.5"
+__version__ = "0.3.6"
 __all__ = ["compress", "decompress", "info", "shaped", "FormatError", "OutputLimitError", "__version__"]

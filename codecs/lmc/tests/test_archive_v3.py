@@ -161,3 +161,72 @@ def test_source_truncated_while_added_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(ArchiveError, match="changed while being read"):
         a.add(folders[1])
     assert _digests(tmp_path / "a") == before and a.steps() == [2]
+
+
+def _segment_bytes(a, step):
+    e = next(e for e in a.entries() if e["step"] == step)
+    with open(os.path.join(a.path, e["segment"]), "rb") as f:
+        return f.read()
+
+
+def test_background_recode_gives_the_same_archive(tmp_path):
+    """add(background=True) returns once the new step is committed alone; the previous step's re-code
+    runs behind and commits the same bytes a foreground add writes."""
+    folders = make_series(tmp_path / "run", steps=(2, 4, 6))
+    fg, bg = Archive(tmp_path / "fg"), Archive(tmp_path / "bg")
+    for f in folders:
+        fg.add(f)
+        bg.add(f, background=True)
+        assert os.path.basename(f) in [e["name"] for e in bg.entries()]  # committed before the re-code ends
+    bg.wait()
+    assert [(e["step"], e["depends_on"]) for e in bg.entries()] == [(2, 4), (4, 6), (6, None)]
+    assert not any("recode" in e for e in bg.entries())
+    for s in (2, 4, 6):
+        assert _segment_bytes(fg, s) == _segment_bytes(bg, s)
+    assert bg.verify().ok
+
+
+def test_background_recode_that_fails_leaves_a_loadable_archive(tmp_path, monkeypatch):
+    folders = make_series(tmp_path / "run", steps=(2, 4, 6))
+    a = Archive(tmp_path / "a")
+    a.add(folders[0])
+    from lmc.archive import _recoder
+
+    def boom(self, next_step):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(_recoder._NextRecoder, "finish", boom)
+        a.add(folders[1], background=True)
+        with pytest.raises(OSError, match="No space left"):
+            a.wait()
+    es = {e["step"]: e for e in a.entries()}
+    assert es[2]["recode"] == 4 and es[2]["depends_on"] is None and es[4]["depends_on"] is None
+    assert not [n for n in os.listdir(a.path) if n.startswith(".tmp-")]
+    for s, f in zip((2, 4), folders):
+        a.restore(s, tmp_path / f"r{s}")
+        assert _digests(tmp_path / f"r{s}") == _digests(f)
+    a.add(folders[2])  # the next add re-codes step 2 against 4 first (folded into the save)
+    assert [(e["step"], e["depends_on"]) for e in a.entries()] == [(2, 4), (4, 6), (6, None)]
+    assert not any("recode" in e for e in a.entries()) and a.verify().ok
+
+
+def test_process_killed_during_background_recode(tmp_path):
+    """The process ends (os._exit: no thread is waited for) right after a background add returns: the new
+    step is there and every step restores; the next add completes the re-code."""
+    import subprocess
+    import sys
+    folders = make_series(tmp_path / "run", steps=(2, 4))
+    a = Archive(tmp_path / "a")
+    a.add(folders[0])
+    code = ("import os, sys; from lmc.archive import Archive; "
+            f"Archive({str(tmp_path / 'a')!r}).add({folders[1]!r}, background=True); os._exit(0)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    a = Archive(tmp_path / "a")
+    assert a.steps() == [2, 4]
+    for s, f in zip((2, 4), folders):
+        a.restore(s, tmp_path / f"r{s}")
+        assert _digests(tmp_path / f"r{s}") == _digests(f)
+    assert a.verify().ok
+    a.add(folders[1], step=5)
+    assert a.entries()[0]["depends_on"] == 4 and not any("recode" in e for e in a.entries())

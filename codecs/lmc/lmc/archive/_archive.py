@@ -15,7 +15,7 @@ import numpy as np
 from .. import compress, info as blob_info
 from .._core import check_prefer, shaped
 from . import _torchio
-from ._add import StepEncoder, canonical_path, list_files, reference_paths
+from ._add import BIG_TENSOR, RawSource, StepEncoder, canonical_path, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
 from ..formats.trainer_folder import step_of
@@ -25,7 +25,7 @@ from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, Segment
 from ._integrity import matches
 from ._pipeline import Ordered, Phases, workers_for
 from ._view import View, same_identity
-from ._graph import _may_recode, _set_depths, _topo
+from ._graph import _may_join, _may_recode, _set_depths, _topo
 from ._recoder import _NextRecoder
 from ._steps import _folder_name, _folder_time, opaque_bytes, restore_bytes
 from ._steps import step_folders  # noqa: F401  (re-exported: lmc.archive, _cli)
@@ -123,12 +123,18 @@ class Archive:
         return View(self.path, m or self._manifest(), self.threads)
 
     # -- add
-    def add(self, folder, step=None, *, reference_folder="auto"):
+    def add(self, folder, step=None, *, reference_folder="auto", background=False):
         """Append a checkpoint folder as `step` (default: from its name
         checkpoint-<step>).  Atomic: on any error the archive is unchanged.
         reference_folder: the previous step's raw folder, whose tensors are used
         as references where their checksum matches the archived ones ("auto":
-        the sibling checkpoint-<prev> folder, if any; None: always decode)."""
+        the sibling checkpoint-<prev> folder, if any; None: always decode).
+        background: return once the new step is coded alone and committed (complete and durable); the
+        archive's previous last step is re-coded against it by a thread of this process (wait() joins it;
+        the next add, or the interpreter's exit, waits for it too). Until that re-code commits, the previous
+        step stays coded alone, marked in the manifest ("recode"); a kill leaves it so, and the next add
+        re-codes it first. Every moment leaves a loadable archive."""
+        self.wait()
         folder = os.fspath(folder)
         if step is None:
             step = step_of(folder)
@@ -154,6 +160,7 @@ class Archive:
                 m["keyframe_every"] = int(self.keyframe_every)
             m["version"] = VERSION
             cleanup(self.path, m)
+            self._recode_pending(m)  # (a re-code left by a background add that did not finish)
             steps = [e["step"] for e in m["steps"]]
             if step in steps:
                 raise ArchiveError(f"step {step} is already in the archive")
@@ -178,7 +185,7 @@ class Archive:
             try:
                 with self._view(m) as view:
                     rec = None
-                    if recode:  # the last step's tensors re-coded as the new step's are coded
+                    if recode and not background:  # the last step's tensors re-coded as the new step's are coded
                         # (a step added by lmc 0.3 keeps its version-2 index, sections with CRC-32)
                         wl = SegmentWriter(self.path, last["step"],
                                            crc=view.index(last["step"]).get("version") != 3)
@@ -190,7 +197,7 @@ class Archive:
                     with ph.time("fsync"):  # (the index, the flush, fsync and rename)
                         name = w.commit({"version": 3, "step": step, "prev": None, "keyframe": True,
                                          "files": files, "name": fname, "time": ftime})
-                    if recode:
+                    if recode and not background:
                         with ph.time("copy unchanged"):
                             idx = rec.finish(step)
                         with ph.time("fsync"):
@@ -200,9 +207,11 @@ class Archive:
                 if wl is not None:
                     wl.abort()
                 raise  # (a committed but unreferenced segment is removed by the next writer)
-            if recode:
+            if recode and not background:
                 last.update(segment=lname, size=wl.size, index_crc=wl.index_crc,
                             keyframe=idx["keyframe"], prev=idx["prev"], depends_on=idx["prev"])
+            elif recode:
+                last["recode"] = step
             m["steps"].append({
                 "step": step, "segment": name, "size": w.size, "index_crc": w.index_crc,
                 "keyframe": True, "prev": None, "depends_on": None, "depth": 0, "bytes_in": nbytes,
@@ -211,7 +220,97 @@ class Archive:
             write_manifest(self.path, m)
             cleanup(self.path, m)  # the re-coded step's old segment
         self.last_phases = dict(ph.as_dict(), wall=round(time.perf_counter() - t0, 6))
+        if recode and background:
+            self._bg_error = None
+            self._bg = threading.Thread(target=self._background_recode, args=(reference_folder, folder),
+                                        name=f"lmc-archive-recode-{last['step']}", daemon=False)
+            self._bg.start()
         return step
+
+    def wait(self):
+        """Wait for a background re-code (add(background=True)) to finish; raise what it raised."""
+        bg = getattr(self, "_bg", None)
+        if bg is not None:
+            bg.join()
+            self._bg = None
+            err, self._bg_error = self._bg_error, None
+            if err is not None:
+                raise err
+
+    def _background_recode(self, last_folder, new_folder):
+        try:
+            with Lock(self.path):
+                m = self._manifest()
+                self._recode_pending(m, {"last": last_folder, "new": new_folder}, raise_errors=True)
+        except BaseException as e:  # (handed to wait(); the archive is as the add left it)
+            self._bg_error = e
+
+    def _recode_pending(self, m, folders=None, raise_errors=False):
+        """Re-code each step marked "recode": N in the manifest ``m`` against step N and commit the manifest
+        (called with the lock held). A step whose re-code cannot be done stays coded alone (its mark is
+        dropped); with ``raise_errors`` the error is raised instead, the archive unchanged."""
+        folders = folders or {}
+        dropped = False
+        for e in [e for e in m["steps"] if "recode" in e]:
+            target = e["recode"]
+            ph = Phases()
+            t0 = time.perf_counter()
+            try:
+                wl = None
+                with self._view(m) as view:
+                    if target not in view.entries or not _may_join(m, e["step"], target):
+                        raise ArchiveError(f"step {e['step']}: cannot be re-coded against step {target}")
+                    wl = SegmentWriter(self.path, e["step"], crc=view.index(e["step"]).get("version") != 3)
+                    try:
+                        tfiles = view.index(target)["files"]
+                        rec = _NextRecoder(view, e["step"], wl, folders.get("last"), self.threads,
+                                           [fe["path"] for fe in tfiles], prefer=self.prefer)
+                        self._feed_recoder(view, target, tfiles, rec, folders.get("new"), ph)
+                        idx = rec.finish(target)
+                        with ph.time("fsync"):
+                            lname = wl.commit(idx)
+                    except BaseException:
+                        wl.abort()
+                        raise
+            except (ArchiveError, OSError) as ex:
+                if raise_errors:
+                    raise
+                import warnings
+                warnings.warn(f"lmc.archive: {ex}; step {e['step']} stays coded alone", stacklevel=3)
+                del e["recode"]
+                dropped = True
+                continue
+            del e["recode"]
+            e.update(segment=lname, size=wl.size, index_crc=wl.index_crc, keyframe=idx["keyframe"],
+                     prev=idx["prev"], depends_on=idx["prev"])
+            _set_depths(m)
+            write_manifest(self.path, m)
+            cleanup(self.path, m)
+            self.last_recode_phases = dict(ph.as_dict(), wall=round(time.perf_counter() - t0, 6))
+        if dropped:
+            write_manifest(self.path, m)
+
+    def _feed_recoder(self, view, step, files, rec, raw_folder, ph):
+        """Hand each tensor of ``step`` (read back from its raw folder where it hashes to the archived checksum,
+        else decoded) to the recoder, on the pool."""
+        raw = RawSource(raw_folder)
+        workers = workers_for(self.threads)
+        with Ordered(workers) as pool:
+            for fe in files:
+                for t in file_tensors(fe):
+                    if t["enc"] != "lmc":
+                        continue
+                    pool.submit(functools.partial(self._recoder_job, view, step, fe, t, rec, raw, workers, ph),
+                                lambda res: res is not None and rec.put(res))
+
+    def _recoder_job(self, view, step, fe, t, rec, raw, workers, ph):
+        with ph.time("read"):
+            u8 = raw.get(fe["path"], fe["kind"], t["key"], t)
+        if u8 is None:
+            with ph.time("decode"):
+                u8 = view.decode(step, fe["path"], t).reshape(-1).view(np.uint8)
+        threads = 1 if workers > 1 and u8.nbytes < BIG_TENSOR else self.threads
+        return rec.code(fe["path"], fe["kind"], t, u8, threads, ph)
 
     def _check_writable_path(self):
         """One line, before anything is created, for an archive path that cannot be meant: a URL,

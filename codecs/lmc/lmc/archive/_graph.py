@@ -49,3 +49,16 @@ def _topo(m):
             done.add(x)
             out.append(x)
     return out
+
+
+def _may_join(m, step, target):
+    """Whether `step`, coded alone, may be re-coded against `target` (a newer step): every step whose chain
+    ends at `step` then decodes through `target`'s chain too, so the two groups together must hold at most
+    keyframe_every steps."""
+    roots = _roots(m)
+    if roots.get(step) != step or target not in roots:
+        return False
+    r = roots[target]
+    if r == step:
+        return False
+    return sum(1 for x in roots.values() if x in (step, r)) <= m["keyframe_every"]

@@ -94,6 +94,9 @@ def _check_manifest(m):
             need(c != s and n <= len(steps), f"step {s}: dependency cycle")
             c, n = seen[c].get("depends_on"), n + 1
         need("time" not in e or type(e["time"]) is int, f"step {s}: bad time")
+        # version 3: a step coded alone that a background add is to re-code against a newer step
+        need("recode" not in e or (type(e["recode"]) is int and e["recode"] in seen and e["recode"] > s
+                                   and dep is None), f"step {s}: bad recode")
     return m
 
 
