@@ -111,6 +111,16 @@ def run(series, lstep, nstep, threads, repeat, scratch):
         phases.append(a.last_phases)
     k = int(np.argmin(adds))
     r["add_s"], r["add_phases"] = adds[k], phases[k]
+    # peak memory of an add, in a child process (VmHWM: counts Numba's buffers and mapped pages)
+    ap = os.path.join(scratch, f"a-{threads}-child")
+    shutil.copytree(base, ap)
+    code = ("import sys; from lmc.archive import Archive; "
+            "rss0 = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')); "
+            f"Archive({ap!r}, threads={threads}).add({nf!r}); "
+            "print(rss0, next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM')))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    r["add_child_rss_before_mib"], r["add_child_peak_mib"] = int(out[0]) / 1024, int(out[1]) / 1024
+    r["largest_tensor_mib"] = max(v.nbytes for v in nt.values()) / 2**20
     ap = os.path.join(scratch, f"a-{threads}-{k}")
     a = Archive(ap, threads=threads)
     segs = [open(os.path.join(ap, e["segment"]), "rb").read() for e in a.entries()]
@@ -184,17 +194,20 @@ def report(meta, rows):
          f"- series: `{meta['series']}`, steps {meta['steps'][0]} -> {meta['steps'][1]}; "
          f"{rows[0]['mib_in']:.1f} MiB per step; best of each measurement", "",
          "| threads | codec s | + write&fsync s | add s | add / (codec + write) | decode s | + plain write s "
-         "| restore s | restore / (decode + write) | restore prev s | archive / blobs |",
-         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         "| restore s | restore / (decode + write) | restore prev s | archive / blobs | add peak RSS MiB |",
+         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         L.append(f"| {r['threads']} | {r['codec_s']:.3f} | {r['write_fsync_s']:.3f} | {r['add_s']:.3f} | "
                  f"{r['add_vs_codec_plus_write']:.2f} | {r['decode_s']:.3f} | {r['plain_write_s']:.3f} | "
                  f"{r['restore_s']:.3f} | {r['restore_vs_decode_plus_write']:.2f} | {r['restore_prev_s']:.3f} | "
-                 f"{r['archive_over_blobs']:.4f} |")
+                 f"{r['archive_over_blobs']:.4f} | {r['add_child_peak_mib']:.0f} |")
     if len(rows) > 1:
         L += ["", f"Speed-up from {rows[0]['threads']} to {rows[-1]['threads']} threads: add "
               f"{rows[0]['add_s'] / rows[-1]['add_s']:.2f}x, restore {rows[0]['restore_s'] / rows[-1]['restore_s']:.2f}x, "
               f"codec {rows[0]['codec_s'] / rows[-1]['codec_s']:.2f}x"]
+    L += ["", "Add peak RSS: VmHWM of a child process that imports lmc and adds the step (its RSS before the add: "
+          f"{rows[0]['add_child_rss_before_mib']:.0f} MiB; the step's largest tensor: "
+          f"{rows[0]['largest_tensor_mib']:.1f} MiB)."]
     L += ["", "## Where the time goes (seconds per phase, summed over the pool's threads; wall: the call)", ""]
     for r in rows:
         for which in ("add", "restore", "restore_prev"):
