@@ -29,10 +29,11 @@ LABELS = {
     "dcp_zstd": "DCP + ZStandard extension",
     "lmc_archive": "LMC archive (Archive.add)",
     "lmc_archive_bg": "LMC archive via LMCArchiveCallback (worker thread)",
+    "lmc_archive_behind": "LMC archive, Archive.add(background=True): the previous step re-coded behind",
     "lmc_dcp": "LMC DCP writer (dcp.save)",
     "lmc_dcp_async": "LMC DCP writer (dcp.async_save)",
 }
-ASYNC = {"lmc_archive_bg", "lmc_dcp_async"}
+ASYNC = {"lmc_archive_bg", "lmc_archive_behind", "lmc_dcp_async"}
 
 
 def load_rows(run_dir: str) -> pd.DataFrame:
@@ -63,6 +64,24 @@ def method_table(df: pd.DataFrame) -> pd.DataFrame:
             if col in part and part[col].notna().any():
                 rows[-1][label] = f"{part[col].max():.0f}"
     return pd.DataFrame(rows).set_index("method")
+
+
+def phase_lines(part: pd.DataFrame) -> list[str]:
+    """Where each LMC method's save spends its time: mean seconds per phase over the steps (summed over the
+    archive's threads, so phases can add up to more than the wall time; "behind": the re-code after the call
+    returned)."""
+    if "phases" not in part:
+        return []
+    out = []
+    for m in dict.fromkeys(part["method"]):
+        ph = [json.loads(x) for x in part[part["method"] == m]["phases"] if isinstance(x, str) and x]
+        if not ph:
+            continue
+        keys = sorted({k for d in ph for k in d}, key=lambda k: (k.startswith("behind"), k == "wall", k))
+        out.append(f"`{m}` seconds per phase (mean over {len(ph)} steps; summed over threads): "
+                   + ", ".join(f"{k} {sum(d.get(k, 0.0) for d in ph) / len(ph):.3f}" for k in keys))
+        out.append("")
+    return out
 
 
 def figure(df: pd.DataFrame, out_dir: str) -> str:
@@ -154,6 +173,7 @@ def render(run_dir: str, out_dir: str) -> str:
                 if len(p) > 1:
                     lines += [f"`{m}` blocked s from the first step to the last: "
                               + ", ".join(f"{x:.3f}" for x in p["blocked_s"]), ""]
+            lines += phase_lines(part)
             lines += [f"LMC archive smaller than torch.save at every step after the first: "
                       f"{'yes' if smaller else 'NO'} (ratio {min(ts[s] / arch[s] for s in later):.3f} to "
                       f"{max(ts[s] / arch[s] for s in later):.3f})" if later else "", ""]

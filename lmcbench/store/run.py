@@ -32,7 +32,7 @@ from .methods import ALL, same_state, tensors_of, unavailable
 from .options import VARIANTS, StoreConfig
 
 COLUMNS = ["variant", "method", "step", "index", "keyframe", "state_bytes", "bytes", "blocked_s", "total_s", "restore",
-           "restore_s", "verified", "save_peak_mib", "restore_peak_mib"]
+           "restore_s", "verified", "save_peak_mib", "restore_peak_mib", "phases"]
 
 
 def checkpoints_of(source: dict) -> list[tuple[int, str]]:
@@ -239,7 +239,9 @@ def _variant(variant, ckpts, names, sc, work, out, restore_at, log, warm) -> lis
                 row = {"variant": variant, "method": n, "step": step, "index": i, "keyframe": keyframe,
                        "state_bytes": state_bytes, "bytes": nbytes, "blocked_s": round(blocked, 5),
                        "total_s": round(total, 5), "restore": "", "restore_s": "", "verified": "",
-                       "save_peak_mib": _peak_mib(base), "restore_peak_mib": ""}
+                       "save_peak_mib": _peak_mib(base), "restore_peak_mib": "",
+                       "phases": json.dumps(m.phases, sort_keys=True) if m.phases else ""}
+                m.phases = None
                 if i in restore_at:
                     base = reset_peak()
                     t0 = time.perf_counter()
