@@ -17,8 +17,8 @@ from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
 from ..formats.trainer_folder import step_of
 from .._storage import is_url
-from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
-                     new_manifest, probe_segment, read_manifest, store, write_manifest)
+from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, check_step_number,
+                     cleanup, load_json, new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._view import View, inflate, same_identity, sha128
 from ._graph import _may_recode, _set_depths, _topo
 from ._recoder import _NextRecoder
@@ -130,11 +130,10 @@ class Archive:
             if step is None:
                 raise ArchiveError(f"{folder}: cannot tell the step (name it checkpoint-<step>, "
                                    "global_step<step>, step-<step> or pass step=)")
-        step = int(step)
-        if step < 0:
-            raise ArchiveError("step must be >= 0")
+        step = check_step_number(step)
         if not os.path.isdir(folder):
             raise ArchiveError(f"{folder}: not a directory")
+        list_files(folder)  # a dangling or looping link: one line, before anything is made
         self._check_writable_path()
         b = store(self.path)
         if b.is_dir() and read_manifest(self.path) is None:

@@ -5,7 +5,7 @@ import sys
 import time
 
 from ._archive import DEFAULT_KEYFRAME_EVERY, Archive, step_folders
-from ._store import ArchiveError
+from ._store import ArchiveError, check_step_number
 
 PROG = "lmc-archive"
 
@@ -90,6 +90,8 @@ def _opaque_note(e):
 def _run(args):
     out = sys.stdout
     if args.cmd == "add":
+        if args.step is not None:
+            check_step_number(args.step)  # before anything is read or made
         a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads, prefer=args.prefer)
         t = time.perf_counter()
         s = a.add(args.checkpoint_dir, args.step)
