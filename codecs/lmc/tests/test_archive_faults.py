@@ -104,6 +104,45 @@ def test_bad_symlinks_are_one_line_errors(tmp_path, case):
     assert "symbolic link" in err and not arc.exists()
 
 
+# ---------------------------------------------------------------- 5: prune --keep-within needs a unit
+
+@pytest.fixture
+def run8(tmp_path):
+    folders = make_run(str(tmp_path / "run"), nsteps=8, n=2000, ntensors=1)
+    for i, d in enumerate(folders):  # written a day apart
+        t = 1_700_000_000 + i * 86400
+        for n in os.listdir(d):
+            os.utime(os.path.join(d, n), (t, t))
+        os.utime(d, (t, t))
+    arc = tmp_path / "arc"
+    a = Archive(arc, keyframe_every=4)
+    for d in folders:
+        a.add(d)
+    return a, arc, folders
+
+
+def test_keep_within_needs_a_unit_and_must_be_positive(run8):
+    a, arc, _ = run8
+    before = a.steps()
+    for bad in ("7", "0", "0d", "-1d", "7x", "", "nand", "infd"):
+        rc, _, err = cli("prune", arc, f"--keep-within={bad}")
+        one_line_error(rc, err)
+        assert a.steps() == before, bad
+    rc, _, err = cli("prune", arc, "--keep-within", "7")
+    assert "unit" in err and "7d" in err
+    rc, _, err = cli("prune", arc, "--keep-last", "0")
+    one_line_error(rc, err)
+    for v in (0, -5, float("nan")):
+        with pytest.raises(ArchiveError, match="keep_within"):
+            a.prune(keep_within=v)
+    assert a.steps() == before
+    rc, out, err = cli("prune", arc, "--keep-within", "2d")  # the latest and the two days before it
+    assert rc == 0, err
+    assert a.steps() == before[-3:]
+    rc, out, err = cli("prune", arc, "--keep-within", "36h")
+    assert rc == 0 and a.steps() == before[-2:]
+
+
 # ---------------------------------------------------------------- 6: the step range
 
 def test_step_out_of_range(tmp_path):

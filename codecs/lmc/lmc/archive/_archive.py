@@ -484,8 +484,8 @@ class Archive:
         for v, what in ((keep_last, "keep_last"), (keep_every, "keep_every")):
             if v is not None and int(v) < 1:
                 raise ArchiveError(f"{what} must be >= 1")
-        if keep_within is not None and float(keep_within) < 0:
-            raise ArchiveError("keep_within must be >= 0")
+        if keep_within is not None and not 0 < float(keep_within) < float("inf"):
+            raise ArchiveError("keep_within must be > 0 (seconds)")
         with Lock(self.path):
             m = self._manifest()
             cleanup(self.path, m)

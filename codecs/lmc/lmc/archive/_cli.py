@@ -54,24 +54,31 @@ def _parser():
     pr.add_argument("--keep-last", type=int, default=None, metavar="K", help="the last K steps")
     pr.add_argument("--keep-every", type=int, default=None, metavar="N",
                     help="steps that are multiples of N")
-    pr.add_argument("--keep-within", type=_duration, default=None, metavar="D",
-                    help="steps written within D of the latest (e.g. 36h, 7d, 90m, 3600s)")
+    pr.add_argument("--keep-within", default=None, metavar="D",
+                    help="steps written within D of the latest; D needs a unit: s, m, h, d or w "
+                    "(e.g. 7d, 36h, 90m, 3600s)")
     return p
 
 
 def _duration(text):
-    """Seconds from '90m', '36h', '7d', '3600s' or '3600'."""
+    """Seconds from a positive duration with its unit: '90m', '36h', '7d', '2w', '3600s'.  A bare
+    number is refused (was it seconds or days?), and so is zero, as --keep-last 0 is."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
     t = text.strip().lower()
-    try:
-        if t and t[-1] in units:
-            v = float(t[:-1]) * units[t[-1]]
+    if t and t[-1] not in units:
+        try:
+            float(t)
+        except ValueError:
+            pass
         else:
-            v = float(t)
-    except ValueError:
+            raise ArchiveError(f"--keep-within {text}: a duration needs a unit, one of s, m, h, d, w "
+                               f"(e.g. {t}d for days, {t}h for hours)")
+    try:
+        v = float(t[:-1]) * units[t[-1]] if t else -1
+    except (ValueError, KeyError):
         v = -1
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 36h, 7d, 90m)")
+    if not 0 < v < float("inf"):
+        raise ArchiveError(f"--keep-within {text}: not a positive duration (e.g. 7d, 36h, 90m)")
     return v
 
 
@@ -196,7 +203,8 @@ def _run(args):
         a = Archive(args.archive, threads=args.threads, prefer=args.prefer)
         if args.keep_last is None and args.keep_every is None and args.keep_within is None:
             raise ArchiveError("prune: give --keep-last, --keep-every and/or --keep-within")
-        gone = a.prune(args.keep_last, keep_every=args.keep_every, keep_within=args.keep_within)
+        within = None if args.keep_within is None else _duration(args.keep_within)
+        gone = a.prune(args.keep_last, keep_every=args.keep_every, keep_within=within)
         print(f"pruned {len(gone)} step(s)" + (": " + ", ".join(map(str, gone)) if gone else ""),
               file=out)
         return 0
