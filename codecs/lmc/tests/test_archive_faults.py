@@ -162,3 +162,23 @@ def test_step_out_of_range(tmp_path):
     assert Archive(arc).add(folders[0], 10 ** 12 - 1) == 10 ** 12 - 1
     Archive(arc).restore(10 ** 12 - 1, tmp_path / "out")
     assert files_of(tmp_path / "out") == files_of(folders[0])
+
+
+# ---------------------------------------------------------------- 7: compress with skipped folders
+
+def test_compress_exits_nonzero_when_a_folder_is_skipped(tmp_path):
+    folders = make_run(str(tmp_path / "run"), nsteps=4, n=1000, ntensors=1)
+    arc = tmp_path / "arc"
+    Archive(arc).add(folders[2])  # step 30: 10 and 20 are older
+    rc, out, err = cli("compress", tmp_path / "run", arc)
+    assert rc == 1
+    assert "step 10: skipped" in out and "step 20: skipped" in out and "step 40:" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "2 step folder(s) not archived" in lines[0] and "10, 20" in lines[0]
+    assert Archive(arc).steps() == [30, 40]  # the rest was processed
+    rc, out, err = cli("compress", tmp_path / "run", arc)  # still two it cannot take
+    assert rc == 1
+    shutil.rmtree(folders[0])
+    shutil.rmtree(folders[1])
+    rc, out, err = cli("compress", tmp_path / "run", arc)
+    assert rc == 0 and not err and out.count("already in the archive") == 2

@@ -27,7 +27,8 @@ def _parser():
                    help="default: from the folder's name (checkpoint-<N>, global_step<N>, step-<N>, step<N>)")
     a.add_argument("--keyframe-every", type=int, default=None, metavar="K")
     c = sub.add_parser("compress", help="append every step folder of a run folder (checkpoint-<N>, "
-                       "global_step<N>, step-<N>, step<N>)")
+                       "global_step<N>, step-<N>, step<N>); exits 1 if any was skipped as older than "
+                       "the archive's last step")
     c.add_argument("run_dir")
     c.add_argument("archive")
     c.add_argument("--keyframe-every", type=int, default=None, metavar="K")
@@ -115,6 +116,7 @@ def _run(args):
                                "step-<N>, step<N>)")
         a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads, prefer=args.prefer)
         have = a.steps()
+        skipped = []
         for s, name in found:
             if s in have:
                 print(f"step {s}: already in the archive", file=out)
@@ -122,6 +124,7 @@ def _run(args):
             if have and s < have[-1]:
                 print(f"step {s}: skipped (older than the archive's last step {have[-1]})",
                       file=out)
+                skipped.append(s)
                 continue
             t = time.perf_counter()
             a.add(os.path.join(args.run_dir, name), s)
@@ -129,6 +132,10 @@ def _run(args):
             e = a.entries()[-1]
             print(f"step {s}: {_mib(e['bytes_in'])} -> {_mib(e['size'])} "
                   f"({time.perf_counter() - t:.1f} s){_opaque_note(e)}", file=out, flush=True)
+        if skipped:  # not archived: an archive only grows forward (exit 1, the others were added)
+            print(f"{PROG}: error: {len(skipped)} step folder(s) not archived, older than the archive's "
+                  f"last step {have[-1]}: " + ", ".join(map(str, skipped)), file=sys.stderr)
+            return 1
         return 0
     if args.cmd == "restore":
         a = Archive(args.archive, threads=args.threads, prefer=args.prefer)
