@@ -179,7 +179,7 @@ class Archive:
                     files, nbytes = enc.folder(folder)
                     fname, ftime = _folder_name(folder, step), _folder_time(folder)
                     name = w.commit({"step": step, "prev": None, "keyframe": True, "files": files,
-                                     "name": fname, "time": ftime})
+                                     "name": fname, "time": ftime, "keyframe_every": m["keyframe_every"]})
                     if recode:
                         idx = rec.finish(step)
                         lname = wl.commit(idx)
