@@ -182,3 +182,152 @@ def test_compress_exits_nonzero_when_a_folder_is_skipped(tmp_path):
     shutil.rmtree(folders[1])
     rc, out, err = cli("compress", tmp_path / "run", arc)
     assert rc == 0 and not err and out.count("already in the archive") == 2
+
+
+# ---------------------------------------------------------------- 1: repair keeps keyframe_every
+
+def _groups(a):
+    """Sizes of the groups of steps whose chains end at one keyframe, oldest first."""
+    from lmc.archive._graph import _roots
+    from lmc.archive._store import read_manifest
+    roots = _roots(read_manifest(a.path))
+    return [sum(1 for r in roots.values() if r == k) for k in sorted(set(roots.values()))]
+
+
+def test_repair_keeps_keyframe_every(tmp_path):
+    folders = make_run(str(tmp_path / "run"), nsteps=9, n=2000, ntensors=1)
+    arc = tmp_path / "arc"
+    a = Archive(arc, keyframe_every=4)
+    for d in folders[:6]:
+        a.add(d)
+    assert _groups(a) == [4, 2]
+    os.unlink(arc / "lmc-archive.json")
+    rc, out, err = cli("repair", arc)
+    assert rc == 0, out + err
+    assert "keyframe_every" not in out  # recorded: nothing to say
+    assert Archive(arc).stored_keyframe_every() == 4
+    for d in folders[6:]:
+        Archive(arc).add(d)
+    assert _groups(a) == [4, 4, 1]
+    assert Archive(arc).verify().ok
+
+
+def test_repair_infers_keyframe_every_from_older_segments(tmp_path, monkeypatch):
+    """Segments written before keyframe_every was recorded: repair infers it from the chains and says so."""
+    import lmc.archive._store as st
+    orig = st.SegmentWriter.commit
+
+    def commit_without(self, index):
+        index = dict(index)
+        index.pop("keyframe_every", None)
+        return orig(self, index)
+
+    folders = make_run(str(tmp_path / "run"), nsteps=7, n=2000, ntensors=1)
+    arc = tmp_path / "arc"
+    monkeypatch.setattr(st.SegmentWriter, "commit", commit_without)
+    a = Archive(arc, keyframe_every=3)
+    for d in folders[:5]:
+        a.add(d)
+    monkeypatch.undo()
+    assert _groups(a) == [3, 2]
+    os.unlink(arc / "lmc-archive.json")
+    steps, bad, res = Archive(arc).repair()
+    assert steps == [10, 20, 30, 40, 50] and not bad and res.ok
+    assert Archive(arc).stored_keyframe_every() == 3
+    assert any("inferred" in n for n in res.notes)
+    # the newest segment records it again; an older one without it is passed over
+    Archive(arc).add(folders[5])
+    os.unlink(arc / "lmc-archive.json")
+    rc, out, err = cli("repair", arc)
+    assert rc == 0 and "keyframe_every" not in out
+    assert Archive(arc).stored_keyframe_every() == 3
+
+
+def test_repair_keyframe_every_from_an_older_segment(tmp_path, monkeypatch):
+    import lmc.archive._store as st
+    folders = make_run(str(tmp_path / "run"), nsteps=4, n=2000, ntensors=1)
+    arc = tmp_path / "arc"
+    a = Archive(arc, keyframe_every=5)
+    for d in folders[:3]:
+        a.add(d)
+    orig = st.SegmentWriter.commit
+    monkeypatch.setattr(st.SegmentWriter, "commit",
+                        lambda self, index: orig(self, {k: v for k, v in index.items() if k != "keyframe_every"}))
+    a.add(folders[3])
+    monkeypatch.undo()
+    os.unlink(arc / "lmc-archive.json")
+    steps, bad, res = Archive(arc).repair()
+    assert Archive(arc).stored_keyframe_every() == 5
+    assert any("from step 20's segment" in n for n in res.notes), res.notes  # (30 was re-coded by that add)
+
+
+def test_index_keyframe_every_is_checked():
+    from lmc.archive._formats import check_index
+    idx = {"step": 3, "prev": None, "keyframe": True, "files": []}
+    check_index(idx, 3)  # optional
+    check_index({**idx, "keyframe_every": 7}, 3)
+    for bad in (0, -1, "7", 7.0, True, 1 << 21, None):
+        with pytest.raises(ArchiveError, match="keyframe_every"):
+            check_index({**idx, "keyframe_every": bad}, 3)
+
+
+# ---------------------------------------------------------------- 2: repair checks a manifest against its segments
+
+def _swap_segments(arc, s1, s2):
+    from lmc.archive._store import read_manifest, write_manifest
+    m = read_manifest(str(arc))
+    es = {e["step"]: e for e in m["steps"]}
+    for f in ("segment", "size", "index_crc"):
+        es[s1][f], es[s2][f] = es[s2][f], es[s1][f]
+    write_manifest(str(arc), m)  # a valid checksum over wrong entries
+
+
+def test_repair_rebuilds_a_manifest_its_segments_contradict(tmp_path):
+    folders = make_run(str(tmp_path / "run"), nsteps=5, n=2000, ntensors=2)
+    arc = tmp_path / "arc"
+    a = Archive(arc, keyframe_every=3)
+    for d in folders:
+        a.add(d)
+    with open(arc / "lmc-archive.json", "rb") as f:
+        good = f.read()
+    _swap_segments(arc, 20, 30)
+    with open(arc / "lmc-archive.json", "rb") as f:
+        wrong = f.read()
+    segs = sorted(n for n in os.listdir(arc) if n.endswith(".lmca"))
+    assert not Archive(arc).verify().ok
+    rc, out, err = cli("repair", arc)
+    assert rc == 0, out + err
+    assert "manifest disagrees with its segments" in out and "damaged-lmc-archive.json" in out
+    assert "0 lost" in out
+    with open(arc / "damaged-lmc-archive.json", "rb") as f:
+        assert f.read() == wrong  # kept
+    with open(arc / "lmc-archive.json", "rb") as f:
+        assert f.read() == good  # the same manifest, rebuilt
+    assert sorted(n for n in os.listdir(arc) if n.endswith(".lmca")) == segs  # no data deleted
+    assert Archive(arc).verify().ok
+    for s, d in zip((10, 20, 30, 40, 50), folders):
+        Archive(arc).restore(s, tmp_path / f"o{s}")
+        assert files_of(tmp_path / f"o{s}") == files_of(d)
+    # a second wrong manifest is kept beside the first
+    _swap_segments(arc, 40, 50)
+    steps, bad, res = Archive(arc).repair()
+    assert res.ok and any("damaged-lmc-archive-2.json" in n for n in res.notes)
+    assert os.path.exists(arc / "damaged-lmc-archive.json")
+    # a manifest that agrees is left as it is
+    steps, bad, res = Archive(arc).repair()
+    assert res.ok and not res.notes and steps == [10, 20, 30, 40, 50]
+
+
+def test_repair_keyframe_flag_disagreement(tmp_path):
+    from lmc.archive._store import read_manifest, write_manifest
+    folders = make_run(str(tmp_path / "run"), nsteps=3, n=2000, ntensors=1)
+    arc = tmp_path / "arc"
+    for d in folders:
+        Archive(arc).add(d)
+    m = read_manifest(str(arc))
+    m["steps"][0]["depends_on"] = m["steps"][0]["prev"] = None  # step 10 is coded against 20
+    m["steps"][0]["keyframe"] = True
+    write_manifest(str(arc), m)
+    steps, bad, res = Archive(arc).repair()
+    assert res.ok and any("step 10: the manifest's keyframe or dependency" in n for n in res.notes)
+    assert Archive(arc).entries()[0]["depends_on"] == 20

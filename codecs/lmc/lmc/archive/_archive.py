@@ -22,6 +22,7 @@ from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, Segment
 from ._view import View, inflate, same_identity, sha128
 from ._graph import _may_recode, _set_depths, _topo
 from ._recoder import _NextRecoder
+from ._repair import keep_manifest, manifest_disagreements, rebuilt_keyframe_every
 from ._steps import _folder_name, _folder_time, opaque_bytes, restore_bytes
 from ._steps import step_folders  # noqa: F401  (re-exported: lmc.archive, _cli)
 
@@ -32,10 +33,11 @@ class VerifyResult:
     """Outcome of Archive.verify(): steps checked, damaged steps (with the
     first problem found) and the steps depending on each damaged one."""
 
-    def __init__(self, steps, damaged, dependents):
+    def __init__(self, steps, damaged, dependents, notes=()):
         self.steps = steps
         self.damaged = damaged
         self.dependents = dependents
+        self.notes = list(notes)  # lines repair says besides (a manifest it replaced, keyframe_every)
 
     @property
     def ok(self):
@@ -412,8 +414,11 @@ class Archive:
         segments for one step (an add interrupted before its manifest), the one whose dependency
         is present is taken, the newest first.  Segments that cannot be read are renamed
         damaged-<name> (kept, never deleted).  Then every step is verified.  Returns
-        (steps recovered, [(segment, why)] unreadable, VerifyResult).  A readable manifest is
-        left as it is (repair then only verifies)."""
+        (steps recovered, [(segment, why)] unreadable, VerifyResult; its notes say what else repair
+        did).  A readable manifest that agrees with its segments is left as it is (repair then only
+        verifies); one they contradict is rebuilt too.  A manifest replaced is kept as
+        damaged-lmc-archive.json.  keyframe_every (default: the newest segment's record of it, else
+        inferred from the chains) is the rebuilt manifest's."""
         b = store(self.path)
         if not b.is_dir():
             raise ArchiveError(f"{self.path}: no such archive folder")
@@ -422,8 +427,16 @@ class Archive:
                 m = read_manifest(self.path)
             except ArchiveError:
                 m = None
+            notes = []
             if m is not None:
-                return [e["step"] for e in m["steps"]], [], self.verify()
+                wrong = manifest_disagreements(self.path, m)
+                if not wrong:
+                    return [e["step"] for e in m["steps"]], [], self.verify()
+                notes.append(f"manifest disagrees with its segments ({wrong[0]}"
+                             + (f"; {len(wrong) - 1} more" if len(wrong) > 1 else "") + "): rebuilt from the segments")
+            kept = keep_manifest(self.path)
+            if kept is not None:
+                notes.append(f"the replaced manifest is kept as {kept}")
             cands, bad = {}, []
             for name in sorted(b.listdir()):
                 if not SEG_RE.match(name):
@@ -447,6 +460,7 @@ class Archive:
                          opaque=opaque_bytes(files))
                 if "time" in idx:
                     e["time"] = idx["time"]
+                e["_keyframe_every"] = idx.get("keyframe_every")
                 cands.setdefault(e["step"], []).append(
                     (b.mtime(name), e))
             chosen = {}
@@ -459,13 +473,19 @@ class Archive:
                     e["depends_on"] = e["prev"] = None
                     e["lost_reference"] = True
             lost_ref = [s for s, e in chosen.items() if e.pop("lost_reference", False)]
+            recorded = {s: e.pop("_keyframe_every") for s, e in chosen.items()}
             m = new_manifest(keyframe_every or self.keyframe_every or DEFAULT_KEYFRAME_EVERY)
             m["steps"] = [chosen[s] for s in sorted(chosen)]
             _set_depths(m)
+            if not (keyframe_every or self.keyframe_every):
+                m["keyframe_every"], note = rebuilt_keyframe_every(m, recorded, DEFAULT_KEYFRAME_EVERY)
+                if note:
+                    notes.append(note)
             for name, _ in bad:
                 b.rename(name, "damaged-" + name)
             write_manifest(self.path, m)
         res = self.verify()
+        res.notes[:0] = notes
         for s in lost_ref:
             res.damaged.setdefault(s, f"step {s}: its reference step is not in any readable segment")
         return [e["step"] for e in m["steps"]], bad, res

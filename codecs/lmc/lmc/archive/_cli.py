@@ -44,12 +44,13 @@ def _parser():
                     help="per step, each file stored (partly) as plain bytes and why")
     v = sub.add_parser("verify", help="check every checksum and decode every tensor")
     v.add_argument("archive")
-    rp = sub.add_parser("repair", help="rebuild a missing or damaged manifest from the segments, "
+    rp = sub.add_parser("repair", help="rebuild a missing or damaged manifest (or one its segments "
+                        "contradict; the old one is kept as damaged-lmc-archive.json) from the segments, "
                         "then verify; says what is lost")
     rp.add_argument("archive")
     rp.add_argument("--keyframe-every", type=int, default=None, metavar="K",
-                    help="for steps added later (the lost manifest held it; default "
-                    f"{DEFAULT_KEYFRAME_EVERY})")
+                    help="for steps added later (default: what the newest segment records, else "
+                    f"inferred from the chains, else {DEFAULT_KEYFRAME_EVERY})")
     pr = sub.add_parser("prune", help="delete steps: keep what any --keep-* keeps (and the latest)")
     pr.add_argument("archive")
     pr.add_argument("--keep-last", type=int, default=None, metavar="K", help="the last K steps")
@@ -197,6 +198,8 @@ def _run(args):
         return 0 if res.ok else 1
     if args.cmd == "repair":
         steps, bad, res = Archive(args.archive, threads=args.threads, prefer=args.prefer).repair(args.keyframe_every)
+        for note in res.notes:
+            print(f"repair: {note}", file=out)
         for name, why in bad:
             print(f"unreadable segment {name} (renamed damaged-{name}): {why}", file=out)
         lost = res.unrestorable
