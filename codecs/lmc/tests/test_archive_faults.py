@@ -331,3 +331,84 @@ def test_repair_keyframe_flag_disagreement(tmp_path):
     steps, bad, res = Archive(arc).repair()
     assert res.ok and any("step 10: the manifest's keyframe or dependency" in n for n in res.notes)
     assert Archive(arc).entries()[0]["depends_on"] == 20
+
+
+# ---------------------------------------------------------------- 3: what is really lost
+
+def _flip_in(arc, step, path, which="data"):
+    """Flip one byte inside a section of `path` in step's segment: a bytes file's chunk ("data") or
+    one of its tensors ("tensor")."""
+    from lmc.archive._formats import all_sections
+    from lmc.archive._store import SegmentReader, read_manifest
+    e = next(e for e in read_manifest(str(arc))["steps"] if e["step"] == step)
+    r = SegmentReader(str(arc), e)
+    try:
+        fe = next(fe for fe in r.index["files"] if fe["path"] == path)
+    finally:
+        r.close()
+    sec = next(sec for what, sec, _c in all_sections(fe) if what.startswith(which))
+    with open(os.path.join(arc, e["segment"]), "r+b") as f:
+        f.seek(sec[0] + sec[1] // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+@pytest.fixture
+def chain(tmp_path):
+    folders = make_run(str(tmp_path / "run"), nsteps=3, n=4000, ntensors=2)
+    for i, d in enumerate(folders):
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump({"hidden": 64, "layers": 2, "note": "x" * 200, "i": i}, f)
+    arc = tmp_path / "arc"
+    a = Archive(arc, keyframe_every=3)
+    for d in folders:
+        a.add(d)
+    es = a.entries()
+    assert [e["depends_on"] for e in es] == [20, 30, None]  # 10 -> 20 -> 30 (the keyframe)
+    return a, arc, folders
+
+
+def test_damaged_bytes_file_of_a_keyframe_loses_only_that_step(chain, tmp_path):
+    a, arc, folders = chain
+    _flip_in(arc, 30, "config.json")
+    res = a.verify()
+    assert list(res.damaged) == [30] and "config.json" in res.damaged[30]
+    assert res.dependents == {30: []} and res.unrestorable == [30]
+    rc, out, _ = cli("verify", arc)
+    assert rc == 1 and "step 30: DAMAGED" in out and "config.json" in out
+    assert "step 10: ok" in out and "step 20: ok" in out and "depend" not in out.split("verify:")[0]
+    for s, d in ((10, folders[0]), (20, folders[1])):  # its dependents restore byte-identical
+        a.restore(s, tmp_path / f"o{s}")
+        assert files_of(tmp_path / f"o{s}") == files_of(d)
+    with pytest.raises(ArchiveError, match="config.json"):
+        a.restore(30, tmp_path / "o30")
+    os.unlink(arc / "lmc-archive.json")
+    rc, out, _ = cli("repair", arc)
+    assert "step 30: LOST" in out and "step 20: LOST" not in out and "2 step(s) restorable, 1 lost" in out
+
+
+def test_damaged_bytes_file_in_the_middle_of_a_chain(chain, tmp_path):
+    a, arc, folders = chain
+    _flip_in(arc, 20, "trainer_state.json")
+    res = a.verify()
+    assert list(res.damaged) == [20] and res.unrestorable == [20]
+    a.restore(10, tmp_path / "o10")
+    assert files_of(tmp_path / "o10") == files_of(folders[0])
+
+
+def test_damaged_tensor_of_a_keyframe_loses_its_dependents(chain):
+    a, arc, _ = chain
+    _flip_in(arc, 30, "model.safetensors", "tensor")
+    res = a.verify()
+    assert list(res.damaged) == [30] and res.dependents == {30: [10, 20]}
+    assert res.unrestorable == [10, 20, 30]
+    rc, out, _ = cli("verify", arc)
+    assert "steps that depend on step 30 (cannot be restored): 10, 20" in out
+
+
+def test_damaged_tensor_in_the_middle_of_a_chain(chain):
+    a, arc, _ = chain
+    _flip_in(arc, 20, "model.safetensors", "tensor")
+    res = a.verify()
+    assert list(res.damaged) == [20] and res.dependents == {20: [10]} and res.unrestorable == [10, 20]

@@ -350,11 +350,17 @@ class Archive:
         deps = {e["step"]: e["depends_on"] for e in m["steps"]}
         damaged = {}
         ids = collections.OrderedDict()
-        skipped = set()
+        unreadable = set()  # steps without a readable index: nothing of them can be decoded
+        lost = {}  # step -> the damaged steps a tensor it is coded against is lost through
         with self._view(m) as view:
             for s in _topo(m):
                 try:
                     r = view.reader(s)
+                except ArchiveError as e:
+                    damaged[s] = str(e)
+                    unreadable.add(s)
+                    continue
+                try:
                     for fe in r.index["files"]:
                         for what, sec, c in all_sections(fe):
                             data = r.read(sec, f"{fe['path']}: {what}")
@@ -364,9 +370,8 @@ class Archive:
                             self._write_plain(view, s, fe, None)
                         elif fe["kind"] == "torch":
                             self._skeleton(view, s, fe)
-                except ArchiveError as e:
-                    damaged[s] = str(e)
-                    continue
+                except ArchiveError as e:  # its tensors are still decoded below: its dependents
+                    damaged[s] = str(e)     # need only those (damage elsewhere loses this step alone)
                 # one tensor's versions: the same file (step numbers of step-named folders
                 # blanked: global_step<N>/ inside checkpoint-<N>/), kind and key
                 canon = [canonical_path(fe["path"]) for fe in r.index["files"]]
@@ -376,14 +381,13 @@ class Archive:
                         ids.setdefault((cid, fe["kind"], t["key"]), []).append((s, fe["path"], t))
             for (_cid, kind, key), seq in ids.items():
                 last_s = last_t = arr = None
+                bad = {}  # step -> the damaged step this tensor's version there is lost through
                 for s, path, t in seq:
-                    if s in damaged:
-                        last_s = last_t = arr = None
-                        continue
                     dep = deps[s]
                     chained = t["ref"] and last_s == dep and arr is not None and same_identity(last_t, t)
-                    if t["ref"] and not chained and (dep in damaged or dep in skipped):
-                        skipped.add(s)  # a dependent of a damaged step
+                    if t["ref"] and not chained and (dep in unreadable or dep in bad):
+                        bad[s] = bad.get(dep, dep)  # its reference is lost
+                        lost.setdefault(s, set()).add(bad[s])
                         last_s = last_t = arr = None
                         continue
                     try:
@@ -394,18 +398,10 @@ class Archive:
                         self._check_tensor(s, {"path": path}, t, arr)
                     except ArchiveError as e:
                         damaged.setdefault(s, str(e))
+                        bad[s] = s
                         arr = None
                     last_s, last_t = s, t
-        dependents = {}
-        for d in damaged:
-            out = []
-            for s in steps:
-                c = deps[s]
-                while c is not None and c != d:
-                    c = deps[c]
-                if c == d and s not in damaged:
-                    out.append(s)
-            dependents[d] = out
+        dependents = {d: [s for s in steps if s not in damaged and d in lost.get(s, ())] for d in damaged}
         return VerifyResult(steps, dict(sorted(damaged.items())), dependents)
 
     # -- repair
