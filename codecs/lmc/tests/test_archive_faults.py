@@ -412,3 +412,105 @@ def test_damaged_tensor_in_the_middle_of_a_chain(chain):
     _flip_in(arc, 20, "model.safetensors", "tensor")
     res = a.verify()
     assert list(res.damaged) == [20] and res.dependents == {20: [10]} and res.unrestorable == [10, 20]
+
+
+# ---------------------------------------------------------------- 8: an S3 endpoint that dies mid-upload
+
+_CHILD = r"""
+import faulthandler, os, sys, time
+faulthandler.dump_traceback_later(float(os.environ.get("HANG_S", "600")), exit=True)  # a hang: where
+import fsspec
+fsspec.config.conf["s3"] = {"default_block_size": 5 << 20}  # (parts of 5 MiB: a small multipart upload)
+import lmc.archive._store as st
+from lmc.archive import main
+flag = os.environ.get("PAUSE_DIR")
+if flag:
+    orig = st.SegmentWriter.add_section
+    def add_section(self, data):
+        ref = orig(self, data)
+        if self.pos > (11 << 19) and not os.path.exists(os.path.join(flag, "started")):
+            open(os.path.join(flag, "started"), "w").close()  # a part is uploaded: stop the endpoint now
+            while not os.path.exists(os.path.join(flag, "go")):
+                time.sleep(0.05)
+        return ref
+    st.SegmentWriter.add_section = add_section
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_add_to_s3_fails_fast_when_the_endpoint_dies(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import time
+    pytest.importorskip("s3fs")
+    boto3 = pytest.importorskip("boto3")
+    moto_server = pytest.importorskip("moto.server")
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    env.pop("AWS_MAX_ATTEMPTS", None)
+    env.pop("AWS_RETRY_MODE", None)
+    child = tmp_path / "child.py"
+    child.write_text(_CHILD)
+    rng = np.random.default_rng(0)
+    for s in (1, 2):
+        d = tmp_path / "run" / f"checkpoint-{s}"
+        d.mkdir(parents=True)
+        n = 20_000 if s == 1 else 3 << 18  # step 2: six tensors of 3 MiB, a segment of several parts
+        write_st(str(d / "model.safetensors"),
+                 {f"w{i}": rng.standard_normal(n).astype(np.float32) for i in range(1 if s == 1 else 6)})
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    stopped = False
+    try:
+        s3 = boto3.client("s3", endpoint_url=url, aws_access_key_id="testing", aws_secret_access_key="testing",
+                          region_name="us-east-1")
+        s3.create_bucket(Bucket="lmc-faults")
+        arc = "s3://lmc-faults/run.lmca"
+        p = subprocess.run([sys.executable, str(child), "add", arc, str(tmp_path / "run" / "checkpoint-1")],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+
+        def objects():
+            return {o["Key"]: o["ETag"] for o in s3.list_objects_v2(Bucket="lmc-faults").get("Contents", [])}
+        before = objects()
+        flag = tmp_path / "flag"
+        flag.mkdir()
+        proc = subprocess.Popen([sys.executable, str(child), "add", arc, str(tmp_path / "run" / "checkpoint-2")],
+                                env={**env, "PAUSE_DIR": str(flag), "HANG_S": "75"}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 300
+            while not (flag / "started").exists():
+                assert proc.poll() is None, proc.communicate()
+                assert time.time() < deadline
+                time.sleep(0.05)
+            server.stop()
+            stopped = True
+            t0 = time.time()
+            (flag / "go").touch()
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        took = time.time() - t0
+        print("failed after", round(took, 1), "s")
+        assert proc.returncode not in (0, None)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("lmc-archive: error: "), err
+        assert took < 90
+        server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+        server.start()  # (moto's state lives in this process: the bucket is as the dead endpoint left it)
+        stopped = False
+        assert objects() == before
+        p = subprocess.run([sys.executable, "-m", "lmc.archive", "verify", arc], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "1 of 1 steps ok" in p.stdout, p.stdout + p.stderr
+    finally:
+        if not stopped:
+            server.stop()
