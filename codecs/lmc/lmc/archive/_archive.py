@@ -490,7 +490,7 @@ class Archive:
     def prune(self, keep_last=None, *, keep_every=None, keep_within=None):
         """Delete steps, keeping every step that any given policy keeps, and always the latest:
         keep_last K (the last K steps), keep_every N (steps that are multiples of N, as Orbax's
-        keep_period), keep_within seconds (steps written within that long before the latest
+        keep_period), keep_within seconds, > 0 (steps written within that long before the latest
         one; steps added by lmc 0.2 carry no time and are kept).  A kept step coded against a
         deleted one is re-coded first (against the next kept step of its chain, else alone), then
         the new manifest replaces the old one atomically; no kept step is ever lost.  Returns the
