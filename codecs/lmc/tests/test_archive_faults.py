@@ -318,6 +318,24 @@ def test_repair_rebuilds_a_manifest_its_segments_contradict(tmp_path):
     assert res.ok and not res.notes and steps == [10, 20, 30, 40, 50]
 
 
+def test_repair_keeps_an_unreadable_manifest(tmp_path):
+    folders = make_run(str(tmp_path / "run"), nsteps=2, n=2000, ntensors=1)
+    arc = tmp_path / "arc"
+    for d in folders:
+        Archive(arc, keyframe_every=4).add(d)
+    with open(arc / "lmc-archive.json", "r+b") as f:
+        f.seek(30)
+        f.write(b"#")
+    with open(arc / "lmc-archive.json", "rb") as f:
+        bad = f.read()
+    rc, out, err = cli("repair", arc)
+    assert rc == 0, out + err
+    assert "kept as damaged-lmc-archive.json" in out
+    with open(arc / "damaged-lmc-archive.json", "rb") as f:
+        assert f.read() == bad
+    assert Archive(arc).steps() == [10, 20] and Archive(arc).stored_keyframe_every() == 4
+
+
 def test_repair_keyframe_flag_disagreement(tmp_path):
     from lmc.archive._store import read_manifest, write_manifest
     folders = make_run(str(tmp_path / "run"), nsteps=3, n=2000, ntensors=1)
@@ -499,7 +517,6 @@ def test_add_to_s3_fails_fast_when_the_endpoint_dies(tmp_path):
                 proc.kill()
                 proc.wait()
         took = time.time() - t0
-        print("failed after", round(took, 1), "s")
         assert proc.returncode not in (0, None)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("lmc-archive: error: "), err
