@@ -31,7 +31,9 @@ DEFAULT_KEYFRAME_EVERY = 10
 
 class VerifyResult:
     """Outcome of Archive.verify(): steps checked, damaged steps (with the
-    first problem found) and the steps depending on each damaged one."""
+    first problem found) and, for each damaged one, the steps lost through it: those
+    coded against a tensor of it that is damaged (or lost in turn).  Damage to a step's
+    bytes files, raw parts or skeleton loses that step alone."""
 
     def __init__(self, steps, damaged, dependents, notes=()):
         self.steps = steps
