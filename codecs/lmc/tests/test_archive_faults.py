@@ -336,6 +336,23 @@ def test_repair_keeps_an_unreadable_manifest(tmp_path):
     assert Archive(arc).steps() == [10, 20] and Archive(arc).stored_keyframe_every() == 4
 
 
+def test_repair_twice_after_a_lost_reference_step(tmp_path):
+    """A rebuilt manifest whose step lost its reference step (its index still names it) agrees with its
+    segments: a second repair only verifies."""
+    folders = make_run(str(tmp_path / "run"), nsteps=3, n=2000, ntensors=1)
+    arc = tmp_path / "arc"
+    for d in folders:
+        Archive(arc, keyframe_every=3).add(d)
+    seg20 = next(e["segment"] for e in Archive(arc).entries() if e["step"] == 20)
+    os.unlink(arc / seg20)
+    os.unlink(arc / "lmc-archive.json")
+    steps, bad, res = Archive(arc).repair()
+    assert steps == [10, 30] and res.unrestorable == [10]
+    steps, bad, res = Archive(arc).repair()
+    assert steps == [10, 30] and not res.notes and res.unrestorable == [10]
+    assert not os.path.exists(arc / "damaged-lmc-archive.json")
+
+
 def test_repair_keyframe_flag_disagreement(tmp_path):
     from lmc.archive._store import read_manifest, write_manifest
     folders = make_run(str(tmp_path / "run"), nsteps=3, n=2000, ntensors=1)
