@@ -195,7 +195,7 @@ class Remote:
             raise error(f"{url}: a URL needs fsspec (pip install \"lmc[remote]\", "
                                "and s3fs or gcsfs for s3:// or gs://)") from None
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(str(url))
+            self.fs, self.root = fsspec.core.url_to_fs(str(url), **_bounded_retries(fsspec, str(url)))
         except (ImportError, ValueError) as e:
             raise error(f"{url}: {e}") from None
         self.root = self.root.rstrip("/")
@@ -295,13 +295,58 @@ class _RemoteWriter:
         self.f.close()  # the upload completes here: the object appears whole
 
     def abort(self):
-        discard = getattr(self.f, "discard", None)
+        """Never raises (a caller aborts several writers in turn): with the endpoint gone, the removal of a
+        partial object (there is none: an upload not completed shows nothing) fails too."""
+        _discard(self.f)
         with contextlib.suppress(Exception):
-            if discard is not None:
-                discard()
-            else:
-                self.f.close()
-        self.b.remove(self.name)
+            self.b.remove(self.name)
+
+
+def _discard(f):
+    """Throw away an unfinished fsspec write without committing it, now or later: an fsspec buffered file
+    that is not closed commits what it holds when it is closed, and its ``__del__`` closes it (at interpreter
+    exit too: with the endpoint gone, an upload retried from there never ends). So: abort its multipart
+    upload where it has one (s3fs's ``discard``; a failure there, the endpoint being gone, is ignored), then
+    mark it closed, which ``close`` and ``__del__`` then take as nothing left to do."""
+    discard = getattr(f, "discard", None)
+    if discard is not None:
+        with contextlib.suppress(Exception):
+            discard()
+    try:
+        import fsspec.spec
+        buffered = isinstance(f, fsspec.spec.AbstractBufferedFile)
+    except ImportError:  # pragma: no cover
+        buffered = False
+    if buffered:
+        f.buffer = None
+        f.closed = True  # (AbstractBufferedFile's close() and __del__ return at once when closed)
+        return
+    with contextlib.suppress(Exception):
+        f.close()
+
+
+# S3 client settings where the user set none (fsspec's config for "s3", AWS_MAX_ATTEMPTS / AWS_RETRY_MODE):
+# botocore's attempts and timeouts bounded, so a dead endpoint fails a command in seconds, not never
+S3_CONFIG = {"connect_timeout": 5, "read_timeout": 30, "retries": {"max_attempts": 3, "mode": "standard"}}
+
+
+def _bounded_retries(fsspec, url):
+    """url_to_fs keyword arguments for ``url``: for s3:// the S3 client's config_kwargs with S3_CONFIG's
+    entries the user did not set."""
+    proto = url.split("://", 1)[0].lower()
+    if proto not in ("s3", "s3a"):
+        return {}
+    user = {}
+    for p in (proto, "s3"):
+        user = dict((fsspec.config.conf.get(p) or {}).get("config_kwargs") or {})
+        if user:
+            break
+    out = dict(user)
+    for k, v in S3_CONFIG.items():
+        if k == "retries" and (os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE")):
+            continue
+        out.setdefault(k, v)
+    return {"config_kwargs": out}
 
 
 def backend(root, error=StorageError):

@@ -95,15 +95,37 @@ def reference_paths(paths, prev_paths):
 
 
 def list_files(folder):
-    """Relative paths ('/'-separated) of the regular files under folder, sorted."""
+    """Relative paths ('/'-separated) of the regular files under folder, sorted.  Symbolic links are
+    followed, to files and to folders (a step's tokenizer/ linked to a shared one is archived as
+    its files); a dangling link or a link loop is an ArchiveError naming it."""
     if not os.path.isdir(folder):
         raise ArchiveError(f"{folder}: not a directory")
     out = []
-    for d, dirs, files in os.walk(folder):
+    st = os.stat(folder)
+    seen = {(st.st_dev, st.st_ino)}  # the real folders on the path being walked (a loop returns to one)
+    onpath = {os.path.normpath(folder): seen.copy()}
+
+    def walk_error(e):
+        raise ArchiveError(f"{e.filename}: cannot list ({e.strerror or e})")
+
+    for d, dirs, files in os.walk(folder, followlinks=True, onerror=walk_error):
         dirs.sort()
+        above = onpath.pop(os.path.normpath(d), set())
+        for name in list(dirs):
+            full = os.path.join(d, name)
+            try:
+                sd = os.stat(full)
+            except OSError:
+                raise ArchiveError(f"{full}: a symbolic link that leads to no folder (dangling, or a loop)") from None
+            key = (sd.st_dev, sd.st_ino)
+            if key in above:
+                raise ArchiveError(f"{full}: a symbolic link loop (it leads back to a folder it is in)")
+            onpath[os.path.normpath(full)] = above | {key}
         for name in files:
             full = os.path.join(d, name)
             if not os.path.isfile(full):
+                if os.path.islink(full):
+                    raise ArchiveError(f"{full}: a symbolic link that leads to no file (dangling, or a loop)")
                 continue
             rel = os.path.relpath(full, folder).replace(os.sep, "/")
             if not safe_relpath(rel):

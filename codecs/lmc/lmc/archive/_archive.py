@@ -20,13 +20,14 @@ from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
 from ..formats.trainer_folder import step_of
 from .._storage import is_url
-from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, cleanup, load_json,
-                     new_manifest, probe_segment, read_manifest, store, write_manifest)
+from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, check_step_number,
+                     cleanup, load_json, new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._integrity import matches
 from ._pipeline import Ordered, Phases, workers_for
 from ._view import View, same_identity
 from ._graph import _may_join, _may_recode, _set_depths, _topo
 from ._recoder import _NextRecoder
+from ._repair import keep_manifest, manifest_disagreements, rebuilt_keyframe_every
 from ._steps import _folder_name, _folder_time, opaque_bytes, restore_bytes
 from ._steps import step_folders  # noqa: F401  (re-exported: lmc.archive, _cli)
 
@@ -35,12 +36,15 @@ DEFAULT_KEYFRAME_EVERY = 10
 
 class VerifyResult:
     """Outcome of Archive.verify(): steps checked, damaged steps (with the
-    first problem found) and the steps depending on each damaged one."""
+    first problem found) and, for each damaged one, the steps lost through it: those
+    coded against a tensor of it that is damaged (or lost in turn).  Damage to a step's
+    bytes files, raw parts or skeleton loses that step alone."""
 
-    def __init__(self, steps, damaged, dependents):
+    def __init__(self, steps, damaged, dependents, notes=()):
         self.steps = steps
         self.damaged = damaged
         self.dependents = dependents
+        self.notes = list(notes)  # lines repair says besides (a manifest it replaced, keyframe_every)
 
     @property
     def ok(self):
@@ -141,11 +145,10 @@ class Archive:
             if step is None:
                 raise ArchiveError(f"{folder}: cannot tell the step (name it checkpoint-<step>, "
                                    "global_step<step>, step-<step> or pass step=)")
-        step = int(step)
-        if step < 0:
-            raise ArchiveError("step must be >= 0")
+        step = check_step_number(step)
         if not os.path.isdir(folder):
             raise ArchiveError(f"{folder}: not a directory")
+        list_files(folder)  # a dangling or looping link: one line, before anything is made
         self._check_writable_path()
         b = store(self.path)
         if b.is_dir() and read_manifest(self.path) is None:
@@ -196,7 +199,8 @@ class Archive:
                     fname, ftime = _folder_name(folder, step), _folder_time(folder)
                     with ph.time("fsync"):  # (the index, the flush, fsync and rename)
                         name = w.commit({"version": 3, "step": step, "prev": None, "keyframe": True,
-                                         "files": files, "name": fname, "time": ftime})
+                                         "files": files, "name": fname, "time": ftime,
+                                         "keyframe_every": m["keyframe_every"]})
                     if recode and not background:
                         with ph.time("copy unchanged"):
                             idx = rec.finish(step)
@@ -521,11 +525,17 @@ class Archive:
         deps = {e["step"]: e["depends_on"] for e in m["steps"]}
         damaged = {}
         ids = collections.OrderedDict()
-        skipped = set()
+        unreadable = set()  # steps without a readable index: nothing of them can be decoded
+        lost = {}  # step -> the damaged steps a tensor it is coded against is lost through
         with self._view(m) as view:
             for s in _topo(m):
                 try:
                     r = view.reader(s)
+                except ArchiveError as e:
+                    damaged[s] = str(e)
+                    unreadable.add(s)
+                    continue
+                try:
                     for fe in r.index["files"]:
                         for what, sec, c in all_sections(fe):
                             if c is not None:  # (inflated; checked against its CRC-32 or xxh3-128)
@@ -536,9 +546,8 @@ class Archive:
                             self._write_plain(view, s, fe, None)
                         elif fe["kind"] == "torch":
                             self._skeleton(view, s, fe)
-                except ArchiveError as e:
-                    damaged[s] = str(e)
-                    continue
+                except ArchiveError as e:  # its tensors are still decoded below: its dependents
+                    damaged[s] = str(e)     # need only those (damage elsewhere loses this step alone)
                 # one tensor's versions: the same file (step numbers of step-named folders
                 # blanked: global_step<N>/ inside checkpoint-<N>/), kind and key
                 canon = [canonical_path(fe["path"]) for fe in r.index["files"]]
@@ -547,39 +556,26 @@ class Archive:
                     for t in file_tensors(fe):
                         ids.setdefault((cid, fe["kind"], t["key"]), []).append((s, fe["path"], t))
             # each tensor's versions in a worker of the pool (they decode one after another, each against the
-            # one before); damage found is merged on this thread in the order the tensors were listed
-            lock = threading.Lock()
+            # one before); what each finds is merged on this thread in the order the tensors were listed
             with Ordered(workers_for(self.threads)) as pool:
                 for seq in ids.values():
-                    pool.submit(functools.partial(self._verify_versions, view, seq, deps, damaged, skipped, lock),
-                                functools.partial(_merge_damage, damaged, skipped, lock))
-        dependents = {}
-        for d in damaged:
-            out = []
-            for s in steps:
-                c = deps[s]
-                while c is not None and c != d:
-                    c = deps[c]
-                if c == d and s not in damaged:
-                    out.append(s)
-            dependents[d] = out
+                    pool.submit(functools.partial(self._verify_versions, view, seq, deps, unreadable),
+                                functools.partial(_merge_damage, damaged, lost))
+        dependents = {d: [s for s in steps if s not in damaged and d in lost.get(s, ())] for d in damaged}
         return VerifyResult(steps, dict(sorted(damaged.items())), dependents)
 
-    def _verify_versions(self, view, seq, deps, damaged0, skipped0, lock):
-        """Decode one tensor's versions in chain order; ({step: why} damaged, {steps skipped})."""
-        with lock:
-            known_damaged, known_skipped = set(damaged0), set(skipped0)
-        damaged, skipped = {}, set()
+    def _verify_versions(self, view, seq, deps, unreadable):
+        """Decode one tensor's versions in chain order: ({step: why} damaged, {step: {damaged steps it is lost
+        through}}) - a version is lost when the version it is coded against is damaged or lost."""
+        damaged, lost = {}, {}
         last_s = last_t = arr = None
+        bad = {}  # step -> the damaged step this tensor's version there is lost through
         for s, path, t in seq:
-            if s in damaged or s in known_damaged:
-                last_s = last_t = arr = None
-                continue
             dep = deps[s]
             chained = t["ref"] and last_s == dep and arr is not None and same_identity(last_t, t)
-            if t["ref"] and not chained and (dep in damaged or dep in known_damaged or dep in skipped
-                                             or dep in known_skipped):
-                skipped.add(s)  # a dependent of a damaged step
+            if t["ref"] and not chained and (dep in unreadable or dep in bad):
+                bad[s] = bad.get(dep, dep)  # its reference is lost
+                lost.setdefault(s, set()).add(bad[s])
                 last_s = last_t = arr = None
                 continue
             try:
@@ -590,9 +586,10 @@ class Archive:
                 self._check_tensor(s, {"path": path}, t, arr)
             except ArchiveError as e:
                 damaged.setdefault(s, str(e))
+                bad[s] = s
                 arr = None
             last_s, last_t = s, t
-        return damaged, skipped
+        return damaged, lost
 
     # -- repair
     def repair(self, keyframe_every=None):
@@ -600,8 +597,11 @@ class Archive:
         segments for one step (an add interrupted before its manifest), the one whose dependency
         is present is taken, the newest first.  Segments that cannot be read are renamed
         damaged-<name> (kept, never deleted).  Then every step is verified.  Returns
-        (steps recovered, [(segment, why)] unreadable, VerifyResult).  A readable manifest is
-        left as it is (repair then only verifies)."""
+        (steps recovered, [(segment, why)] unreadable, VerifyResult; its notes say what else repair
+        did).  A readable manifest that agrees with its segments is left as it is (repair then only
+        verifies); one they contradict is rebuilt too.  A manifest replaced is kept as
+        damaged-lmc-archive.json.  keyframe_every (default: the newest segment's record of it, else
+        inferred from the chains) is the rebuilt manifest's."""
         b = store(self.path)
         if not b.is_dir():
             raise ArchiveError(f"{self.path}: no such archive folder")
@@ -610,8 +610,16 @@ class Archive:
                 m = read_manifest(self.path)
             except ArchiveError:
                 m = None
+            notes = []
             if m is not None:
-                return [e["step"] for e in m["steps"]], [], self.verify()
+                wrong = manifest_disagreements(self.path, m)
+                if not wrong:
+                    return [e["step"] for e in m["steps"]], [], self.verify()
+                notes.append(f"manifest disagrees with its segments ({wrong[0]}"
+                             + (f"; {len(wrong) - 1} more" if len(wrong) > 1 else "") + "): rebuilt from the segments")
+            kept = keep_manifest(self.path)
+            if kept is not None:
+                notes.append(f"the replaced manifest is kept as {kept}")
             cands, bad = {}, []
             for name in sorted(b.listdir()):
                 if not SEG_RE.match(name):
@@ -635,6 +643,7 @@ class Archive:
                          opaque=opaque_bytes(files))
                 if "time" in idx:
                     e["time"] = idx["time"]
+                e["_keyframe_every"] = idx.get("keyframe_every")
                 cands.setdefault(e["step"], []).append(
                     (b.mtime(name), e))
             chosen = {}
@@ -647,13 +656,19 @@ class Archive:
                     e["depends_on"] = e["prev"] = None
                     e["lost_reference"] = True
             lost_ref = [s for s, e in chosen.items() if e.pop("lost_reference", False)]
+            recorded = {s: e.pop("_keyframe_every") for s, e in chosen.items()}
             m = new_manifest(keyframe_every or self.keyframe_every or DEFAULT_KEYFRAME_EVERY)
             m["steps"] = [chosen[s] for s in sorted(chosen)]
             _set_depths(m)
+            if not (keyframe_every or self.keyframe_every):
+                m["keyframe_every"], note = rebuilt_keyframe_every(m, recorded, DEFAULT_KEYFRAME_EVERY)
+                if note:
+                    notes.append(note)
             for name, _ in bad:
                 b.rename(name, "damaged-" + name)
             write_manifest(self.path, m)
         res = self.verify()
+        res.notes[:0] = notes
         for s in lost_ref:
             res.damaged.setdefault(s, f"step {s}: its reference step is not in any readable segment")
         return [e["step"] for e in m["steps"]], bad, res
@@ -662,7 +677,7 @@ class Archive:
     def prune(self, keep_last=None, *, keep_every=None, keep_within=None):
         """Delete steps, keeping every step that any given policy keeps, and always the latest:
         keep_last K (the last K steps), keep_every N (steps that are multiples of N, as Orbax's
-        keep_period), keep_within seconds (steps written within that long before the latest
+        keep_period), keep_within seconds, > 0 (steps written within that long before the latest
         one; steps added by lmc 0.2 carry no time and are kept).  A kept step coded against a
         deleted one is re-coded first (against the next kept step of its chain, else alone), then
         the new manifest replaces the old one atomically; no kept step is ever lost.  Returns the
@@ -672,8 +687,8 @@ class Archive:
         for v, what in ((keep_last, "keep_last"), (keep_every, "keep_every")):
             if v is not None and int(v) < 1:
                 raise ArchiveError(f"{what} must be >= 1")
-        if keep_within is not None and float(keep_within) < 0:
-            raise ArchiveError("keep_within must be >= 0")
+        if keep_within is not None and not 0 < float(keep_within) < float("inf"):
+            raise ArchiveError("keep_within must be > 0 (seconds)")
         with Lock(self.path):
             m = self._manifest()
             cleanup(self.path, m)
@@ -762,9 +777,9 @@ class Archive:
         return idx
 
 
-def _merge_damage(damaged, skipped, lock, res):
-    d, s = res
-    with lock:
-        for k, v in d.items():
-            damaged.setdefault(k, v)
-        skipped |= s
+def _merge_damage(damaged, lost, res):
+    d, lo = res
+    for k, v in d.items():
+        damaged.setdefault(k, v)
+    for k, v in lo.items():
+        lost.setdefault(k, set()).update(v)

@@ -5,7 +5,7 @@ import sys
 import time
 
 from ._archive import DEFAULT_KEYFRAME_EVERY, Archive, step_folders
-from ._store import ArchiveError
+from ._store import ArchiveError, check_step_number
 
 PROG = "lmc-archive"
 
@@ -27,7 +27,8 @@ def _parser():
                    help="default: from the folder's name (checkpoint-<N>, global_step<N>, step-<N>, step<N>)")
     a.add_argument("--keyframe-every", type=int, default=None, metavar="K")
     c = sub.add_parser("compress", help="append every step folder of a run folder (checkpoint-<N>, "
-                       "global_step<N>, step-<N>, step<N>)")
+                       "global_step<N>, step-<N>, step<N>); exits 1 if any was skipped as older than "
+                       "the archive's last step")
     c.add_argument("run_dir")
     c.add_argument("archive")
     c.add_argument("--keyframe-every", type=int, default=None, metavar="K")
@@ -43,35 +44,43 @@ def _parser():
                     help="per step, each file stored (partly) as plain bytes and why")
     v = sub.add_parser("verify", help="check every checksum and decode every tensor")
     v.add_argument("archive")
-    rp = sub.add_parser("repair", help="rebuild a missing or damaged manifest from the segments, "
+    rp = sub.add_parser("repair", help="rebuild a missing or damaged manifest (or one its segments "
+                        "contradict; the old one is kept as damaged-lmc-archive.json) from the segments, "
                         "then verify; says what is lost")
     rp.add_argument("archive")
     rp.add_argument("--keyframe-every", type=int, default=None, metavar="K",
-                    help="for steps added later (the lost manifest held it; default "
-                    f"{DEFAULT_KEYFRAME_EVERY})")
+                    help="for steps added later (default: what the newest segment records, else "
+                    f"inferred from the chains, else {DEFAULT_KEYFRAME_EVERY})")
     pr = sub.add_parser("prune", help="delete steps: keep what any --keep-* keeps (and the latest)")
     pr.add_argument("archive")
     pr.add_argument("--keep-last", type=int, default=None, metavar="K", help="the last K steps")
     pr.add_argument("--keep-every", type=int, default=None, metavar="N",
                     help="steps that are multiples of N")
-    pr.add_argument("--keep-within", type=_duration, default=None, metavar="D",
-                    help="steps written within D of the latest (e.g. 36h, 7d, 90m, 3600s)")
+    pr.add_argument("--keep-within", default=None, metavar="D",
+                    help="steps written within D of the latest; D needs a unit: s, m, h, d or w "
+                    "(e.g. 7d, 36h, 90m, 3600s)")
     return p
 
 
 def _duration(text):
-    """Seconds from '90m', '36h', '7d', '3600s' or '3600'."""
+    """Seconds from a positive duration with its unit: '90m', '36h', '7d', '2w', '3600s'.  A bare
+    number is refused (was it seconds or days?), and so is zero, as --keep-last 0 is."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
     t = text.strip().lower()
-    try:
-        if t and t[-1] in units:
-            v = float(t[:-1]) * units[t[-1]]
+    if t and t[-1] not in units:
+        try:
+            float(t)
+        except ValueError:
+            pass
         else:
-            v = float(t)
-    except ValueError:
+            raise ArchiveError(f"--keep-within {text}: a duration needs a unit, one of s, m, h, d, w "
+                               f"(e.g. {t}d for days, {t}h for hours)")
+    try:
+        v = float(t[:-1]) * units[t[-1]] if t else -1
+    except (ValueError, KeyError):
         v = -1
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 36h, 7d, 90m)")
+    if not 0 < v < float("inf"):
+        raise ArchiveError(f"--keep-within {text}: not a positive duration (e.g. 7d, 36h, 90m)")
     return v
 
 
@@ -90,6 +99,8 @@ def _opaque_note(e):
 def _run(args):
     out = sys.stdout
     if args.cmd == "add":
+        if args.step is not None:
+            check_step_number(args.step)  # before anything is read or made
         a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads, prefer=args.prefer)
         t = time.perf_counter()
         s = a.add(args.checkpoint_dir, args.step)
@@ -106,6 +117,7 @@ def _run(args):
                                "step-<N>, step<N>)")
         a = Archive(args.archive, keyframe_every=args.keyframe_every, threads=args.threads, prefer=args.prefer)
         have = a.steps()
+        skipped = []
         for s, name in found:
             if s in have:
                 print(f"step {s}: already in the archive", file=out)
@@ -113,6 +125,7 @@ def _run(args):
             if have and s < have[-1]:
                 print(f"step {s}: skipped (older than the archive's last step {have[-1]})",
                       file=out)
+                skipped.append(s)
                 continue
             t = time.perf_counter()
             a.add(os.path.join(args.run_dir, name), s)
@@ -120,6 +133,10 @@ def _run(args):
             e = a.entries()[-1]
             print(f"step {s}: {_mib(e['bytes_in'])} -> {_mib(e['size'])} "
                   f"({time.perf_counter() - t:.1f} s){_opaque_note(e)}", file=out, flush=True)
+        if skipped:  # not archived: an archive only grows forward (exit 1, the others were added)
+            print(f"{PROG}: error: {len(skipped)} step folder(s) not archived, older than the archive's "
+                  f"last step {have[-1]}: " + ", ".join(map(str, skipped)), file=sys.stderr)
+            return 1
         return 0
     if args.cmd == "restore":
         a = Archive(args.archive, threads=args.threads, prefer=args.prefer)
@@ -181,6 +198,8 @@ def _run(args):
         return 0 if res.ok else 1
     if args.cmd == "repair":
         steps, bad, res = Archive(args.archive, threads=args.threads, prefer=args.prefer).repair(args.keyframe_every)
+        for note in res.notes:
+            print(f"repair: {note}", file=out)
         for name, why in bad:
             print(f"unreadable segment {name} (renamed damaged-{name}): {why}", file=out)
         lost = res.unrestorable
@@ -194,7 +213,8 @@ def _run(args):
         a = Archive(args.archive, threads=args.threads, prefer=args.prefer)
         if args.keep_last is None and args.keep_every is None and args.keep_within is None:
             raise ArchiveError("prune: give --keep-last, --keep-every and/or --keep-within")
-        gone = a.prune(args.keep_last, keep_every=args.keep_every, keep_within=args.keep_within)
+        within = None if args.keep_within is None else _duration(args.keep_within)
+        gone = a.prune(args.keep_last, keep_every=args.keep_every, keep_within=within)
         print(f"pruned {len(gone)} step(s)" + (": " + ", ".join(map(str, gone)) if gone else ""),
               file=out)
         return 0

@@ -108,11 +108,14 @@ def check_index(idx, step):
             need(t["enc"] in ("raw", "zlib") and t["np"] is None and not t["ref"], "enc")
             need(t["enc"] != "raw" or t["n"] == t["sec"][1], "raw size")
 
-    need(set(idx) - {"name", "time", "version"} == {"step", "prev", "keyframe", "files"}, "top")
+    need(set(idx) - {"name", "time", "version", "keyframe_every"} == {"step", "prev", "keyframe", "files"}, "top")
     # version 2: the step folder's name and time, so `repair` can rebuild the manifest from segments
     need("name" not in idx or (isinstance(idx["name"], str) and safe_relpath(idx["name"])
                                and "/" not in idx["name"]), "name")
     need("time" not in idx or type(idx["time"]) is int, "time")
+    # the archive's keyframe_every when the step was added (optional), so `repair` can restore it
+    need("keyframe_every" not in idx or (type(idx["keyframe_every"]) is int
+                                         and 1 <= idx["keyframe_every"] <= 1 << 20), "keyframe_every")
     need(idx["step"] == step, "step number")
     # prev: the step its tensors are coded against: older (version 1, and steps added forward), or
     # newer (version 2 codes a step against the next one once that is added)

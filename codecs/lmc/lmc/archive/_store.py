@@ -27,6 +27,7 @@ SEG_MAGIC = b"LMCASEG\x01"
 FOOT_MAGIC = b"LMCAIDX\x01"
 FOOTER = struct.Struct("<8sQQII")  # magic, index offset, index length, index crc, footer crc
 SEG_RE = re.compile(r"^seg-(\d{12})-([0-9a-f]{8})\.lmca$")
+MAX_STEP = 10 ** 12   # steps are 0 <= step < MAX_STEP: a segment's name carries the step in 12 digits
 MAX_INDEX = 1 << 30
 MAX_MANIFEST = 1 << 28
 
@@ -156,6 +157,18 @@ def cleanup(root, manifest):
 
 
 # ---------------------------------------------------------------- segments
+
+def check_step_number(step):
+    """step as an int, or ArchiveError (one line) when a segment name cannot carry it."""
+    try:
+        step = int(step)
+    except (TypeError, ValueError):
+        raise ArchiveError(f"step {step!r} is not an integer") from None
+    if not 0 <= step < MAX_STEP:
+        raise ArchiveError(f"step {step} is out of range (steps are 0 to {MAX_STEP - 1:,}; "
+                           "segment names carry 12 digits)")
+    return step
+
 
 class SegmentWriter:
     """Writes one step's segment: sections, then the index and a footer.
