@@ -230,3 +230,44 @@ def test_process_killed_during_background_recode(tmp_path):
     assert a.verify().ok
     a.add(folders[1], step=5)
     assert a.entries()[0]["depends_on"] == 4 and not any("recode" in e for e in a.entries())
+
+
+def test_the_pool_keeps_order_and_its_memory_budget():
+    """Results come back in submission order; the bytes in flight never pass the budget unless one piece alone
+    is larger; an error cancels what has not started and is raised once."""
+    import threading
+    import time
+    from lmc.archive._pipeline import Ordered
+
+    lock = threading.Lock()
+    now, peak, got = [0], [0], []
+
+    def job(i, cost):
+        with lock:
+            now[0] += cost
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.002 * (i % 3))
+        with lock:
+            now[0] -= cost
+        return i
+
+    costs = [10, 30, 50, 10, 120, 5, 5, 60, 40, 10] * 3
+    with Ordered(3, budget=100) as pool:
+        for i, c in enumerate(costs):
+            pool.submit(lambda i=i, c=c: job(i, c), got.append, cost=c)
+    assert got == list(range(len(costs)))
+    assert peak[0] <= 120  # (the 120-byte piece ran alone)
+    ran = []
+
+    def bad(i):
+        ran.append(i)
+        if i == 2:
+            raise ValueError("piece 2")
+        time.sleep(0.01)
+        return i
+
+    with pytest.raises(ValueError, match="piece 2"):
+        with Ordered(2) as pool:
+            for i in range(50):
+                pool.submit(lambda i=i: bad(i))
+    assert len(ran) < 50

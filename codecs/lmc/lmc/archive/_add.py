@@ -256,7 +256,8 @@ class StepEncoder:
             e = min(b, c + CHUNK)
             ch = {"enc": None, "n": e - c, "sec": None, "xxh": None}
             out.append(ch)
-            self.pool.submit(functools.partial(self._chunk_job, path, st, c, e), functools.partial(self._put_chunk, ch))
+            self.pool.submit(functools.partial(self._chunk_job, path, st, c, e), functools.partial(self._put_chunk, ch),
+                             cost=e - c)
         return out
 
     def put_bytes(self, data):
@@ -293,14 +294,14 @@ class StepEncoder:
                 return read_exact(f.fileno(), a, b, path)
 
     # -- tensors
-    def put_tensor(self, rel, kind, key, dtype, shape, npname, load, part=False):
+    def put_tensor(self, rel, kind, key, dtype, shape, npname, load, part=False, nbytes=0):
         """A tensor entry (a file part: with "t"), filled in when its job is done; ``load()`` gives its bytes
         (uint8) in the worker."""
         t = {"t": "tensor"} if part else {}
         t.update({"key": key, "dtype": dtype, "shape": list(shape), "n": None, "np": npname, "enc": "lmc",
              "ref": False, "sec": None, "xxh": None})
         self.pool.submit(functools.partial(self._tensor_job, rel, kind, t, load),
-                         functools.partial(self._put_tensor, t))
+                         functools.partial(self._put_tensor, t), cost=nbytes)
         return t
 
     def _tensor_job(self, rel, kind, t, load):
@@ -343,7 +344,7 @@ class StepEncoder:
                 name, dt, shape, b, e = s.key, s.dtype.name, [s.numel], s.begin, s.end
                 npname = code_name(s.dtype.code)
             parts.append(self.put_tensor(rel, kind, name, dt, shape, npname,
-                                         functools.partial(self._read, path, st, b, e), part=True))
+                                         functools.partial(self._read, path, st, b, e), part=True, nbytes=e - b))
         return {"path": rel, "kind": kind, "size": st.st_size, **meta, "parts": parts}
 
     def _torch(self, path, rel, size, meta):
@@ -363,7 +364,7 @@ class StepEncoder:
             name = str(t.dtype).split(".")[-1]
             u8 = _torchio.tensor_u8(t)
             entries.append(self.put_tensor(rel, "torch", key, name, list(t.shape), TORCH_NP.get(name),
-                                           functools.partial(np.asarray, u8)))
+                                           functools.partial(np.asarray, u8), nbytes=u8.nbytes))
         return {"path": rel, "kind": "torch", "size": size, **meta, "skeleton": sk, "tensors": entries}
 
 

@@ -305,7 +305,7 @@ class Archive:
                     if t["enc"] != "lmc":
                         continue
                     pool.submit(functools.partial(self._recoder_job, view, step, fe, t, rec, raw, workers, ph),
-                                lambda res: res is not None and rec.put(res))
+                                lambda res: res is not None and rec.put(res), cost=t["n"])
 
     def _recoder_job(self, view, step, fe, t, rec, raw, workers, ph):
         with ph.time("read"):
@@ -496,7 +496,7 @@ class Archive:
                 pieces += [("chunk", c) for c in p["chunks"]] if p["t"] == "raw" else [("tensor", p)]
         off = 0
         for kind, e in pieces:
-            pool.submit(functools.partial(self._restore_piece, view, step, fe, kind, e, fd, off, ph))
+            pool.submit(functools.partial(self._restore_piece, view, step, fe, kind, e, fd, off, ph), cost=e["n"])
             off += e["n"]
 
     def _restore_piece(self, view, step, fe, kind, e, fd, off, ph):

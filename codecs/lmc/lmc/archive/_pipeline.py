@@ -62,30 +62,40 @@ class _Timer:
         self.p.add(self.name, time.perf_counter() - self.t0)
 
 
-class Ordered:
-    """Runs functions on ``workers`` threads, at most ``depth`` at a time, and calls each one's ``done`` with its
-    result on the submitting thread, in submission order. One worker: everything runs inline, in order.
-    Used as a context manager: leaving it drains the queue; leaving on an error cancels what has not started
-    and waits for what has (nothing runs on after the call returns)."""
+BUDGET_PER_WORKER = 128 << 20  # bytes of pieces in flight per worker (a large tensor still runs, alone)
 
-    def __init__(self, workers, depth=None):
+
+class Ordered:
+    """Runs functions on ``workers`` threads and calls each one's ``done`` with its result on the submitting
+    thread, in submission order. At most ``depth`` (two per worker) are in flight, and at most ``budget`` bytes
+    of pieces (the ``cost`` each submit names; 128 MiB per worker): a piece is not started while that would
+    exceed it, unless nothing else is in flight. So memory stays near two tensors per worker whatever their
+    size. One worker: everything runs inline, in order. Used as a context manager: leaving it drains the
+    queue; leaving on an error cancels what has not started and waits for what has (nothing runs on after the
+    call returns)."""
+
+    def __init__(self, workers, depth=None, budget=None):
         self.workers = max(1, int(workers))
         self.depth = depth or 2 * self.workers
+        self.budget = budget or BUDGET_PER_WORKER * self.workers
         self.ex = ThreadPoolExecutor(self.workers, thread_name_prefix="lmc-archive") if self.workers > 1 else None
         self.q = collections.deque()
+        self.inflight = 0
 
-    def submit(self, fn, done=None):
+    def submit(self, fn, done=None, cost=0):
         if self.ex is None:
             r = fn()
             if done is not None:
                 done(r)
             return
-        self.q.append((self.ex.submit(fn), done))
-        while len(self.q) >= self.depth:
+        while self.q and (len(self.q) >= self.depth or self.inflight + cost > self.budget):
             self._pop()
+        self.q.append((self.ex.submit(fn), done, cost))
+        self.inflight += cost
 
     def _pop(self):
-        fut, done = self.q.popleft()
+        fut, done, cost = self.q.popleft()
+        self.inflight -= cost
         r = fut.result()
         if done is not None:
             done(r)
@@ -103,7 +113,7 @@ class Ordered:
                 self.drain()
         finally:
             if self.ex is not None:
-                for fut, _ in self.q:
+                for fut, _, _ in self.q:
                     fut.cancel()
                 self.q.clear()
                 self.ex.shutdown(wait=True)
