@@ -5,7 +5,9 @@ Writes a two-step series of one large fp32 tensor (plus a small one) as safetens
 overhead: interpreter, libraries, Numba); reports both peaks (ru_maxrss of the child) and their difference
 against twice the large tensor.
 
-    python experiments/peak_memory.py [--mib 256] [--out results/peak_memory]
+    lmcbench experiment=peak_memory                        # into results/peak_memory/ (256 and 512 MiB)
+    lmcbench experiment=peak_memory 'peak_memory.mib=[64]' results_dir=/tmp/mine
+    python experiments/peak_memory.py [--mib 256] [--out results/peak_memory]   # the same without Hydra
 """
 
 from __future__ import annotations
@@ -64,17 +66,22 @@ def measure(mib: int) -> dict:
             "above_two_tensors_mib": round(big - base - 2 * mib, 1), "seconds": round(secs, 1)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mib", type=int, nargs="+", default=[256, 512], help="sizes of the large fp32 tensor")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                  "results", "peak_memory"))
-    a = ap.parse_args()
-    rows = [measure(m) for m in a.mib]
-    command = " ".join(["python", "experiments/peak_memory.py"] + sys.argv[1:])
+def run(c: dict, out: str) -> str:
+    """``lmcbench experiment=peak_memory`` (``task: experiment``): measure each ``peak_memory.mib`` and write
+    the report into ``out``; returns its path."""
+    from lmcbench.errors import ConfigError
+
+    mib = (c.get("peak_memory") or {}).get("mib")
+    if not mib or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in mib):
+        raise ConfigError(f"peak_memory.mib: expected a list of sizes in MiB (integers >= 1), got {mib!r}")
+    return write(mib, out, " ".join(["lmcbench"] + sys.argv[1:]))
+
+
+def write(mibs: list[int], out: str, command: str) -> str:
+    rows = [measure(m) for m in mibs]
     env = collect(command, source="a two-step series of one large fp32 tensor, written by this script")
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "peak_memory.json"), "w") as f:
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "peak_memory.json"), "w") as f:
         json.dump({"command": command, "machine": f"{env['cpu']}, {env['cores']} cores", "environment": env,
                    "runs": rows}, f, indent=1)
     lines = header_lines(
@@ -90,9 +97,19 @@ def main() -> None:
                      f"{r['above_two_tensors_mib']:.0f} |")
     lines += ["", "The tensor and its delta reference are the only full-size buffers; the rest (the last column) is "
               "per-slice work space (bench.chunk_mib = 16) and does not grow with the tensor."]
-    with open(os.path.join(a.out, "report.md"), "w") as f:
+    with open(os.path.join(out, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    return os.path.join(out, "report.md")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mib", type=int, nargs="+", default=[256, 512], help="sizes of the large fp32 tensor")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                  "results", "peak_memory"))
+    a = ap.parse_args()
+    write(a.mib, a.out, " ".join(["python", "experiments/peak_memory.py"] + sys.argv[1:]))
 
 
 if __name__ == "__main__":

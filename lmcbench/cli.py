@@ -145,10 +145,13 @@ def run_task(cfg, out_dir: str) -> dict:
         return run_store_task(cfg, out_dir)
     if task == "sample_check":
         return run_sample_check_task(cfg, out_dir)
+    if task == "experiment":
+        return run_experiment_task(cfg, out_dir)
     if task != "bench":
         raise ConfigError(f"task: unknown task {task!r}; known: bench (the lossless grid), excp (lossy, "
                           "experiment=excp), store (saving checkpoints, experiment=checkpoint_store), sample_check "
-                          "(the grid in full and sampled, experiment=sampling)")
+                          "(the grid in full and sampled, experiment=sampling), experiment (one that measures by "
+                          "itself: experiment=peak_memory, experiment=exp_avg_context)")
     summary = _run_bench(cfg, out_dir)
     _render_preset(cfg, out_dir)
     return summary
@@ -210,6 +213,30 @@ def _render_preset(cfg, out_dir: str) -> None:
         results = os.path.join(str(cfg.get("results_dir") or results_dir()), name)
         render_experiment(name, out_dir, results)
         print(f"experiment {name}: {os.path.join(results, 'report.md')}")
+
+
+def run_experiment_task(cfg, out_dir: str) -> dict:
+    """``task: experiment`` (``lmcbench experiment=peak_memory``, ``experiment=exp_avg_context``): an experiment
+    that measures by itself rather than through the grid: ``experiments/<experiment_name>.py``'s
+    ``run(config, out)`` writes its report into ``<results_dir>/<experiment_name>/``."""
+    import importlib
+    import importlib.util
+
+    from omegaconf import OmegaConf
+
+    name = cfg.get("experiment_name")
+    module = f"lmcbench.experiments.{name}"
+    if not name or not str(name).isidentifier() or name.startswith("_") or importlib.util.find_spec(module) is None \
+            or not hasattr(importlib.import_module(module), "run"):
+        raise ConfigError(f"task experiment: experiment_name {name!r} names no experiment with a run() "
+                          f"(experiments/<name>.py)")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.yaml"), "w") as f:
+        f.write(OmegaConf.to_yaml(cfg))
+    results = os.path.join(str(cfg.get("results_dir") or results_dir()), name)
+    report = importlib.import_module(module).run(OmegaConf.to_container(cfg, resolve=True), results)
+    print(f"experiment {name}: {report}")
+    return {"report": report}
 
 
 def run_excp_task(cfg, out_dir: str) -> dict:

@@ -286,8 +286,8 @@ def test_every_experiment_preset_composes_builds_and_has_a_renderer(name, tmp_pa
     assert any(f"lmcbench experiment={name}" in line for line in header), "the header comment names the command"
 
 
-def _imports(path) -> set[str]:
-    """The lmcbench modules a file imports, anywhere in it (absolute names)."""
+def _imports(path, prefix="lmcbench") -> set[str]:
+    """The modules under ``prefix`` (lmcbench) a file imports, anywhere in it (absolute names)."""
     import ast
 
     pkg = list(path.relative_to(REPO).parts[:-1])  # the package the file is in (relative imports start there)
@@ -299,14 +299,15 @@ def _imports(path) -> set[str]:
             out |= {name} | {f"{name}.{a.name}" for a in node.names}
         elif isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
-    return {m for m in out if m.startswith("lmcbench")}
+    return {m for m in out if m == prefix or m.startswith(prefix + ".")}
 
 
 def test_layers():
     """Each layer imports only those below it: the tiny GPT only the checkpoint formats (lmc.formats), sources and
     the lossy package those two (never each other), bench no report, report neither bench nor the command line,
-    transforms none of them; the lmc distribution (its formats package too) nothing of lmcbench, and lmcbench has
-    no second copy of the formats."""
+    transforms none of them; the lmc distribution (its formats package, its benchmarks and its tests too: every
+    file under codecs/lmc) nothing of lmcbench, codecs/lmc/benchmarks (but studies/) none of lmc's private modules,
+    no script loose in codecs/lmc or results/, and lmcbench has no second copy of the formats."""
 
     root = REPO / "lmcbench"
     above = ("lmcbench.bench", "lmcbench.report", "lmcbench.cli", "lmcbench.lossy", "lmcbench.experiments")
@@ -326,5 +327,40 @@ def test_layers():
             assert not bad, f"{f.relative_to(root)} imports {bad}"
     lmc_files = list((REPO / "codecs" / "lmc" / "lmc").rglob("*.py"))
     assert any(f.parent.name == "formats" for f in lmc_files)
-    assert lmc_files and not [f for f in lmc_files if _imports(f)]
+    # the whole lmc distribution (lmc/, benchmarks/, tests/, anything else under codecs/lmc) imports no lmcbench
+    dist = list((REPO / "codecs" / "lmc").rglob("*.py"))
+    assert {"lmc", "benchmarks", "tests"} <= {f.relative_to(REPO / "codecs" / "lmc").parts[0] for f in dist}
+    assert not [f"{f.relative_to(REPO)}: {sorted(_imports(f))}" for f in dist if _imports(f)]
+    # no script lies loose in codecs/lmc (benchmarks/ holds them) or in results/
+    assert not list((REPO / "codecs" / "lmc").glob("*.py")) and not list((REPO / "results").rglob("*.py"))
+    # benchmarks/ (but studies/) uses lmc's public API: none of its private modules, nor a private name of lmc
+    bench = REPO / "codecs" / "lmc" / "benchmarks"
+    public = set(__import__("lmc").__all__)
+    for f in bench.rglob("*.py"):
+        if "studies" in f.relative_to(bench).parts:
+            continue
+        used = _imports(f, "lmc")
+        bad = sorted(m for m in used if any(p.startswith("_") for p in m.split(".")[1:])
+                     or (m.count(".") == 1 and m.split(".")[1] not in public
+                         and not (REPO / "codecs" / "lmc" / m.replace(".", "/")).exists()
+                         and not (REPO / "codecs" / "lmc" / (m.replace(".", "/") + ".py")).exists()))
+        assert not bad, f"{f.relative_to(REPO)} imports lmc's private {bad}"
     assert not (root / "checkpoints").exists()  # every format lives once, in lmc.formats
+
+
+def test_peak_memory_preset(monkeypatch, tmp_path):
+    """``lmcbench experiment=peak_memory`` composes (task: experiment) and runs experiments/peak_memory.py's run
+    with the preset's sizes into <results_dir>/peak_memory/; a bad size fails in one line before measuring."""
+    from lmcbench.experiments import peak_memory
+
+    cfg = composed(["experiment=peak_memory", f"results_dir={tmp_path}"])
+    assert cfg.task == "experiment" and cfg.experiment_name == "peak_memory"
+    assert list(cfg.peak_memory.mib) == [256, 512]
+    assert composed(["experiment=peak_memory", "peak_memory.mib=[8]"]).peak_memory.mib == [8]
+    calls = []
+    monkeypatch.setattr(peak_memory, "write", lambda mibs, out, command: calls.append((list(mibs), out)) or "r.md")
+    assert cli.run_task(cfg, str(tmp_path / "run")) == {"report": "r.md"}
+    assert calls == [([256, 512], str(tmp_path / "peak_memory"))]
+    assert (tmp_path / "run" / "config.yaml").is_file()
+    with pytest.raises(ConfigError, match="peak_memory.mib"):
+        cli.run_task(composed(["experiment=peak_memory", "peak_memory.mib=[0]"]), str(tmp_path / "run2"))

@@ -1,30 +1,19 @@
-"""codecs/lmc/exp_avg_context.py (issue 21, item 5): the byte planes, the sign-flip transform, the entropies and
-the sign agreement, on hand-made arrays and on a tiny AdamW run."""
+"""experiments/exp_avg_context.py (issue 21, item 5): the byte planes, the sign-flip transform, the entropies and
+the sign agreement, on hand-made arrays and on a tiny AdamW run; the preset ``experiment=exp_avg_context``."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 
 import ml_dtypes
 import numpy as np
 import pytest
-from lmcbench_testlib import REPO, make_trainer_folder
+from lmcbench_testlib import load_experiment, make_trainer_folder
 
 torch = pytest.importorskip("torch")
 
 
-def _load():
-    path = REPO / "codecs" / "lmc" / "exp_avg_context.py"
-    spec = importlib.util.spec_from_file_location("exp_avg_context", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["exp_avg_context"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-eac = _load()
+eac = load_experiment("exp_avg_context")
 
 
 def test_planes_match_lmc_grouping():
@@ -148,3 +137,27 @@ def test_main_on_a_trainer_folder(tmp_path):
     text = (tmp_path / "res" / "README.md").read_text()
     assert "## Verdict" in text and "### fp32" in text and "### bf16" in text and "Commit: `" in text
     assert set(saves) == {(dt, rg) for dt in ("fp32", "bf16") for rg in {r["range"] for r in got}}
+
+
+def test_the_preset_runs_through_lmcbench(tmp_path):
+    """``lmcbench experiment=exp_avg_context`` on a Trainer folder (task: experiment) writes the study's files
+    into <results_dir>/exp_avg_context/, its command the lmcbench line; one_step needs a tinygpt source."""
+    from hydra import compose, initialize_config_dir
+
+    from lmcbench import cli
+    from lmcbench.errors import ConfigError
+
+    make_trainer_folder(tmp_path / "out", steps=(1, 2))
+    over = ["experiment=exp_avg_context", "source=hf_trainer", f"source.path={tmp_path / 'out'}",
+            "exp_avg_context.dtypes=[fp32]", f"results_dir={tmp_path / 'res'}"]
+    with initialize_config_dir(config_dir=cli.CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=over + ["exp_avg_context.one_step=[]"])
+        bad = compose(config_name="config", overrides=over)
+    assert cfg.task == "experiment" and cfg.experiment_name == "exp_avg_context"
+    out = cli.run_task(cfg, str(tmp_path / "run"))
+    assert out["report"] == str(tmp_path / "res" / "exp_avg_context" / "README.md")
+    with open(tmp_path / "res" / "exp_avg_context" / "exp_avg_context.csv") as f:
+        assert {(r["pair"], r["dtype"]) for r in csv.DictReader(f)} == {("1->2", "fp32")}
+    assert "Command: `lmcbench" in (tmp_path / "res" / "exp_avg_context" / "README.md").read_text()
+    with pytest.raises(ConfigError, match="one_step"):
+        cli.run_task(bad, str(tmp_path / "run2"))

@@ -1,4 +1,4 @@
-"""bench_threads.py: packing a series sample, unpacking it bit-exact, and a small measurement's outputs."""
+"""benchmarks/bench_threads.py: packing a series sample, unpacking it bit-exact, and a small measurement's outputs."""
 import csv
 import os
 import subprocess
@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(ROOT, "bench_threads.py")
+BENCH = os.path.join(ROOT, "benchmarks")  # the scripts run by their path: this folder is first on sys.path
+SCRIPT = os.path.join(BENCH, "bench_threads.py")
 
 
 def _trainer_series(tmp_path, steps=(10, 20)):
@@ -35,7 +36,9 @@ def _trainer_series(tmp_path, steps=(10, 20)):
 
 
 def _run(*args, cwd):
-    return subprocess.run([sys.executable, SCRIPT, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))  # this lmc
+    return subprocess.run([sys.executable, SCRIPT, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
 
 
 def test_pack_measure_report(tmp_path):
@@ -43,14 +46,14 @@ def test_pack_measure_report(tmp_path):
     packed = tmp_path / "sample.npz"
     p = _run("--pack", str(packed), str(series), "--per-kind", "5000", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    sys.path.insert(0, ROOT)
+    sys.path.insert(0, BENCH)
     try:
-        import bench_series
         import bench_threads
+        import benchlib
     finally:
-        sys.path.remove(ROOT)
+        sys.path.remove(BENCH)
     cur, ref, what = bench_threads.unpack(str(packed))
-    want = [bench_series.load_step(str(series / f"checkpoint-{s}")) for s in (20, 10)]
+    want = [benchlib.load_step(str(series / f"checkpoint-{s}")) for s in (20, 10)]
     for got, w in zip((cur, ref), want):  # the sample is each kind's first 5000 elements, bit-exact
         exp = np.concatenate([w[k][:5000] for k in bench_threads.KINDS])
         assert got.tobytes() == exp.tobytes()

@@ -3,7 +3,7 @@ word checksums with the strong mix) against format 4 (the same payloads, 0.3.3's
 (lmc 0.2's modes, without the predicted exponent), lmc with ``prefer="size"`` (the slower codings wherever they
 are smaller, and on bf16 format 5's mantissa-context mode), z4ai ``compress`` and ZipNN, one thread.
 
-Usage: python bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
+Usage: python codecs/lmc/benchmarks/bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
 
 CHECKPOINT_DIR is a Hugging Face Trainer checkpoint folder (``model.safetensors`` + ``optimizer.pt``, as
 ``lmcbench`` writes for its tinygpt series, e.g. ``~/.cache/lmcbench/tinygpt-*/checkpoint-1000``). Every fp32
@@ -16,27 +16,13 @@ faults of a fresh output cost (every codec's decompress returns new memory). Spe
 shared machine: compare within a run.
 """
 import argparse
-import os
-import sys
 import time
 
 import ml_dtypes
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import lmc  # noqa: E402
-
-
-def load(folder, min_el):
-    import torch
-    from safetensors.numpy import load_file
-    w = load_file(os.path.join(folder, "model.safetensors"))
-    opt = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True, map_location="cpu")
-    kinds = {"weight": [v for v in w.values() if v.dtype == np.float32 and v.size >= min_el]}
-    for k in ("exp_avg", "exp_avg_sq"):
-        kinds[k] = [s[k].numpy() for s in opt["state"].values() if s[k].numel() >= min_el]
-    return kinds
+import lmc
+from benchlib import load_tensors as load
 
 
 PREPARE = {}  # codec -> what its compress is given (made outside the timing); default the array itself

@@ -1,10 +1,10 @@
 """lmc 0.2 on a real checkpoint series: the last step against the one before.
 
-Usage: python bench_series.py [SERIES_DIR] [--repeat R] [--step N]
+Usage: python codecs/lmc/benchmarks/bench_series.py [SERIES_DIR] [--repeat R] [--step N]
 
 SERIES_DIR: a Hugging Face Trainer folder with checkpoint-<step>/
 (model.safetensors, optimizer.pt); default: the embedded tinygpt series
-(lmcbench.sources.tinygpt, cached under ~/.cache/lmcbench).  For each kind
+(the newest tinygpt-*/ under ~/.cache/lmcbench, as lmcbench trains and caches it).  For each kind
 (weight, exp_avg, exp_avg_sq), all tensors of the kind concatenated, in fp32
 and in a bf16 cast, prints the ratio of lmc alone, of the lmc 0.1 choice
 (alone / XOR per chunk, format-v1 modes only), of lmc 0.2 with the previous
@@ -16,16 +16,12 @@ import argparse
 import glob
 import os
 import re
-import sys
 
 import ml_dtypes
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import lmc  # noqa: E402
-from bench import best  # noqa: E402  (the timing helper of bench.py beside this file)
-from lmc._core import _compress  # noqa: E402
+import lmc
+from benchlib import best, default_series, load_step
 
 try:
     import z4ai
@@ -33,30 +29,12 @@ except ImportError:  # pragma: no cover
     z4ai = None
 
 
-def default_series():
-    from lmcbench.sources.tinygpt import TinyGPTSource
-    return TinyGPTSource().path
-
-
-def load_step(folder):
-    import torch
-    from safetensors.torch import load_file
-    w = load_file(os.path.join(folder, "model.safetensors"))
-    names = sorted(w)
-    kinds = {"weight": [w[k].float().numpy().ravel() for k in names]}
-    opt = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True, map_location="cpu")
-    st = opt["state"]
-    for key in ("exp_avg", "exp_avg_sq"):
-        kinds[key] = [st[i][key].float().numpy().ravel() for i in sorted(st)]
-    return {k: np.concatenate(v).astype(np.float32) for k, v in kinds.items()}
-
-
 def measure(x, r, repeat, zdt):
     mib = x.nbytes / 2**20
     out = {}
     tca, a = best(lambda: lmc.compress(x, threads=1), repeat)
     tda, ya = best(lambda: lmc.decompress(a, threads=1), repeat)
-    v1 = _compress(x, 1, r, None, None, 1)
+    v1 = lmc.compress(x, threads=1, reference=r, format_version=1)  # the lmc 0.1 encoder
     tcr, b = best(lambda: lmc.compress(x, threads=1, reference=r), repeat)
     tdr, yb = best(lambda: lmc.decompress(b, threads=1, reference=r), repeat)
     assert ya.tobytes() == x.tobytes() and yb.tobytes() == x.tobytes()

@@ -14,7 +14,7 @@ least 65,536 elements of a Trainer checkpoint, cast to bf16), the plug-in entrop
   used in the chunk), which the rows above leave out.
 
 Each is turned into the bf16 ratio it would give (16 bits over the bits per element). Usage:
-    python codecs/lmc/bf16_context.py CHECKPOINT_DIR [--chunk 131072]
+    python codecs/lmc/benchmarks/bf16_context.py CHECKPOINT_DIR [--chunk 131072]
 """
 
 from __future__ import annotations

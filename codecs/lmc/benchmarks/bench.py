@@ -1,6 +1,6 @@
 """Benchmark lmc against ZipNN (if installed).
 
-Usage: python bench.py [--n ELEMENTS] [--repeat R]
+Usage: python codecs/lmc/benchmarks/bench.py [--n ELEMENTS] [--repeat R]
 
 Prints ratio and compress/decompress MiB/s for lmc with 1 thread, lmc with
 all threads and ZipNN with 1 thread, for bf16 and fp32 Gaussian-like weights,
@@ -10,20 +10,22 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+import lmc
+from benchlib import best, measure_zipnn
+
+# the children import the lmc this process imported
+LMC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(lmc.__file__)))
 
 
 def first_call_time():
     code = ("import time,numpy as np,ml_dtypes;t=time.perf_counter();import lmc;"
             "x=(np.random.randn(1000)*0.02).astype(ml_dtypes.bfloat16);"
             "lmc.decompress(lmc.compress(x));print(time.perf_counter()-t)")
-    env = dict(os.environ)
-    return float(subprocess.run([sys.executable, "-c", code], cwd=HERE, env=env,
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([LMC_ROOT, os.environ.get("PYTHONPATH", "")]))
+    return float(subprocess.run([sys.executable, "-c", code], env=env,
                                 capture_output=True, text=True, check=True).stdout)
 
 
@@ -33,56 +35,34 @@ def cold_call_time():
         code = ("import time,numpy as np,ml_dtypes;t=time.perf_counter();import lmc;"
                 "x=(np.random.randn(1000)*0.02).astype(ml_dtypes.bfloat16);"
                 "lmc.decompress(lmc.compress(x));print(time.perf_counter()-t)")
-        env = dict(os.environ, NUMBA_CACHE_DIR=d)
-        return float(subprocess.run([sys.executable, "-c", code], cwd=HERE, env=env,
+        env = dict(os.environ, NUMBA_CACHE_DIR=d,
+                   PYTHONPATH=os.pathsep.join([LMC_ROOT, os.environ.get("PYTHONPATH", "")]))
+        return float(subprocess.run([sys.executable, "-c", code], env=env,
                                     capture_output=True, text=True, check=True).stdout)
+
+
+def planes(x):
+    """The byte planes lmc codes a bf16 or fp32 array's elements in (FORMAT.md): the exponent byte, the sign with
+    the top 7 mantissa bits, and for fp32 the two low mantissa bytes."""
+    if x.dtype.itemsize == 2:  # bf16
+        u = x.reshape(-1).view(np.uint16)
+        return [((u >> 7) & 0xFF).astype(np.uint8), (((u >> 8) & 0x80) | (u & 0x7F)).astype(np.uint8)]
+    u = x.reshape(-1).view(np.uint32)
+    return [((u >> 23) & 0xFF).astype(np.uint8), (((u >> 24) & 0x80) | ((u >> 16) & 0x7F)).astype(np.uint8),
+            ((u >> 8) & 0xFF).astype(np.uint8), (u & 0xFF).astype(np.uint8)]
 
 
 def entropy_bound(x, chunk):
     """Per-chunk order-0 entropy of the lmc byte streams (bytes)."""
-    from lmc._kbase import split_chunk
-    from lmc._core import _DTYPES, _dtype_code, _nstreams
-    _, unit, layout = _DTYPES[_dtype_code(x.dtype)]
-    ns = _nstreams(unit, layout)
-    u8 = x.reshape(-1).view(np.uint8)
     total = x.size
     bits = 0.0
-    for s in range(0, total, chunk):
-        n = min(chunk, total - s)
-        planes = np.empty((ns, n), np.uint8)
-        split_chunk(u8, u8, False, s, n, unit, layout, planes, True)
-        for p in planes:
-            c = np.bincount(p, minlength=256)
+    for p in planes(x):
+        for s in range(0, total, chunk):
+            n = min(chunk, total - s)
+            c = np.bincount(p[s:s + n], minlength=256)
             c = c[c > 0] / n
             bits += -(c * np.log2(c)).sum() * n
     return bits / 8
-
-
-def best(f, repeat):
-    ts = []
-    r = None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        r = f()
-        ts.append(time.perf_counter() - t)
-    return min(ts), r
-
-
-def measure_zipnn(z, x, repeat):
-    """ZipNN (a ``zipnn.ZipNN``) on the array x: (ratio, best compress s, best decompress s), round trip checked."""
-    buf = x.tobytes()
-    tcs, tds, zb, d = [], [], None, None
-    for _ in range(repeat):
-        b = bytearray(buf)  # ZipNN modifies its input: a fresh copy per call, not timed
-        t = time.perf_counter()
-        zb = z.compress(b)
-        tcs.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        d = z.decompress(zb)
-        tds.append(time.perf_counter() - t)
-    if bytes(d) != buf:
-        raise SystemExit("zipnn: round trip is not bit-exact")
-    return len(buf) / len(zb), min(tcs), min(tds)
 
 
 def main():
@@ -93,7 +73,6 @@ def main():
     import ml_dtypes
     import numba
 
-    import lmc
     print(f"lmc {lmc.__version__}, numba {numba.__version__}, "
           f"threads available {numba.config.NUMBA_NUM_THREADS}")
     print(f"first call in a fresh process (import + compile/load): "

@@ -1,9 +1,9 @@
 """lmc throughput against thread count, on a real checkpoint (and ZipNN's, if installed).
 
 Usage:
-    python bench_threads.py SERIES_DIR [--step N] [--threads 1,2,4,8,16] [--elements E] [--out DIR]
-    python bench_threads.py --pack FILE SERIES_DIR [--step N] [--per-kind M]   # ship a sample elsewhere
-    python bench_threads.py --packed FILE [--threads ...] [--out DIR]
+    python codecs/lmc/benchmarks/bench_threads.py SERIES_DIR [--step N] [--threads 1,2,4,8,16] [--elements E] [--out DIR]
+    python codecs/lmc/benchmarks/bench_threads.py --pack FILE SERIES_DIR [--step N] [--per-kind M]   # ship a sample elsewhere
+    python codecs/lmc/benchmarks/bench_threads.py --packed FILE [--threads ...] [--out DIR]
 
 SERIES_DIR is a Hugging Face Trainer folder (checkpoint-<step>/ with model.safetensors and optimizer.pt).
 The measured "checkpoint" is the step's weights, exp_avg and exp_avg_sq in equal parts (as in a real
@@ -28,11 +28,8 @@ import sys
 import ml_dtypes
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import lmc  # noqa: E402
-from bench import best, measure_zipnn  # noqa: E402
-from bench_series import load_step  # noqa: E402
+import lmc
+from benchlib import best, load_step, measure_zipnn
 
 KINDS = ("weight", "exp_avg", "exp_avg_sq")
 PAPER = {"compress": 2.78, "decompress": 3.76}  # GiB/s on 16 cores, LMC paper (fp32 checkpoints)
@@ -162,7 +159,7 @@ def write(out, rows, what, args):
         wr.writerows(rows)
     by = {(r["dtype"], r["codec"], r["mode"], r["threads"]): r for r in rows}
     lines = ["# lmc throughput against threads", "",
-             f"- command: `python codecs/lmc/bench_threads.py {' '.join(args)}`",
+             f"- command: `python codecs/lmc/benchmarks/bench_threads.py {' '.join(args)}`",
              f"- machine: {machine()}",
              f"- data: {what}; weights, exp_avg and exp_avg_sq in equal parts, tiled to "
              f"{rows[0]['elements']:,} elements per dtype; best of the repeats; every round trip bit-exact", "",

@@ -1,6 +1,6 @@
 """Save and restore cost along an archive's chain, for this lmc and an older one, in one run.
 
-    python codecs/lmc/bench_chain.py RUN_DIR --out DIR [--before GIT_REV] [--keyframe-every 10] [--threads N]
+    python codecs/lmc/benchmarks/bench_chain.py RUN_DIR --out DIR [--before GIT_REV] [--keyframe-every 10] [--threads N]
                                      [--dcp]
 
 RUN_DIR holds checkpoint folders (`checkpoint-<N>/`, `step-<N>/`...). For each implementation (this checkout's
@@ -271,7 +271,7 @@ def _write(a, results, argv):
     import platform
     title = ("Save and load cost along an lmc.dcp chain" if a.dcp else "Save and restore cost along an archive's chain")
     lines = [f"# {title}", "",
-             f"- command: `python codecs/lmc/bench_chain.py {' '.join(argv)}`",
+             f"- command: `python codecs/lmc/benchmarks/bench_chain.py {' '.join(argv)}`",
              f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
              f"run {time.strftime('%Y-%m-%d %H:%M:%S')}",
              (f"- max_chain {a.keyframe_every}; `dcp.save` with `LMCStorageWriter(reference=the previous checkpoint)`, "

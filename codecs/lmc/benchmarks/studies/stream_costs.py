@@ -1,8 +1,8 @@
 """Where lmc's alone coding spends its bits and time on the exponent stream, per kind of a real checkpoint.
 
-Usage: python stream_costs.py CHECKPOINT_DIR [--min-elements N]
+Usage: python codecs/lmc/benchmarks/studies/stream_costs.py CHECKPOINT_DIR [--min-elements N]
 
-CHECKPOINT_DIR: a Hugging Face Trainer checkpoint folder (as for bench_alone.py). For every 128 Ki-element chunk
+CHECKPOINT_DIR: a Hugging Face Trainer checkpoint folder (as for benchmarks/bench_alone.py). For every 128 Ki-element chunk
 of every tensor of at least N elements (with its shape), cast to bf16: the exponent stream's order-0 entropy,
 what Huffman (lmc's length-limited code) and a rANS stream (quantised to 4096, tables included) spend on it,
 the entropy with the previous exponent as context (a table per context, clamped like the temporal mode's) and
@@ -13,19 +13,16 @@ decode of that chunk (format 2, all streams, checksum included).
 """
 import argparse
 import os
-import sys
+import time
 
 import ml_dtypes
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import lmc  # noqa: E402
-from bench_alone import best, load  # noqa: E402
-from lmc._khuffman import huffman_lengths  # noqa: E402
-from lmc._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_decode,  # noqa: E402
-                        rans_encode, rans_normalize)
-from lmc._kstreams import exp_residuals, exp_restore  # noqa: E402
+import lmc
+from lmc._khuffman import huffman_lengths
+from lmc._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_decode, rans_encode,
+                        rans_normalize)
+from lmc._kstreams import exp_residuals, exp_restore
 
 CHUNK = 1 << 17
 
@@ -55,8 +52,27 @@ def chunk_costs(e, w):
                      entropy_bits(e, ctx, 15), entropy_bits(r)])
 
 
+def load(folder, min_el):
+    """{kind: [arrays]}: the fp32 weights of at least min_el elements of a Trainer checkpoint folder and AdamW's
+    two moments (as benchmarks/bench_alone.py reads them)."""
+    import torch
+    from safetensors.numpy import load_file
+    w = load_file(os.path.join(folder, "model.safetensors"))
+    opt = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True, map_location="cpu")
+    kinds = {"weight": [v for v in w.values() if v.dtype == np.float32 and v.size >= min_el]}
+    for k in ("exp_avg", "exp_avg_sq"):
+        kinds[k] = [s[k].numpy() for s in opt["state"].values() if s[k].numel() >= min_el]
+    return kinds
+
+
 def best_ms(fn, repeat=50):
-    return 1e3 * best(lambda _: fn(), repeat)
+    """The shortest of ``repeat`` calls of fn(), in ms."""
+    t = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        t = min(t, time.perf_counter() - t0)
+    return 1e3 * t
 
 
 def main():

@@ -1,9 +1,9 @@
 """Coding with a reference at half the alone speed? (issue 21, target 2): lmc's prefer="fast" against lmc alone.
 
-Usage: python bench_fast.py [SERIES_DIR] [--repeat R] [--runs K] [--steps N | --pairs R:S,...]
+Usage: python codecs/lmc/benchmarks/bench_fast.py [SERIES_DIR] [--repeat R] [--runs K] [--steps N | --pairs R:S,...]
 
 SERIES_DIR: a Hugging Face Trainer folder with checkpoint-<step>/ (model.safetensors, optimizer.pt); default: the
-embedded tinygpt series (lmcbench.sources.tinygpt, cached under ~/.cache/lmcbench).  For the last N steps, each
+embedded tinygpt series (the newest tinygpt-*/ under ~/.cache/lmcbench, as lmcbench caches it).  For the last N steps, each
 against the one before (or the pairs given: S coded against R), per kind (weight, exp_avg, exp_avg_sq: every tensor of the kind concatenated), in fp32 and
 in a bf16 cast: the ratio of lmc alone, of lmc with the reference (prefer="speed", the default: the temporal mode
 where it saves 1/64, else the delta, XOR or alone coding) and with prefer="fast" (never the temporal mode), and of
@@ -15,16 +15,12 @@ import argparse
 import glob
 import os
 import re
-import sys
 
 import ml_dtypes
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import lmc  # noqa: E402
-from bench import best  # noqa: E402
-from bench_series import default_series, load_step  # noqa: E402
+import lmc
+from benchlib import best, default_series, load_step
 
 try:
     import z4ai

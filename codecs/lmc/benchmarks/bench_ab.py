@@ -1,6 +1,6 @@
 """Before/after speed of two lmc copies on the checkpoint series of bench_series.py.
 
-Usage: python bench_ab.py OLD_DIR [--repeat R]
+Usage: python codecs/lmc/benchmarks/bench_ab.py OLD_DIR [--repeat R]
 
 OLD_DIR holds an older ``lmc`` package (e.g. ``git archive <rev> codecs/lmc/lmc | tar -x``
 then the ``codecs/lmc`` folder); it is imported as ``lmc_old`` next to this
@@ -19,10 +19,8 @@ import time
 import ml_dtypes
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import bench_series  # noqa: E402
-import lmc  # noqa: E402
+import lmc
+from benchlib import default_series, load_step
 
 
 def load_old(folder):
@@ -45,10 +43,10 @@ def main():
                          "is the least disturbed run")
     args = ap.parse_args()
     old = load_old(args.old)
-    folder = args.series or bench_series.default_series()
+    folder = args.series or default_series()
     steps = sorted(int(p.split("-")[-1]) for p in os.listdir(folder) if p.startswith("checkpoint-"))
-    X = bench_series.load_step(os.path.join(folder, f"checkpoint-{steps[-1]}"))
-    R = bench_series.load_step(os.path.join(folder, f"checkpoint-{steps[-2]}"))
+    X = load_step(os.path.join(folder, f"checkpoint-{steps[-1]}"))
+    R = load_step(os.path.join(folder, f"checkpoint-{steps[-2]}"))
     stat = np.median if args.stat == "median" else np.min
     print(f"step {steps[-1]} against {steps[-2]}; 1 thread, {args.stat} of {args.repeat}, MiB/s; "
           "r/a = speed with the reference / without")

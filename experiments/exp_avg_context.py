@@ -31,8 +31,17 @@ bf16: exp_avg and both weights cast to bf16 (round to nearest even), d = bf16(w_
 from checkpoint S in memory for one step and measures the pair (S, S+1): the delta of a single update, the
 premise's ideal case. Nothing is written into the series folder.
 
-Usage:  python codecs/lmc/exp_avg_context.py SERIES_DIR --out results/exp_avg_context
-            [--steps 100,150,..] [--tensors REGEX] [--one-step 100,500,900 --train-conf conf/source/tinygpt_large.yaml]
+The committed results/exp_avg_context/ (the 24M-parameter series, with one-step pairs from 50, 500 and 900):
+
+    lmcbench experiment=exp_avg_context
+
+On any Trainer folder (and the same as a script, without Hydra):
+    lmcbench experiment=exp_avg_context source=hf_trainer source.path=DIR 'exp_avg_context.one_step=[]'
+    python experiments/exp_avg_context.py SERIES_DIR --out results/exp_avg_context
+        [--steps 100,150,..] [--tensors REGEX] [--one-step 100,500,900 --train-conf conf/source/tinygpt_large.yaml]
+
+An experiment of lmcbench, not a script of lmc's: it resumes lmcbench's tinygpt Trainer (``--one-step``), and
+lmc never imports lmcbench.
 """
 
 from __future__ import annotations
@@ -50,9 +59,9 @@ import time
 import ml_dtypes
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 import lmc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 CHUNK = 131072                # LMC's default chunk size in elements
 N_MAG = 8                     # magnitude classes of d (exponent - chunk median, clipped to -4..+3)
@@ -264,18 +273,16 @@ def lr_ranges(series: str, steps: list[int]) -> dict:
     return {s: "warm-up" if s <= peak_step else "decay" if lr[s] < peak / 2 else "middle" for s in steps}
 
 
-def one_step_pairs(series: str, steps: list[int], conf: str, pattern):
+def one_step_pairs(series: str, steps: list[int], train: dict, pattern):
     """Yield (label, w_prev, w_cur, m_cur, m_prev): checkpoint S resumed (lmcbench's tinygpt Trainer) and
     trained one step further in memory."""
     import torch
-    import yaml
 
     from lmcbench.tinygpt.config import TrainConfig
     from lmcbench.tinygpt.trainer import Trainer
 
     torch.set_num_threads(1)
-    with open(conf) as f:
-        opts = TrainConfig.from_options(yaml.safe_load(f).get("train")).to_dict()
+    opts = TrainConfig.from_options(train).to_dict()
     for s in steps:
         tr = Trainer.from_checkpoint(os.path.join(series, f"checkpoint-{s}"), opts)
         w0, m0, _ = tr.state_arrays()
@@ -394,11 +401,16 @@ def git_state() -> tuple[str, bool]:
     def run(*a):
         return subprocess.run(["git", *a], cwd=HERE, capture_output=True, text=True, check=False).stdout.strip()
 
-    mine = [os.path.relpath(__file__, run("rev-parse", "--show-toplevel"))]
+    top = run("rev-parse", "--show-toplevel")
+    if not top:  # an installed lmcbench, outside a checkout
+        return "none (not a git checkout)", False
+    mine = [os.path.relpath(__file__, top)]
     return run("rev-parse", "HEAD"), run("status", "--porcelain", "--", *mine) == ""
 
 
-def main(argv=None):
+def main(argv=None, command=None, train=None):
+    """The script's command line; ``command`` (the line the report names) and ``train`` (the tinygpt training
+    options of ``--one-step``, instead of ``--train-conf``) are given by :func:`run`."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("series", help="a Hugging Face Trainer output folder with checkpoint-<step>/")
     ap.add_argument("--out", default="results/exp_avg_context")
@@ -433,8 +445,15 @@ def main(argv=None):
             print(f"{ps}->{s} done ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
         prev = (w, m, s)
     if a.one_step:
-        for label, w0, w1, m1, m0 in one_step_pairs(series, [int(x) for x in a.one_step.split(",")],
-                                                    a.train_conf, pattern):
+        if train is None:
+            import yaml
+
+            if not a.train_conf:
+                raise SystemExit("--one-step needs --train-conf (the tinygpt preset the series was trained with)")
+            with open(a.train_conf) as f:
+                train = yaml.safe_load(f).get("train")
+        for label, w0, w1, m1, m0 in one_step_pairs(series, [int(x) for x in a.one_step.split(",")], train,
+                                                    pattern):
             for dt in dtypes:
                 r = measure_pair(w0, w1, m1, m0, None, dt, not a.no_lmc)
                 s0 = int(label.split("->")[0])
@@ -445,8 +464,8 @@ def main(argv=None):
         wr.writeheader()
         wr.writerows(rows)
     lines, saves = summarize(rows)
-    cmd = "OMP_NUM_THREADS=1 python " + " ".join([os.path.relpath(__file__)] + list(argv if argv is not None
-                                                                                  else sys.argv[1:]))
+    cmd = command or "OMP_NUM_THREADS=1 python " + " ".join(
+        ["experiments/exp_avg_context.py"] + list(argv if argv is not None else sys.argv[1:]))
     rng_text = ", ".join(f"{k}: {', '.join(str(s) for s in steps[1:] if ranges[s] == k) or 'none'}"
                          for k in ("warm-up", "middle", "decay"))
     head = ["# exp_avg given the weights' delta (issue 21, item 5)", "",
@@ -458,7 +477,7 @@ def main(argv=None):
             f"Command: `{cmd}`  ",
             (f"Commit: `{commit}` ({'clean' if clean else 'SCRIPT MODIFIED'}), lmc "
              f"{getattr(lmc, '__version__', '?')}, {time.time() - t0:.0f} s."), "",
-            ("Method (docstring of `codecs/lmc/exp_avg_context.py`): per pair (t-1, t), d = w_t - w_{t-1} of the "
+            ("Method (docstring of `experiments/exp_avg_context.py`): per pair (t-1, t), d = w_t - w_{t-1} of the "
              "same parameter; contexts from d: sign (d > 0, d < 0, d == 0), magnitude class (exponent of |d| "
              "relative to the chunk's median, 8 classes, and d == 0), both (17). `saved` = (coded bits without "
              "context - with it) / LMC's real bits of exp_avg alone; `best vs ref`: the best saving over LMC's "
@@ -471,6 +490,40 @@ def main(argv=None):
         f.write("\n".join(head + lines + verdict(saves)))
     print(os.path.join(a.out, "README.md"))
     return rows, saves
+
+
+def run(c: dict, out: str) -> str:
+    """``lmcbench experiment=exp_avg_context`` (``task: experiment``): the study on the configured source (a
+    tinygpt series, trained first where it is missing, or a Trainer folder: ``source=hf_trainer``) with the
+    preset's ``exp_avg_context`` options, written into ``out``; returns the report's path."""
+    from lmcbench.errors import ConfigError
+    from lmcbench.sources import get_source
+
+    src = get_source(c["source"])
+    if src.source_type not in ("tinygpt", "hf_trainer"):
+        raise ConfigError(f"experiment exp_avg_context: a tinygpt or hf_trainer source (a Trainer folder), "
+                          f"got {src.source_type}")
+    o = c.get("exp_avg_context") or {}
+    train = None
+    if src.source_type == "tinygpt":
+        from lmcbench.tinygpt.series import ensure_series
+
+        ensure_series(src.path, src.train_opts)
+        train = src.train_opts
+    elif o.get("one_step"):
+        raise ConfigError("exp_avg_context.one_step resumes lmcbench's tinygpt Trainer: a tinygpt source only "
+                          "('exp_avg_context.one_step=[]')")
+    argv = [src.path, "--out", out, "--dtypes", ",".join(o.get("dtypes") or ["fp32", "bf16"])]
+    if o.get("steps"):
+        argv += ["--steps", ",".join(str(s) for s in o["steps"])]
+    if o.get("tensors"):
+        argv += ["--tensors", o["tensors"]]
+    if o.get("one_step"):
+        argv += ["--one-step", ",".join(str(s) for s in o["one_step"])]
+    if not o.get("lmc", True):
+        argv += ["--no-lmc"]
+    main(argv, command=" ".join(["lmcbench"] + sys.argv[1:]), train=train)
+    return os.path.join(out, "README.md")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Studies of lmc's kernels: scripts that may import lmc's private modules (see ../README.md)."""
