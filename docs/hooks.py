@@ -211,7 +211,7 @@ def _argparse_help(main, argv: list[str]) -> str:
 
 def _subcommands(main) -> list[str]:
     top = _argparse_help(main, ["--help"])
-    m = re.search(r"\{([a-z0-9_,-]+)\}", top)
+    m = re.search(r"\{([a-z0-9_,-]+)\}", top[top.find("positional arguments"):])
     return m.group(1).split(",") if m else []
 
 
