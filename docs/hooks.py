@@ -145,7 +145,7 @@ def _defaults(config_yaml: str) -> dict[str, str]:
         if isinstance(item, dict):
             for k, v in item.items():
                 if not k.startswith("override "):
-                    out[k] = ", ".join(v) if isinstance(v, list) else str(v)
+                    out[k] = ", ".join(v) if isinstance(v, list) else ("null" if v is None else str(v))
     return out
 
 
@@ -332,7 +332,23 @@ def results_table() -> str:
     return "\n".join(rows)
 
 
+def groups_table(page_uri: str) -> str:
+    """One row per config group: its options, each linked to its entry in the configuration reference."""
+    conf = os.path.join(ROOT, "conf")
+    with open(os.path.join(conf, "config.yaml")) as f:
+        defaults = _defaults(f.read())
+    ref = posixpath.relpath("reference/config.md", posixpath.dirname(page_uri) or ".")
+    rows = ["| group | options | default |", "|---|---|---|"]
+    for g in ("source", "codec", "pipeline", "bench", "report", "experiment"):
+        names = sorted(f[:-5] for f in os.listdir(os.path.join(conf, g)) if f.endswith(".yaml"))
+        opts = ", ".join(f"[`{n}`]({ref}#{g}-{n.replace('_', '-')})" for n in names)
+        rows.append(f"| `{g}` | {opts} | `{defaults.get(g, 'null')}` |")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown, page, config, files):
     if "<!-- results-table -->" in markdown:
         markdown = markdown.replace("<!-- results-table -->", results_table())
+    if "<!-- config-groups -->" in markdown:
+        markdown = markdown.replace("<!-- config-groups -->", groups_table(page.file.src_uri))
     return markdown

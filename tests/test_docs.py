@@ -40,3 +40,16 @@ def test_mkdocs_build_strict(tmp_path):
         assert prog in cli, prog
     api = (site / "reference/api-lmc/index.html").read_text()
     assert "LMCStorageWriter" in api and "prefer" in api
+
+
+def test_readme_links_resolve():
+    """The READMEs are read on a forge, outside the site: their relative links must point to files that exist."""
+    import re
+
+    for readme in (REPO / "README.md", REPO / "codecs" / "lmc" / "README.md", REPO / "CHANGELOG.md",
+                   REPO / "codecs" / "lmc" / "CHANGELOG.md"):
+        for target in re.findall(r"\]\(([^)\s]+)\)", readme.read_text()):
+            if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (readme.parent / target.split("#")[0]).resolve()
+            assert path.exists(), f"{readme.relative_to(REPO)}: the link {target} points to nothing"
