@@ -325,10 +325,11 @@ def results_table() -> str:
         with open(os.path.join(ROOT, path), encoding="utf-8") as f:
             text = f.read()
         cmd = report_command(text)
-        cell = f"`{current_location(cmd)}`".replace("|", "\\|") if cmd else "(stated in the report)"
+        cell = f"`{current_location(cmd)}`".replace("|", "\\|") if cmd else "see the report"
         name = posixpath.dirname(path)[len(RESULTS) + 1:] + ("" if posixpath.basename(path) in ("README.md", "report.md")
                                                              else "/" + posixpath.basename(path))
-        rows.append(f"| [`{name}`]({path}) | {_escape(_title(text, name))} | {cell} |")
+        title = html.escape(_title(text, name), quote=False).replace("|", "\\|")
+        rows.append(f"| [`{name}`]({path}) | {title} | {cell} |")
     return "\n".join(rows)
 
 
