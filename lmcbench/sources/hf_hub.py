@@ -172,7 +172,7 @@ class HFHubSource(Source):
         for (s1, r1), (s2, r2) in zip(self.located, self.located[1:]):
             if s1 == s2:
                 raise SourceError(f"{self.repo_id}: revisions {r1!r} and {r2!r} are both step {s1} "
-                                  f"(source.step_regex={self.step_regex.pattern!r})")
+                                  f"(source.step_regex: {self.step_regex.pattern})")
         self.folder = os.path.join(self.cache_dir, repo_folder_name(repo_id=self.repo_id, repo_type=self.repo_type))
         self._step_of = {r: s for s, r in self.located}
         self._snapshots: dict[str, str] = {}  # revision -> its snapshot folder

@@ -26,7 +26,8 @@ def parse_step(regex: re.Pattern, name: str, where: str, what: str) -> int:
     ``where`` (``what``: what the name is, e.g. "file name")."""
     m = regex.search(name)
     if not m:
-        raise SourceError(f"{where}: no step in the {what} (source.step_regex={regex.pattern!r})")
+        raise SourceError(f"{where}: no step in the {what} (source.step_regex: {regex.pattern}; on the command line "
+                          f"quote the value twice: 'source.step_regex=\"...\"')")
     try:
         return int(m.group(1) if m.groups() else m.group(0))
     except ValueError:
@@ -85,6 +86,6 @@ class PatternSource(Source):
         out = sorted((self.step_of(d, "folder"), d) for d in dirs)
         for (s1, d1), (s2, d2) in zip(out, out[1:]):
             if s1 == s2:
-                raise SourceError(f"{d1} and {d2} are both step {s1} (source.step_regex="
-                                  f"{self.step_regex.pattern!r})")
+                raise SourceError(f"{d1} and {d2} are both step {s1} (source.step_regex: "
+                                  f"{self.step_regex.pattern})")
         return out
