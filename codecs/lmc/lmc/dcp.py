@@ -86,10 +86,12 @@ class LMCStorageWriter(StorageWriter):
         self._ref = None
         self._all_keys = None
         self._carried = {}
+        self._check_reference()
 
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id:
             self.path = _location(checkpoint_id)
+            self._check_reference()
         self.save_id = str(uuid.uuid4())
         self._ref = None
         self._all_keys = None
@@ -119,6 +121,21 @@ class LMCStorageWriter(StorageWriter):
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
         self.save_id = str(uuid.uuid4())  # a new id per save, also when the writer is reused for the same path
+
+    def _check_reference(self):
+        """A reference that is missing, incomplete or this checkpoint itself fails here, when the writer is made
+        (or given another checkpoint_id): a plain exception naming the folder, before DCP's machinery runs (it
+        would wrap the error in a traceback) and before anything is created."""
+        if self.reference is None or self.keyframe:
+            return
+        if canonical(self.reference) == canonical(self.path):
+            raise ValueError(f"lmc.dcp: {self.path}: a checkpoint cannot be its own reference")
+        fs = backend(self.reference, FormatError)
+        if not fs.is_dir():
+            raise FileNotFoundError(f"lmc.dcp: reference checkpoint {self.reference}: no such folder")
+        if not fs.isfile(METADATA_FILE):
+            raise FormatError(f"lmc.dcp: reference checkpoint {self.reference}: not a complete LMC DCP checkpoint "
+                              f"(no {METADATA_FILE}: an interrupted save, or another storage writer's)")
 
     def _reference_checkpoint(self):
         """The previous checkpoint, to be re-coded against this save, or None (keyframe=True, no reference, or
@@ -158,9 +175,9 @@ class LMCStorageWriter(StorageWriter):
                                  "which would become unloadable; save into another folder")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is created
         fs = backend(self.path, FormatError)
         fs.makedirs()
-        ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is written
         if self.is_coordinator:
             self._refuse_overwriting_a_reference()
             # an older checkpoint in this folder stops being complete before any of its files is replaced (its

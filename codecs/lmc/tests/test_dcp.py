@@ -287,9 +287,21 @@ def test_checkpoint_id_and_writer_reuse(tmp_path):
 
 
 def test_missing_reference_at_save(tmp_path):
-    with pytest.raises(ERRORS, match="reference checkpoint .*: no such folder"):
+    # a missing reference fails in one line, as a plain exception (not DCP's wrapped traceback), before anything
+    # is created: no empty target folder is left behind
+    with pytest.raises(FileNotFoundError, match="reference checkpoint .*nope: no such folder") as e:
         save(every_dtype(), tmp_path / "c", reference=tmp_path / "nope")
-    assert not is_lmc_checkpoint(tmp_path / "c")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "c").exists()
+    (tmp_path / "half").mkdir()  # an interrupted save: a folder without the metadata
+    with pytest.raises(lmc.FormatError, match="reference checkpoint .*half: not a complete LMC DCP checkpoint"):
+        save(every_dtype(), tmp_path / "c", reference=tmp_path / "half")
+    assert not (tmp_path / "c").exists()
+    w = LMCStorageWriter(tmp_path / "c")  # given the target later, as dcp.save(checkpoint_id=) does
+    w.reference = str(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        dcp.save(every_dtype(), storage_writer=w, checkpoint_id=tmp_path / "c2")
+    assert not (tmp_path / "c").exists() and not (tmp_path / "c2").exists()
     with pytest.raises(ERRORS, match="its own reference"):
         save(every_dtype(), tmp_path / "d")
         save(every_dtype(), tmp_path / "d", reference=tmp_path / "d")
