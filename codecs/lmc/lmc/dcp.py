@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import time
 import uuid
@@ -322,12 +323,23 @@ _PLAIN_LOAD_MESSAGE = ("this is an LMC DCP checkpoint folder: load it with "
                        "`python -m lmc.dcp to-torch PATH OUT.pt`")
 
 
-class PlainDCPLoadError(ValueError):
-    """A plain DCP reader was pointed at an LMC DCP checkpoint."""
+class PlainDCPLoadError(BaseException):
+    """A plain DCP reader was pointed at an LMC DCP checkpoint.
+
+    A ``BaseException``, as DCP's own ``CheckpointException``: ``dcp.load``'s default reader catches an
+    ``Exception`` from its metadata read, logs it with its traceback and tries rank-local metadata
+    (``__0.metadata``, which fails with a second logged traceback) before it reports the first one. This error
+    passes through that, so ``dcp.load`` fails at once with one ``CheckpointException`` whose last line is this
+    message."""
+
+
+_log = logging.getLogger("lmc.dcp")
 
 
 def refuse_plain_load(message=_PLAIN_LOAD_MESSAGE):
-    """Called by unpickling an LMC folder's ``.metadata``: raises, naming the reader to use."""
+    """Called by unpickling an LMC folder's ``.metadata``: logs the message (an error on ``lmc.dcp``'s logger:
+    the first line a user sees, before DCP's traceback) and raises it, naming the reader to use."""
+    _log.error("lmc.dcp: %s", message)
     raise PlainDCPLoadError(f"lmc.dcp: {message}")
 
 

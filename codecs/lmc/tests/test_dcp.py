@@ -244,6 +244,36 @@ def test_a_plain_dcp_reader_is_told_which_reader_to_use(tmp_path):
     assert_same(s1, load(s1, tmp_path / "c"))
 
 
+_PLAIN_LOAD_CHILD = """
+import sys, torch, torch.distributed.checkpoint as dcp
+dcp.load({"w": torch.zeros(3, 4)}, checkpoint_id=sys.argv[1])
+"""
+
+
+def test_plain_dcp_load_shows_the_hint_first(tmp_path):
+    """A plain dcp.load of an LMC folder, uncaught, in a fresh process: the hint is the first thing it prints
+    (after torch's own one-process warning), with no logged tracebacks of DCP's metadata fallbacks, and the
+    exception's last line is the hint too."""
+    import subprocess
+    import sys
+
+    save({"w": torch.randn(3, 4)}, tmp_path / "c")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(lmc.__file__))),
+                                         env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", _PLAIN_LOAD_CHILD, str(tmp_path / "c")], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "torch.distributed is disabled" not in ln
+             and ln.strip() != "return func(*args, **kwargs)"]  # torch's own warning and its source line
+    hint = "lmc.dcp: this is an LMC DCP checkpoint folder: load it with"
+    assert lines and lines[0].startswith(hint), r.stderr
+    assert lines[-1].startswith("lmc.dcp.PlainDCPLoadError: " + hint), r.stderr
+    assert "metadata is not found" not in r.stderr and "__0.metadata" not in r.stderr, r.stderr
+    assert r.stderr.count("Traceback (most recent call last)") == 2, r.stderr  # the uncaught one, and rank 0's
+    assert len(lines) < 40, r.stderr
+
+
 def test_chunks_must_cover_the_tensor(tmp_path):
     import json
     m, opt, _ = train_state()
