@@ -561,3 +561,28 @@ def test_tensors_are_coded_with_their_rows(tmp_path):
     save(sd2, tmp_path / "c2", reference=tmp_path / "c1")
     assert_same(sd, load(sd, tmp_path / "c1"))
     assert_same(sd2, load(sd2, tmp_path / "c2"))
+
+
+def _frozen_state():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_dcp_v2", os.path.join(os.path.dirname(__file__), "data", "make_dcp_v2.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.state
+
+
+def test_frozen_format_2_folders_still_load_and_recode(tmp_path):
+    """tests/data/dcp_v2: a chain written in format version 2 (CRC-32 checksums) by an older lmc: it loads
+    bit-exact, and a new save against its newest checkpoint re-codes that one (its items keep their checksums)."""
+    state = _frozen_state()
+    frozen = os.path.join(os.path.dirname(__file__), "data", "dcp_v2")
+    assert meta(os.path.join(frozen, "step-1"))["format_version"] == 2
+    for s in (1, 2):
+        assert_same(state(s), load(state(s), os.path.join(frozen, f"step-{s}")))
+    shutil.copytree(frozen, tmp_path / "v2")
+    save(state(3), tmp_path / "v2" / "step-3", reference=tmp_path / "v2" / "step-2")
+    assert meta(tmp_path / "v2" / "step-2")["reference"]["path"] == "../step-3"
+    for s in (1, 2, 3):
+        assert_same(state(s), load(state(s), tmp_path / "v2" / f"step-{s}"))
