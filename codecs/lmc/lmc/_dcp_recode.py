@@ -12,7 +12,7 @@ import numpy as np
 
 from ._core import FormatError, check_prefer, compress, info, shaped
 from ._dcp_folder import (
-    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint, item_json,
+    FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint, item_json,
 )
 from ._storage import backend, canonical, is_url, join, relpath
 
@@ -65,18 +65,18 @@ class _Recoder:
         blob = compress(arr, reference=cur, threads=self.threads, prefer=self.prefer)
         del arr
         use = bool(info(blob)["has_reference"])
-        return self._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape,
-                         ref=(save_id, item.crc32) if use else None)
+        return self._put(blob, codec="lmc", size=old.size, check=old.check, dtype=old.dtype, shape=old.shape,
+                         ref=(save_id, item.check) if use else None)
 
     def carry(self, key) -> Item:
         """The reference's item `key` as it is (decoded and coded alone where it had a reference itself)."""
         _, old = self.ref.items[key]
         if old.ref is None:
-            return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, crc32=old.crc32,
+            return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, check=old.check,
                              dtype=old.dtype, shape=old.shape)
         arr = np.asarray(self.ref.decode(key)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
         return self._put(compress(shaped(arr, old.shape), threads=self.threads, prefer=self.prefer), codec="lmc",
-                         size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape)
+                         size=old.size, check=old.check, dtype=old.dtype, shape=old.shape)
 
     def commit(self):
         self.f.commit()
@@ -168,8 +168,8 @@ def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
                 arr = np.asarray(ck.decode(key)).view(npdt)
                 blob = compress(arr, reference=ref, threads=threads, prefer=prefer)
                 use = bool(info(blob)["has_reference"])
-                new[key] = rec._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype,
-                                    shape=old.shape, ref=(target.save_id, t[1].crc32) if use else None)
+                new[key] = rec._put(blob, codec="lmc", size=old.size, check=old.check, dtype=old.dtype,
+                                    shape=old.shape, ref=(target.save_id, t[1].check) if use else None)
                 del ref, arr
             else:
                 new[key] = rec.carry(key)
@@ -178,6 +178,7 @@ def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
         rec.abort()
         raise
     doc = dict(ck.doc)
+    doc["format_version"] = FORMAT_VERSION  # its items may now name an XXH3-128 reference checksum
     used = any(it.ref is not None for it in new.values())
     doc["reference"] = ({"save_id": target.save_id, "path": relpath(target.path, ck.path),
                          "abspath": target.path} if used else None)

@@ -8,9 +8,9 @@
 Each rank writes one file ``__<rank>_0.lmc`` (a header naming the save, then one blob per item); the
 coordinator writes ``lmc-metadata.json`` last, atomically, so a folder without it is an incomplete save. The
 metadata is JSON (nothing is unpickled to read it); each item records its file, offset, length, codec, dtype,
-shape, CRC-32 and, when it was delta-coded, the CRC-32 of its reference item in the reference checkpoint (whose
-save id and path are recorded too). The layout is described in ``DCP.md``. Needs torch (not a dependency of
-``lmc`` itself).
+shape, checksum (XXH3-128) and, when it was delta-coded, the checksum of its reference item in the reference
+checkpoint (whose save id and path are recorded too). The layout is described in ``DCP.md``. Needs torch (not a
+dependency of ``lmc`` itself).
 """
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ class LMCStorageWriter(StorageWriter):
                 if wi.type == WriteItemType.BYTE_IO:
                     raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
                     blob, codec = self._code_bytes(raw)
-                    rec = dict(codec=codec, size=len(raw), crc32=checksum(raw))
+                    rec = dict(codec=codec, size=len(raw), check=checksum(raw))
                     cur = None
                 else:
                     blob, rec, cur = self._code_tensor(wi, data)
@@ -266,7 +266,7 @@ class LMCStorageWriter(StorageWriter):
             raise ValueError(f"lmc.dcp: {wi.index.fqn}: resolved tensor {shape} is not the chunk "
                              f"{tuple(wi.tensor_data.chunk.sizes)}")
         u8 = tensor_bytes(t)
-        rec = dict(size=u8.size, crc32=checksum(u8), dtype=dtype, shape=shape)
+        rec = dict(size=u8.size, check=checksum(u8), dtype=dtype, shape=shape)
         npdt = LMC_DTYPES.get(t.dtype)
         if npdt is None:
             blob, codec = self._code_bytes(u8)

@@ -419,6 +419,11 @@ def item(md, fqn):
     (edit_meta(lambda md: item(md, "t.bf16").update(pos=item(md, "t.f32")["pos"])), r"item .t.bf16.: (lmc: |blob does not match)"),
     (edit_meta(lambda md: item(md, "t.f32").update(ref=["x" * 36, 1])), "reference"),
     (edit_meta(lambda md: md.update(format_version=99)), "format_version"),
+    (edit_meta(lambda md: item(md, "t.f32").update(xxh3="0" * 32)), "checksum mismatch"),
+    (edit_meta(lambda md: item(md, "t.f32").update(xxh3="X" * 32)), "checksum of"),
+    (edit_meta(lambda md: item(md, "t.f32").update(crc32=5)), "checksum of"),  # two checksums
+    (edit_meta(lambda md: item(md, "t.f32").pop("xxh3")), "checksum of"),
+    (edit_meta(lambda md: md.update(format_version=2)), "checksum of"),  # format 2 knows only CRC-32
     (edit_meta(lambda md: md["state_dict_metadata"]["t.f32"].update(dtype="object")), "dtype"),
 ])
 def test_corrupt_and_hostile_files(tmp_path, good, edit, message):
@@ -583,6 +588,11 @@ def test_frozen_format_2_folders_still_load_and_recode(tmp_path):
         assert_same(state(s), load(state(s), os.path.join(frozen, f"step-{s}")))
     shutil.copytree(frozen, tmp_path / "v2")
     save(state(3), tmp_path / "v2" / "step-3", reference=tmp_path / "v2" / "step-2")
-    assert meta(tmp_path / "v2" / "step-2")["reference"]["path"] == "../step-3"
+    m2, m3 = meta(tmp_path / "v2" / "step-2"), meta(tmp_path / "v2" / "step-3")
+    assert m2["reference"]["path"] == "../step-3" and m2["format_version"] == m3["format_version"] == 3
+    # the re-coded items keep their CRC-32s and name their reference items' XXH3-128s
+    assert all("crc32" in i and "xxh3" not in i for i in m2["items"])
+    assert all("xxh3" in i and "crc32" not in i for i in m3["items"])
+    assert any(i["ref"] and isinstance(i["ref"][1], str) for i in m2["items"])
     for s in (1, 2, 3):
         assert_same(state(s), load(state(s), tmp_path / "v2" / f"step-{s}"))
