@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import threading
 import zlib
 from dataclasses import dataclass
 
@@ -325,6 +326,7 @@ class CheckpointFolder:
         self.metadata, self.items = parse_metadata(self.doc, meta)
         self.save_id = self.doc["save_id"]
         self._reference = None
+        self._lock = threading.Lock()
         sizes = {}
         for _, it in self.items.values():
             if it.file not in sizes:
@@ -351,6 +353,10 @@ class CheckpointFolder:
         return size
 
     def reference(self) -> "CheckpointFolder":
+        with self._lock:  # opened once, whichever worker thread asks first
+            return self._open_reference()
+
+    def _open_reference(self) -> "CheckpointFolder":
         if self._reference is None:
             ref = self.doc["reference"]
             if ref is None:
@@ -389,20 +395,26 @@ class CheckpointFolder:
             raise FormatError(f"{self.where(it.file)}: truncated (changed since it was opened)")
         return buf
 
-    def decode(self, key, f=None, _seen=()) -> bytearray | np.ndarray:
-        """The decoded bytes of item ``key`` (a flat uint8 array for tensors), checked against its checksum."""
+    def decode(self, key, f=None, _seen=(), threads=None, out=None) -> bytearray | np.ndarray:
+        """The decoded bytes of item ``key`` (a flat uint8 array for tensors), checked against its checksum.
+        ``f``: the item's data file, open (else it is opened); ``threads``: lmc threads (None: the folder's);
+        ``out``: a flat uint8 array of the item's size to decode into (a load's target tensor: no copy), which
+        is returned. Safe to call from several threads at once (each with its own ``f``)."""
+        threads = self.threads if threads is None else threads
         idx, it = self.items[key]
+        if out is not None and (out.dtype != np.uint8 or out.shape != (it.size,)):
+            raise ValueError(f"lmc.dcp: out must be a flat uint8 array of the item's {it.size} bytes")
         where = f"{self.where(it.file)}: item {idx.fqn!r}"
         blob = self._read(it, f)
         if it.codec == "raw":
-            out = blob
+            got = blob
         elif it.codec == "zlib":
             d = zlib.decompressobj()
             try:
-                out = d.decompress(blob, it.size + 1)
+                got = d.decompress(blob, it.size + 1)
             except zlib.error as e:
                 raise FormatError(f"{where}: corrupt zlib stream ({e})") from None
-            if len(out) != it.size or not d.eof:
+            if len(got) != it.size or not d.eof:
                 raise FormatError(f"{where}: zlib stream does not decode to {it.size} bytes")
         else:
             npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[it.dtype]])
@@ -415,23 +427,27 @@ class CheckpointFolder:
                 if r is None or r[1].check != it.ref[1] or r[1].dtype != it.dtype or r[1].shape != it.shape:
                     raise FormatError(f"{where}: wrong reference: {rc.path} has no matching item "
                                       "(same name, chunk, dtype, shape and checksum)")
-                ref = np.asarray(rc.decode(key, None, _seen + (self.save_id,))).view(npdt)
-            arr = np.empty(it.size // npdt.itemsize, npdt)
+                ref = np.asarray(rc.decode(key, None, _seen + (self.save_id,), threads)).view(npdt)
+            arr = np.empty(it.size // npdt.itemsize, npdt) if out is None else out.view(npdt)
             try:
-                decompress(blob, reference=ref, out=arr, threads=self.threads)
+                decompress(blob, reference=ref, out=arr, threads=threads)
             except FormatError as e:
                 raise FormatError(f"{where}: {e}") from None
             except ValueError as e:  # the blob's header does not match the item (e.g. another dtype or size)
                 raise FormatError(f"{where}: blob does not match its metadata ({e})") from None
-            out = arr.view(np.uint8)
-        if checksum(out, it.check) != it.check:
+            got = arr.view(np.uint8)
+        if checksum(got, it.check) != it.check:
             raise FormatError(f"{where}: checksum mismatch (corrupt data)")
+        if out is None:
+            return got
+        if it.codec != "lmc":  # (lmc blobs were decoded into out)
+            out[:] = np.frombuffer(got, np.uint8)
         return out
 
-    def tensor(self, key, f=None) -> torch.Tensor:
+    def tensor(self, key, f=None, threads=None) -> torch.Tensor:
         """Item ``key`` as a tensor of its chunk's shape."""
         _, it = self.items[key]
-        u8 = np.frombuffer(self.decode(key, f), np.uint8)
+        u8 = np.frombuffer(self.decode(key, f, threads=threads), np.uint8)
         if not u8.flags.writeable:
             u8 = u8.copy()
         return torch.from_numpy(u8).view(TORCH_DTYPES[it.dtype]).reshape(it.shape)

@@ -52,31 +52,48 @@ class _Recoder:
         self.f.write(blob)
         return Item(self.name, pos, len(blob), **rec)
 
-    def recode(self, key, item: Item, cur, save_id) -> Item | None:
-        """The reference's item `key` coded against this save's same item (`cur`: its bytes as the coding
-        dtype; None for bytes items), or carried over (bytes items, other dtypes or shapes)."""
+    def put(self, blob, rec) -> Item:
+        """Write a blob that :meth:`recoded` or :meth:`carried` made (in the thread that owns the file)."""
+        return self._put(blob, **rec)
+
+    def recoded(self, key, rec: dict, cur, save_id, threads=None):
+        """(blob, record) of the reference's item `key` coded against this save's same item (`rec`: its record;
+        `cur`: its bytes as the coding dtype, None for bytes items), or carried over (bytes items, other dtypes
+        or shapes); None when the reference has no such item. Safe on a worker thread (nothing is written)."""
         r = self.ref.items.get(key)
         if r is None:
             return None
         _, old = r
-        if cur is None or old.codec != "lmc" or old.dtype != item.dtype or old.shape != item.shape:
-            return self.carry(key)
-        arr = np.asarray(self.ref.decode(key)).view(cur.dtype)
-        blob = compress(arr, reference=cur, threads=self.threads, prefer=self.prefer)
+        if cur is None or old.codec != "lmc" or old.dtype != rec.get("dtype") or old.shape != rec.get("shape"):
+            return self.carried(key, threads)
+        arr = np.asarray(self.ref.decode(key, threads=threads)).view(cur.dtype)
+        blob = compress(arr, reference=cur, threads=self.threads if threads is None else threads,
+                        prefer=self.prefer)
         del arr
         use = bool(info(blob)["has_reference"])
-        return self._put(blob, codec="lmc", size=old.size, check=old.check, dtype=old.dtype, shape=old.shape,
-                         ref=(save_id, item.check) if use else None)
+        return blob, dict(codec="lmc", size=old.size, check=old.check, dtype=old.dtype, shape=old.shape,
+                          ref=(save_id, rec["check"]) if use else None)
+
+    def carried(self, key, threads=None):
+        """(blob, record) of the reference's item `key` as it is (decoded and coded alone where it had a
+        reference itself). Safe on a worker thread."""
+        _, old = self.ref.items[key]
+        rec = dict(size=old.size, check=old.check, dtype=old.dtype, shape=old.shape)
+        if old.ref is None:
+            return bytes(self.ref._read(old)), dict(rec, codec=old.codec)
+        arr = np.asarray(self.ref.decode(key, threads=threads)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
+        blob = compress(shaped(arr, old.shape), threads=self.threads if threads is None else threads,
+                        prefer=self.prefer)
+        return blob, dict(rec, codec="lmc")
+
+    def recode(self, key, item: Item, cur, save_id) -> Item | None:
+        """:meth:`recoded`, written."""
+        made = self.recoded(key, dict(dtype=item.dtype, shape=item.shape, check=item.check), cur, save_id)
+        return None if made is None else self.put(*made)
 
     def carry(self, key) -> Item:
-        """The reference's item `key` as it is (decoded and coded alone where it had a reference itself)."""
-        _, old = self.ref.items[key]
-        if old.ref is None:
-            return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, check=old.check,
-                             dtype=old.dtype, shape=old.shape)
-        arr = np.asarray(self.ref.decode(key)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
-        return self._put(compress(shaped(arr, old.shape), threads=self.threads, prefer=self.prefer), codec="lmc",
-                         size=old.size, check=old.check, dtype=old.dtype, shape=old.shape)
+        """:meth:`carried`, written."""
+        return self.put(*self.carried(key))
 
     def commit(self):
         self.f.commit()
