@@ -12,7 +12,8 @@ import numpy as np
 
 from ._core import FormatError, check_prefer, compress, info, shaped
 from ._dcp_folder import (
-    FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint, item_json,
+    FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint,
+    item_json,
 )
 from ._storage import backend, canonical, is_url, join, relpath
 

@@ -63,7 +63,8 @@ class LMCStorageWriter(StorageWriter):
     as the newest), one coding against this save. ``max_chain``: a reference whose group (it and the
     checkpoints whose chains end at it) already holds ``max_chain`` checkpoints is left as it is, so loading
     any checkpoint decodes at most ``max_chain`` versions of a tensor (``None``: no limit). ``keyframe=True``
-    leaves the reference alone. ``threads``: LMC threads (None: all cores). ``prefer``: ``"speed"`` (default),
+    leaves the reference alone. ``threads``: worker threads (None: all cores): items are coded on them, about
+two per worker in flight, each with one LMC thread (all of them for an item of 32 MiB or more). ``prefer``: ``"speed"`` (default),
     ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the reference's re-coded ones. Bytes
     items are stored as they are, or zlib-compressed when smaller.
 
@@ -376,7 +377,9 @@ _SIGNPOST = __import__("pickle").dumps(_Signpost(), protocol=2)
 class LMCStorageReader(StorageReader):
     """A DCP ``StorageReader`` for checkpoints written by :class:`LMCStorageWriter` (delta-coded items are
     decoded through their reference checkpoint, found by its path relative to this one, then by its absolute
-    path, and checked by save id and checksum)."""
+    path, and checked by save id and checksum). ``threads``: worker threads (None: all cores) that decode the
+    items, as the writer's do; a whole stored chunk loaded into a contiguous CPU tensor of its dtype is decoded
+    straight into it."""
 
     def __init__(self, path, threads=None):
         super().__init__()
