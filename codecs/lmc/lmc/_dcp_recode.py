@@ -46,11 +46,14 @@ class _Recoder:
     def __init__(self, ref: CheckpointFolder, name: str, threads, sync, prefer="speed"):
         self.ref, self.name, self.threads, self.prefer = ref, name, threads, prefer
         self.f = ref.fs.open_write(name, sync=sync)
-        self.f.write(MAGIC + ref.save_id.encode("ascii"))
+        head = MAGIC + ref.save_id.encode("ascii")
+        self.f.write(head)
+        self.pos = len(head)  # where the next blob goes
 
     def _put(self, blob, **rec):
-        pos = self.f.tell()
+        pos = self.pos
         self.f.write(blob)
+        self.pos += len(blob)
         return Item(self.name, pos, len(blob), **rec)
 
     def put(self, blob, rec) -> Item:

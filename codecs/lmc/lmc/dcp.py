@@ -217,12 +217,15 @@ two per worker in flight, each with one LMC thread (all of them for an item of 3
         try:
             # a local file appears by a rename when complete; an object when its upload completes
             f = backend(self.path, FormatError).open_write(name, sync=self.sync_files)
-            f.write(MAGIC + sp.save_id.encode("ascii"))
+            head = MAGIC + sp.save_id.encode("ascii")
+            f.write(head)
+            pos = [len(head)]  # where the next blob goes (counted: a tell() is a system call)
 
             def put(wi, coded):  # in this thread, in the plan's order: the files are written sequentially
                 blob, rec, prev = coded
-                item = Item(name, f.tell(), len(blob), **rec)
+                item = Item(name, pos[0], len(blob), **rec)
                 f.write(blob)
+                pos[0] += len(blob)
                 if recoder is not None:
                     item = replace(item, prev=None if prev is None else recoder.put(*prev))
                 results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
