@@ -64,12 +64,15 @@ class LMCStorageWriter(StorageWriter):
     checkpoints whose chains end at it) already holds ``max_chain`` checkpoints is left as it is, so loading
     any checkpoint decodes at most ``max_chain`` versions of a tensor (``None``: no limit). ``keyframe=True``
     leaves the reference alone. ``threads``: worker threads (None: all cores): items are coded on them, about
-two per worker in flight, each with one LMC thread (all of them for an item of 32 MiB or more). ``prefer``: ``"speed"`` (default),
-    ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the reference's re-coded ones. Bytes
-    items are stored as they are, or zlib-compressed when smaller.
+    two per worker in flight, each with one LMC thread (all of them for an item of 32 MiB or more). ``prefer``:
+    ``"speed"`` (default), ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the
+    reference's re-coded ones. Bytes items are stored as they are, or zlib-compressed when smaller.
 
-    Saving into a folder that another checkpoint beside it depends on is refused (it would become unloadable);
-    a plain DCP checkpoint's ``.metadata`` and ``.distcp`` files left in the folder are removed."""
+    A ``reference`` that is missing, incomplete (no ``lmc-metadata.json``: make the writer after the previous
+    save, an ``async_save`` too, has completed) or the target itself is refused when the writer is made, with one
+    plain exception, before anything is created. Saving into a folder that another checkpoint beside it depends
+    on is refused (it would become unloadable); a plain DCP checkpoint's ``.metadata`` and ``.distcp`` files
+    left in the folder are removed."""
 
     def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True,
                  max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed"):
