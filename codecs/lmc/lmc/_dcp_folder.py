@@ -8,11 +8,13 @@ import json
 import math
 import os
 import re
+import threading
 import zlib
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+import xxhash
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
@@ -29,8 +31,8 @@ from .formats.dtypes import DTYPES
 
 METADATA_FILE = "lmc-metadata.json"
 FORMAT = "lmc-dcp"
-FORMAT_VERSION = 2        # written; 1 (no "group", references only to older checkpoints) is read too
-FORMAT_VERSIONS = (1, 2)
+FORMAT_VERSION = 3        # written; 2 (CRC-32 checksums only) and 1 (no "group", references only to older
+FORMAT_VERSIONS = (1, 2, 3)  # checkpoints) are read too
 SUFFIX = ".lmc"
 MAGIC = b"LMCDCP\x00\x01"
 _HEADER_LEN = len(MAGIC) + 36  # + the save id (a UUID, 36 ASCII characters)
@@ -77,10 +79,10 @@ class Item:
     length: int
     codec: str  # lmc | raw | zlib
     size: int  # bytes of the decoded item
-    crc32: int  # of the decoded bytes
+    check: int | str  # checksum of the decoded bytes: XXH3-128 as 32 hex digits, or CRC-32 (an int; format <= 2)
     dtype: str | None = None  # None: a bytes item
     shape: tuple | None = None
-    ref: tuple | None = None  # (reference save id, CRC-32 of the reference item) when delta-coded
+    ref: tuple | None = None  # (reference save id, checksum of the reference item) when delta-coded
     prev: "Item | None" = None  # the same item of the previous checkpoint, re-coded against this one
 
 
@@ -92,8 +94,19 @@ class Plan:
     save_id: str
 
 
-def checksum(buf) -> int:
-    return zlib.crc32(buf) & 0xFFFFFFFF
+def checksum(buf, like: int | str = "") -> int | str:
+    """The checksum of a buffer: XXH3-128 as 32 lowercase hex digits (what format 3 writes), or its CRC-32 when
+    ``like`` is an int (a checksum that format 1 or 2 wrote, to be checked)."""
+    if type(like) is int:
+        return zlib.crc32(buf) & 0xFFFFFFFF
+    return xxhash.xxh3_128_hexdigest(buf)
+
+
+_XXH3_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _valid_check(v) -> bool:
+    return (type(v) is int and 0 <= v < 1 << 32) or (isinstance(v, str) and _XXH3_RE.match(v) is not None)
 
 
 def tensor_bytes(t: torch.Tensor) -> np.ndarray:
@@ -155,7 +168,8 @@ def metadata_json(md: Metadata, items: dict, save_id: str, reference: dict | Non
 def item_json(idx: MetadataIndex, it: Item) -> dict:
     return {"fqn": idx.fqn, "offset": None if idx.offset is None else list(idx.offset), "index": idx.index,
             "file": it.file, "pos": it.offset, "length": it.length, "codec": it.codec, "size": it.size,
-            "crc32": it.crc32, "dtype": it.dtype, "shape": None if it.shape is None else list(it.shape),
+            **({"crc32": it.check} if type(it.check) is int else {"xxh3": it.check}),
+            "dtype": it.dtype, "shape": None if it.shape is None else list(it.shape),
             "ref": None if it.ref is None else list(it.ref)}
 
 
@@ -226,16 +240,21 @@ def parse_metadata(doc, path: str):
             bad(f"file name {r.get('file')!r} of {fqn!r}")
         if r.get("codec") not in _CODECS:
             bad(f"codec of {fqn!r}")
-        for k in ("pos", "length", "size", "crc32"):
+        for k in ("pos", "length", "size"):
             if type(r.get(k)) is not int or not 0 <= r[k] < 1 << 62:
                 bad(f"{k} of {fqn!r}")
-        if r["pos"] < _HEADER_LEN or r["crc32"] >> 32:
-            bad(f"pos or crc32 of {fqn!r}")
+        if r["pos"] < _HEADER_LEN:
+            bad(f"pos of {fqn!r}")
+        # format 3 writes XXH3-128 ("xxh3"); items carried over from a format 1 or 2 save keep their "crc32"
+        checks = [r[k] for k in (("crc32", "xxh3") if doc["format_version"] >= 3 else ("crc32",)) if k in r]
+        if len(checks) != 1 or not _valid_check(checks[0]) or ("xxh3" in r) == (type(checks[0]) is int):
+            bad(f"checksum of {fqn!r}")
         m = sdm[fqn]
         item_ref = r.get("ref")
         if item_ref is not None:
             if not (isinstance(item_ref, list) and len(item_ref) == 2 and isinstance(item_ref[0], str)
-                    and type(item_ref[1]) is int) or ref is None or item_ref[0] != ref["save_id"]:
+                    and _valid_check(item_ref[1]) and (doc["format_version"] >= 3 or type(item_ref[1]) is int)) \
+                    or ref is None or item_ref[0] != ref["save_id"]:
                 bad(f"reference of {fqn!r} (not the checkpoint's reference)")
             item_ref = tuple(item_ref)
         if isinstance(m, BytesStorageMetadata):
@@ -258,7 +277,7 @@ def parse_metadata(doc, path: str):
         idx = MetadataIndex(fqn, off, index if type(index) is int else None)
         if item_key(idx) in items:
             bad(f"item {fqn!r} at {off} appears twice")
-        items[item_key(idx)] = (idx, Item(r["file"], r["pos"], r["length"], r["codec"], r["size"], r["crc32"],
+        items[item_key(idx)] = (idx, Item(r["file"], r["pos"], r["length"], r["codec"], r["size"], checks[0],
                                        dtype, shape, item_ref))
     for fqn, m in sdm.items():  # every chunk the metadata declares is stored
         if isinstance(m, TensorStorageMetadata):
@@ -307,6 +326,7 @@ class CheckpointFolder:
         self.metadata, self.items = parse_metadata(self.doc, meta)
         self.save_id = self.doc["save_id"]
         self._reference = None
+        self._lock = threading.Lock()
         sizes = {}
         for _, it in self.items.values():
             if it.file not in sizes:
@@ -333,6 +353,10 @@ class CheckpointFolder:
         return size
 
     def reference(self) -> "CheckpointFolder":
+        with self._lock:  # opened once, whichever worker thread asks first
+            return self._open_reference()
+
+    def _open_reference(self) -> "CheckpointFolder":
         if self._reference is None:
             ref = self.doc["reference"]
             if ref is None:
@@ -371,20 +395,26 @@ class CheckpointFolder:
             raise FormatError(f"{self.where(it.file)}: truncated (changed since it was opened)")
         return buf
 
-    def decode(self, key, f=None, _seen=()) -> bytearray | np.ndarray:
-        """The decoded bytes of item ``key`` (a flat uint8 array for tensors), checked against its CRC-32."""
+    def decode(self, key, f=None, _seen=(), threads=None, out=None) -> bytearray | np.ndarray:
+        """The decoded bytes of item ``key`` (a flat uint8 array for tensors), checked against its checksum.
+        ``f``: the item's data file, open (else it is opened); ``threads``: lmc threads (None: the folder's);
+        ``out``: a flat uint8 array of the item's size to decode into (a load's target tensor: no copy), which
+        is returned. Safe to call from several threads at once (each with its own ``f``)."""
+        threads = self.threads if threads is None else threads
         idx, it = self.items[key]
+        if out is not None and (out.dtype != np.uint8 or out.shape != (it.size,)):
+            raise ValueError(f"lmc.dcp: out must be a flat uint8 array of the item's {it.size} bytes")
         where = f"{self.where(it.file)}: item {idx.fqn!r}"
         blob = self._read(it, f)
         if it.codec == "raw":
-            out = blob
+            got = blob
         elif it.codec == "zlib":
             d = zlib.decompressobj()
             try:
-                out = d.decompress(blob, it.size + 1)
+                got = d.decompress(blob, it.size + 1)
             except zlib.error as e:
                 raise FormatError(f"{where}: corrupt zlib stream ({e})") from None
-            if len(out) != it.size or not d.eof:
+            if len(got) != it.size or not d.eof:
                 raise FormatError(f"{where}: zlib stream does not decode to {it.size} bytes")
         else:
             npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[it.dtype]])
@@ -394,26 +424,30 @@ class CheckpointFolder:
                     raise FormatError(f"{self.path}: the chain of reference checkpoints loops")
                 rc = self.reference()
                 r = rc.items.get(key)
-                if r is None or r[1].crc32 != it.ref[1] or r[1].dtype != it.dtype or r[1].shape != it.shape:
+                if r is None or r[1].check != it.ref[1] or r[1].dtype != it.dtype or r[1].shape != it.shape:
                     raise FormatError(f"{where}: wrong reference: {rc.path} has no matching item "
                                       "(same name, chunk, dtype, shape and checksum)")
-                ref = np.asarray(rc.decode(key, None, _seen + (self.save_id,))).view(npdt)
-            arr = np.empty(it.size // npdt.itemsize, npdt)
+                ref = np.asarray(rc.decode(key, None, _seen + (self.save_id,), threads)).view(npdt)
+            arr = np.empty(it.size // npdt.itemsize, npdt) if out is None else out.view(npdt)
             try:
-                decompress(blob, reference=ref, out=arr, threads=self.threads)
+                decompress(blob, reference=ref, out=arr, threads=threads)
             except FormatError as e:
                 raise FormatError(f"{where}: {e}") from None
             except ValueError as e:  # the blob's header does not match the item (e.g. another dtype or size)
                 raise FormatError(f"{where}: blob does not match its metadata ({e})") from None
-            out = arr.view(np.uint8)
-        if checksum(out) != it.crc32:
+            got = arr.view(np.uint8)
+        if checksum(got, it.check) != it.check:
             raise FormatError(f"{where}: checksum mismatch (corrupt data)")
+        if out is None:
+            return got
+        if it.codec != "lmc":  # (lmc blobs were decoded into out)
+            out[:] = np.frombuffer(got, np.uint8)
         return out
 
-    def tensor(self, key, f=None) -> torch.Tensor:
+    def tensor(self, key, f=None, threads=None) -> torch.Tensor:
         """Item ``key`` as a tensor of its chunk's shape."""
         _, it = self.items[key]
-        u8 = np.frombuffer(self.decode(key, f), np.uint8)
+        u8 = np.frombuffer(self.decode(key, f, threads=threads), np.uint8)
         if not u8.flags.writeable:
             u8 = u8.copy()
         return torch.from_numpy(u8).view(TORCH_DTYPES[it.dtype]).reshape(it.shape)

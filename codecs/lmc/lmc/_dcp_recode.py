@@ -12,7 +12,8 @@ import numpy as np
 
 from ._core import FormatError, check_prefer, compress, info, shaped
 from ._dcp_folder import (
-    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint, item_json,
+    FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint,
+    item_json,
 )
 from ._storage import backend, canonical, is_url, join, relpath
 
@@ -45,38 +46,58 @@ class _Recoder:
     def __init__(self, ref: CheckpointFolder, name: str, threads, sync, prefer="speed"):
         self.ref, self.name, self.threads, self.prefer = ref, name, threads, prefer
         self.f = ref.fs.open_write(name, sync=sync)
-        self.f.write(MAGIC + ref.save_id.encode("ascii"))
+        head = MAGIC + ref.save_id.encode("ascii")
+        self.f.write(head)
+        self.pos = len(head)  # where the next blob goes
 
     def _put(self, blob, **rec):
-        pos = self.f.tell()
+        pos = self.pos
         self.f.write(blob)
+        self.pos += len(blob)
         return Item(self.name, pos, len(blob), **rec)
 
-    def recode(self, key, item: Item, cur, save_id) -> Item | None:
-        """The reference's item `key` coded against this save's same item (`cur`: its bytes as the coding
-        dtype; None for bytes items), or carried over (bytes items, other dtypes or shapes)."""
+    def put(self, blob, rec) -> Item:
+        """Write a blob that :meth:`recoded` or :meth:`carried` made (in the thread that owns the file)."""
+        return self._put(blob, **rec)
+
+    def recoded(self, key, rec: dict, cur, save_id, threads=None):
+        """(blob, record) of the reference's item `key` coded against this save's same item (`rec`: its record;
+        `cur`: its bytes as the coding dtype, None for bytes items), or carried over (bytes items, other dtypes
+        or shapes); None when the reference has no such item. Safe on a worker thread (nothing is written)."""
         r = self.ref.items.get(key)
         if r is None:
             return None
         _, old = r
-        if cur is None or old.codec != "lmc" or old.dtype != item.dtype or old.shape != item.shape:
-            return self.carry(key)
-        arr = np.asarray(self.ref.decode(key)).view(cur.dtype)
-        blob = compress(arr, reference=cur, threads=self.threads, prefer=self.prefer)
+        if cur is None or old.codec != "lmc" or old.dtype != rec.get("dtype") or old.shape != rec.get("shape"):
+            return self.carried(key, threads)
+        arr = np.asarray(self.ref.decode(key, threads=threads)).view(cur.dtype)
+        blob = compress(arr, reference=cur, threads=self.threads if threads is None else threads,
+                        prefer=self.prefer)
         del arr
         use = bool(info(blob)["has_reference"])
-        return self._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape,
-                         ref=(save_id, item.crc32) if use else None)
+        return blob, dict(codec="lmc", size=old.size, check=old.check, dtype=old.dtype, shape=old.shape,
+                          ref=(save_id, rec["check"]) if use else None)
+
+    def carried(self, key, threads=None):
+        """(blob, record) of the reference's item `key` as it is (decoded and coded alone where it had a
+        reference itself). Safe on a worker thread."""
+        _, old = self.ref.items[key]
+        rec = dict(size=old.size, check=old.check, dtype=old.dtype, shape=old.shape)
+        if old.ref is None:
+            return bytes(self.ref._read(old)), dict(rec, codec=old.codec)
+        arr = np.asarray(self.ref.decode(key, threads=threads)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
+        blob = compress(shaped(arr, old.shape), threads=self.threads if threads is None else threads,
+                        prefer=self.prefer)
+        return blob, dict(rec, codec="lmc")
+
+    def recode(self, key, item: Item, cur, save_id) -> Item | None:
+        """:meth:`recoded`, written."""
+        made = self.recoded(key, dict(dtype=item.dtype, shape=item.shape, check=item.check), cur, save_id)
+        return None if made is None else self.put(*made)
 
     def carry(self, key) -> Item:
-        """The reference's item `key` as it is (decoded and coded alone where it had a reference itself)."""
-        _, old = self.ref.items[key]
-        if old.ref is None:
-            return self._put(bytes(self.ref._read(old)), codec=old.codec, size=old.size, crc32=old.crc32,
-                             dtype=old.dtype, shape=old.shape)
-        arr = np.asarray(self.ref.decode(key)).view(np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]]))
-        return self._put(compress(shaped(arr, old.shape), threads=self.threads, prefer=self.prefer), codec="lmc",
-                         size=old.size, crc32=old.crc32, dtype=old.dtype, shape=old.shape)
+        """:meth:`carried`, written."""
+        return self.put(*self.carried(key))
 
     def commit(self):
         self.f.commit()
@@ -168,8 +189,8 @@ def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
                 arr = np.asarray(ck.decode(key)).view(npdt)
                 blob = compress(arr, reference=ref, threads=threads, prefer=prefer)
                 use = bool(info(blob)["has_reference"])
-                new[key] = rec._put(blob, codec="lmc", size=old.size, crc32=old.crc32, dtype=old.dtype,
-                                    shape=old.shape, ref=(target.save_id, t[1].crc32) if use else None)
+                new[key] = rec._put(blob, codec="lmc", size=old.size, check=old.check, dtype=old.dtype,
+                                    shape=old.shape, ref=(target.save_id, t[1].check) if use else None)
                 del ref, arr
             else:
                 new[key] = rec.carry(key)
@@ -178,6 +199,7 @@ def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
         rec.abort()
         raise
     doc = dict(ck.doc)
+    doc["format_version"] = FORMAT_VERSION  # its items may now name an XXH3-128 reference checksum
     used = any(it.ref is not None for it in new.values())
     doc["reference"] = ({"save_id": target.save_id, "path": relpath(target.path, ck.path),
                          "abspath": target.path} if used else None)

@@ -8,15 +8,17 @@
 Each rank writes one file ``__<rank>_0.lmc`` (a header naming the save, then one blob per item); the
 coordinator writes ``lmc-metadata.json`` last, atomically, so a folder without it is an incomplete save. The
 metadata is JSON (nothing is unpickled to read it); each item records its file, offset, length, codec, dtype,
-shape, CRC-32 and, when it was delta-coded, the CRC-32 of its reference item in the reference checkpoint (whose
-save id and path are recorded too). The layout is described in ``DCP.md``. Needs torch (not a dependency of
-``lmc`` itself).
+shape, checksum (XXH3-128) and, when it was delta-coded, the checksum of its reference item in the reference
+checkpoint (whose save id and path are recorded too). The layout is described in ``DCP.md``. Needs torch (not a
+dependency of ``lmc`` itself).
 """
 from __future__ import annotations
 
 import io
 import json
+import logging
 import os
+import threading
 import time
 import uuid
 import zlib
@@ -36,12 +38,13 @@ from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length
 from ._files import atomic_file
 from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._dcp_folder import (  # the folder's format and its validated reader
-    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, CheckpointFolder, Item, Plan, checksum, dtype_name,
+    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, Plan, checksum, dtype_name,
     is_lmc_checkpoint, item_json, item_key, metadata_json, tensor_bytes,
 )
 from ._dcp_recode import (  # re-coding a checkpoint folder in place, and retention (prune)
     _location, _metadata_field, _Recoder, _remove_unnamed, prune,
 )
+from ._dcp_pool import _Window, _item_threads  # items coded and decoded on worker threads
 
 __all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save",
            "prune"]
@@ -60,12 +63,16 @@ class LMCStorageWriter(StorageWriter):
     as the newest), one coding against this save. ``max_chain``: a reference whose group (it and the
     checkpoints whose chains end at it) already holds ``max_chain`` checkpoints is left as it is, so loading
     any checkpoint decodes at most ``max_chain`` versions of a tensor (``None``: no limit). ``keyframe=True``
-    leaves the reference alone. ``threads``: LMC threads (None: all cores). ``prefer``: ``"speed"`` (default),
-    ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the reference's re-coded ones. Bytes
-    items are stored as they are, or zlib-compressed when smaller.
+    leaves the reference alone. ``threads``: worker threads (None: all cores): items are coded on them, about
+    two per worker in flight, each with one LMC thread (all of them for an item of 32 MiB or more). ``prefer``:
+    ``"speed"`` (default), ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the
+    reference's re-coded ones. Bytes items are stored as they are, or zlib-compressed when smaller.
 
-    Saving into a folder that another checkpoint beside it depends on is refused (it would become unloadable);
-    a plain DCP checkpoint's ``.metadata`` and ``.distcp`` files left in the folder are removed."""
+    A ``reference`` that is missing, incomplete (no ``lmc-metadata.json``: make the writer after the previous
+    save, an ``async_save`` too, has completed) or the target itself is refused when the writer is made, with one
+    plain exception, before anything is created. Saving into a folder that another checkpoint beside it depends
+    on is refused (it would become unloadable); a plain DCP checkpoint's ``.metadata`` and ``.distcp`` files
+    left in the folder are removed."""
 
     def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True,
                  max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed"):
@@ -86,10 +93,12 @@ class LMCStorageWriter(StorageWriter):
         self._ref = None
         self._all_keys = None
         self._carried = {}
+        self._check_reference()
 
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id:
             self.path = _location(checkpoint_id)
+            self._check_reference()
         self.save_id = str(uuid.uuid4())
         self._ref = None
         self._all_keys = None
@@ -119,6 +128,21 @@ class LMCStorageWriter(StorageWriter):
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
         self.save_id = str(uuid.uuid4())  # a new id per save, also when the writer is reused for the same path
+
+    def _check_reference(self):
+        """A reference that is missing, incomplete or this checkpoint itself fails here, when the writer is made
+        (or given another checkpoint_id): a plain exception naming the folder, before DCP's machinery runs (it
+        would wrap the error in a traceback) and before anything is created."""
+        if self.reference is None or self.keyframe:
+            return
+        if canonical(self.reference) == canonical(self.path):
+            raise ValueError(f"lmc.dcp: {self.path}: a checkpoint cannot be its own reference")
+        fs = backend(self.reference, FormatError)
+        if not fs.is_dir():
+            raise FileNotFoundError(f"lmc.dcp: reference checkpoint {self.reference}: no such folder")
+        if not fs.isfile(METADATA_FILE):
+            raise FormatError(f"lmc.dcp: reference checkpoint {self.reference}: not a complete LMC DCP checkpoint "
+                              f"(no {METADATA_FILE}: an interrupted save, or another storage writer's)")
 
     def _reference_checkpoint(self):
         """The previous checkpoint, to be re-coded against this save, or None (keyframe=True, no reference, or
@@ -158,9 +182,9 @@ class LMCStorageWriter(StorageWriter):
                                  "which would become unloadable; save into another folder")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is created
         fs = backend(self.path, FormatError)
         fs.makedirs()
-        ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is written
         if self.is_coordinator:
             self._refuse_overwriting_a_reference()
             # an older checkpoint in this folder stops being complete before any of its files is replaced (its
@@ -192,28 +216,33 @@ class LMCStorageWriter(StorageWriter):
             gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
             recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer)
         f = None
+        pool = _Window(self.threads)
         try:
             # a local file appears by a rename when complete; an object when its upload completes
             f = backend(self.path, FormatError).open_write(name, sync=self.sync_files)
-            f.write(MAGIC + sp.save_id.encode("ascii"))
-            # bytes first, then tensors one at a time: one resolved tensor in memory at a time
+            head = MAGIC + sp.save_id.encode("ascii")
+            f.write(head)
+            pos = [len(head)]  # where the next blob goes (counted: a tell() is a system call)
+
+            def put(wi, coded):  # in this thread, in the plan's order: the files are written sequentially
+                blob, rec, prev = coded
+                item = Item(name, pos[0], len(blob), **rec)
+                f.write(blob)
+                pos[0] += len(blob)
+                if recoder is not None:
+                    item = replace(item, prev=None if prev is None else recoder.put(*prev))
+                results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
+
+            # bytes first, then tensors; each item is coded (and its reference item re-coded) on a worker thread,
+            # about two items per worker in flight: memory stays bounded by a few resolved tensors
             order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
             for wi in order:
-                data = planner.resolve_data(wi)
-                if wi.type == WriteItemType.BYTE_IO:
-                    raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
-                    blob, codec = self._code_bytes(raw)
-                    rec = dict(codec=codec, size=len(raw), crc32=checksum(raw))
-                    cur = None
-                else:
-                    blob, rec, cur = self._code_tensor(wi, data)
-                pos = f.tell()
-                f.write(blob)
-                item = Item(name, pos, len(blob), **rec)
-                if recoder is not None:
-                    item = replace(item, prev=recoder.recode(item_key(wi.index), item, cur, sp.save_id))
-                results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
-                del data, blob, cur
+                data = planner.resolve_data(wi)  # the planner in this thread only
+                for done in pool.submit(wi, self._code_item, wi, data, recoder, sp.save_id):
+                    put(*done)
+                del data
+            for done in pool.drain():
+                put(*done)
             f.commit()
             f = None
             if recoder is not None:
@@ -221,10 +250,11 @@ class LMCStorageWriter(StorageWriter):
                     # the reference's items this save has not (a tensor dropped since): carried over as they are
                     for key in ref.items:
                         if key not in self._all_keys:
-                            self._carried[key] = recoder.carry(key)
+                            self._carried[key] = recoder.put(*recoder.carried(key))
                 recoder.commit()
                 recoder = None
         finally:
+            pool.close()
             if f is not None:
                 f.abort()
             if recoder is not None:
@@ -232,6 +262,21 @@ class LMCStorageWriter(StorageWriter):
         fut: Future = Future()
         fut.set_result(results)
         return fut
+
+    def _code_item(self, wi, data, recoder, save_id):
+        """(blob, record, the reference's same item re-coded as (blob, record) or None) of one write item: what
+        a worker thread does."""
+        if wi.type == WriteItemType.BYTE_IO:
+            raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
+            blob, codec = self._code_bytes(raw)
+            rec = dict(codec=codec, size=len(raw), check=checksum(raw))
+            cur = None
+        else:
+            blob, rec, cur = self._code_tensor(wi, data)
+        prev = None
+        if recoder is not None:
+            prev = recoder.recoded(item_key(wi.index), rec, cur, save_id, _item_threads(self.threads, rec["size"]))
+        return blob, rec, prev
 
     @staticmethod
     def _code_bytes(raw):
@@ -248,13 +293,14 @@ class LMCStorageWriter(StorageWriter):
             raise ValueError(f"lmc.dcp: {wi.index.fqn}: resolved tensor {shape} is not the chunk "
                              f"{tuple(wi.tensor_data.chunk.sizes)}")
         u8 = tensor_bytes(t)
-        rec = dict(size=u8.size, crc32=checksum(u8), dtype=dtype, shape=shape)
+        rec = dict(size=u8.size, check=checksum(u8), dtype=dtype, shape=shape)
         npdt = LMC_DTYPES.get(t.dtype)
         if npdt is None:
             blob, codec = self._code_bytes(u8)
             return blob, dict(rec, codec=codec), None
         arr = u8.view(npdt)
-        return compress(shaped(arr, shape), threads=self.threads, prefer=self.prefer), dict(rec, codec="lmc"), arr
+        blob = compress(shaped(arr, shape), threads=_item_threads(self.threads, u8.size), prefer=self.prefer)
+        return blob, dict(rec, codec="lmc"), arr
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         items, prev = {}, {}
@@ -305,12 +351,23 @@ _PLAIN_LOAD_MESSAGE = ("this is an LMC DCP checkpoint folder: load it with "
                        "`python -m lmc.dcp to-torch PATH OUT.pt`")
 
 
-class PlainDCPLoadError(ValueError):
-    """A plain DCP reader was pointed at an LMC DCP checkpoint."""
+class PlainDCPLoadError(BaseException):
+    """A plain DCP reader was pointed at an LMC DCP checkpoint.
+
+    A ``BaseException``, as DCP's own ``CheckpointException``: ``dcp.load``'s default reader catches an
+    ``Exception`` from its metadata read, logs it with its traceback and tries rank-local metadata
+    (``__0.metadata``, which fails with a second logged traceback) before it reports the first one. This error
+    passes through that, so ``dcp.load`` fails at once with one ``CheckpointException`` whose last line is this
+    message."""
+
+
+_log = logging.getLogger("lmc.dcp")
 
 
 def refuse_plain_load(message=_PLAIN_LOAD_MESSAGE):
-    """Called by unpickling an LMC folder's ``.metadata``: raises, naming the reader to use."""
+    """Called by unpickling an LMC folder's ``.metadata``: logs the message (an error on ``lmc.dcp``'s logger:
+    the first line a user sees, before DCP's traceback) and raises it, naming the reader to use."""
+    _log.error("lmc.dcp: %s", message)
     raise PlainDCPLoadError(f"lmc.dcp: {message}")
 
 
@@ -326,7 +383,9 @@ _SIGNPOST = __import__("pickle").dumps(_Signpost(), protocol=2)
 class LMCStorageReader(StorageReader):
     """A DCP ``StorageReader`` for checkpoints written by :class:`LMCStorageWriter` (delta-coded items are
     decoded through their reference checkpoint, found by its path relative to this one, then by its absolute
-    path, and checked by save id and checksum)."""
+    path, and checked by save id and checksum). ``threads``: worker threads (None: all cores) that decode the
+    items, as the writer's do; a whole stored chunk loaded into a contiguous CPU tensor of its dtype is decoded
+    straight into it."""
 
     def __init__(self, path, threads=None):
         super().__init__()
@@ -372,34 +431,101 @@ class LMCStorageReader(StorageReader):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         ck = self._ckpt
-        per_file: dict[str, list] = {}
+        per_key: dict[tuple, list] = {}  # several requests may cut one stored chunk (resharding): decoded once
         for req in plan.items:
             key = item_key(req.storage_index)
             if key not in ck.items:
                 raise FormatError(f"{ck.path}: no item {req.storage_index.fqn!r} at {key[1]}")
-            per_file.setdefault(ck.items[key][1].file, []).append((key, req))
-        for name, reqs in per_file.items():
-            reqs.sort(key=lambda kr: ck.items[kr[0]][1].offset)
-            with ck.fs.open_read(name) as f:
-                cached = (None, None)  # several requests may cut one stored chunk (resharding)
-                for key, req in reqs:
-                    if req.type == LoadItemType.BYTE_IO:
-                        planner.load_bytes(req, io.BytesIO(bytes(ck.decode(key, f))))
-                        continue
-                    if cached[0] != key:
-                        cached = (key, ck.tensor(key, f))
-                    t = cached[1]
-                    for dim, (o, n) in enumerate(zip(req.storage_offsets, req.lengths)):
-                        t = t.narrow(dim, o, n)
-                    target = planner.resolve_tensor(req).detach()
-                    if target.size() != t.size():
-                        raise FormatError(f"{ck.path}: item {req.storage_index.fqn!r}: stored chunk "
-                                          f"{tuple(t.size())} does not fit the target {tuple(target.size())}")
-                    target.copy_(t)
-                    planner.commit_tensor(req, target)
+            per_key.setdefault(key, []).append(req)
+        # decoded on worker threads, about two items per worker in flight, in file order, each worker reading
+        # through its own open file per data file; the planner is called in this thread only. A request for a
+        # whole stored chunk into a CPU tensor of its dtype is decoded straight into that tensor (no copy)
+        files = _OpenFiles(ck)
+        pool = _Window(self.threads)
+        try:
+            for key in sorted(per_key, key=lambda k: (ck.items[k][1].file, ck.items[k][1].offset)):
+                reqs = per_key[key]
+                target = self._whole_target(ck.items[key][1], reqs, planner)
+                for (k, target), data in pool.submit((key, target), self._decode, ck, key, files, target):
+                    self._deliver(ck, per_key[k], data, target, planner)
+            for (k, target), data in pool.drain():
+                self._deliver(ck, per_key[k], data, target, planner)
+        finally:
+            pool.close()
+            files.close()
         fut: Future = Future()
         fut.set_result(None)
         return fut
+
+    @staticmethod
+    def _whole_target(it, reqs, planner):
+        """The target tensor of the one request that reads the whole of tensor item ``it``, when the item can be
+        decoded into it (a contiguous CPU tensor of the item's dtype and shape), else None."""
+        if len(reqs) != 1 or it.dtype is None or reqs[0].type == LoadItemType.BYTE_IO:
+            return None
+        req = reqs[0]
+        if any(o != 0 for o in req.storage_offsets) or tuple(req.lengths) != tuple(it.shape):
+            return None
+        t = planner.resolve_tensor(req).detach()
+        if (t.device.type != "cpu" or t.dtype != TORCH_DTYPES[it.dtype] or tuple(t.shape) != tuple(it.shape)
+                or not t.is_contiguous() or t.is_conj() or t.is_neg() or t.numel() * t.element_size() != it.size):
+            return None
+        return t
+
+    def _decode(self, ck, key, files, target):
+        it = ck.items[key][1]
+        f = files.get(it.file)
+        if it.dtype is None:
+            return ck.decode(key, f, threads=1)
+        threads = _item_threads(self.threads, it.size)
+        if target is not None:
+            ck.decode(key, f, threads=threads, out=target.reshape(-1).view(torch.uint8).numpy())
+            return target
+        return ck.tensor(key, f, threads=threads)
+
+    @staticmethod
+    def _deliver(ck, reqs, data, target, planner):
+        if target is not None:  # decoded into it
+            planner.commit_tensor(reqs[0], target)
+            return
+        for req in reqs:
+            if req.type == LoadItemType.BYTE_IO:
+                planner.load_bytes(req, io.BytesIO(bytes(data)))
+                continue
+            t = data
+            for dim, (o, n) in enumerate(zip(req.storage_offsets, req.lengths)):
+                t = t.narrow(dim, o, n)
+            target = planner.resolve_tensor(req).detach()
+            if target.size() != t.size():
+                raise FormatError(f"{ck.path}: item {req.storage_index.fqn!r}: stored chunk "
+                                  f"{tuple(t.size())} does not fit the target {tuple(target.size())}")
+            target.copy_(t)
+            planner.commit_tensor(req, target)
+
+
+class _OpenFiles:
+    """One open handle per data file and thread (a seek and a read are one step of one handle)."""
+
+    def __init__(self, ck):
+        self._ck = ck
+        self._local = threading.local()
+        self._all = []
+        self._lock = threading.Lock()
+
+    def get(self, name):
+        d = self._local.__dict__.setdefault("files", {})
+        f = d.get(name)
+        if f is None:
+            f = d[name] = self._ck.fs.open_read(name)
+            with self._lock:
+                self._all.append(f)
+        return f
+
+    def close(self):
+        with self._lock:
+            for f in self._all:
+                f.close()
+            self._all.clear()
 
 
 # -------------------------------------------------------------------------------------------------- convert

@@ -244,6 +244,36 @@ def test_a_plain_dcp_reader_is_told_which_reader_to_use(tmp_path):
     assert_same(s1, load(s1, tmp_path / "c"))
 
 
+_PLAIN_LOAD_CHILD = """
+import sys, torch, torch.distributed.checkpoint as dcp
+dcp.load({"w": torch.zeros(3, 4)}, checkpoint_id=sys.argv[1])
+"""
+
+
+def test_plain_dcp_load_shows_the_hint_first(tmp_path):
+    """A plain dcp.load of an LMC folder, uncaught, in a fresh process: the hint is the first thing it prints
+    (after torch's own one-process warning), with no logged tracebacks of DCP's metadata fallbacks, and the
+    exception's last line is the hint too."""
+    import subprocess
+    import sys
+
+    save({"w": torch.randn(3, 4)}, tmp_path / "c")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(lmc.__file__))),
+                                         env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", _PLAIN_LOAD_CHILD, str(tmp_path / "c")], capture_output=True,
+                       text=True, env=env, timeout=300)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "torch.distributed is disabled" not in ln
+             and ln.strip() != "return func(*args, **kwargs)"]  # torch's own warning and its source line
+    hint = "lmc.dcp: this is an LMC DCP checkpoint folder: load it with"
+    assert lines and lines[0].startswith(hint), r.stderr
+    assert lines[-1].startswith("lmc.dcp.PlainDCPLoadError: " + hint), r.stderr
+    assert "metadata is not found" not in r.stderr and "__0.metadata" not in r.stderr, r.stderr
+    assert r.stderr.count("Traceback (most recent call last)") == 2, r.stderr  # the uncaught one, and rank 0's
+    assert len(lines) < 40, r.stderr
+
+
 def test_chunks_must_cover_the_tensor(tmp_path):
     import json
     m, opt, _ = train_state()
@@ -287,9 +317,21 @@ def test_checkpoint_id_and_writer_reuse(tmp_path):
 
 
 def test_missing_reference_at_save(tmp_path):
-    with pytest.raises(ERRORS, match="reference checkpoint .*: no such folder"):
+    # a missing reference fails in one line, as a plain exception (not DCP's wrapped traceback), before anything
+    # is created: no empty target folder is left behind
+    with pytest.raises(FileNotFoundError, match="reference checkpoint .*nope: no such folder") as e:
         save(every_dtype(), tmp_path / "c", reference=tmp_path / "nope")
-    assert not is_lmc_checkpoint(tmp_path / "c")
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "c").exists()
+    (tmp_path / "half").mkdir()  # an interrupted save: a folder without the metadata
+    with pytest.raises(lmc.FormatError, match="reference checkpoint .*half: not a complete LMC DCP checkpoint"):
+        save(every_dtype(), tmp_path / "c", reference=tmp_path / "half")
+    assert not (tmp_path / "c").exists()
+    w = LMCStorageWriter(tmp_path / "c")  # given the target later, as dcp.save(checkpoint_id=) does
+    w.reference = str(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        dcp.save(every_dtype(), storage_writer=w, checkpoint_id=tmp_path / "c2")
+    assert not (tmp_path / "c").exists() and not (tmp_path / "c2").exists()
     with pytest.raises(ERRORS, match="its own reference"):
         save(every_dtype(), tmp_path / "d")
         save(every_dtype(), tmp_path / "d", reference=tmp_path / "d")
@@ -377,6 +419,11 @@ def item(md, fqn):
     (edit_meta(lambda md: item(md, "t.bf16").update(pos=item(md, "t.f32")["pos"])), r"item .t.bf16.: (lmc: |blob does not match)"),
     (edit_meta(lambda md: item(md, "t.f32").update(ref=["x" * 36, 1])), "reference"),
     (edit_meta(lambda md: md.update(format_version=99)), "format_version"),
+    (edit_meta(lambda md: item(md, "t.f32").update(xxh3="0" * 32)), "checksum mismatch"),
+    (edit_meta(lambda md: item(md, "t.f32").update(xxh3="X" * 32)), "checksum of"),
+    (edit_meta(lambda md: item(md, "t.f32").update(crc32=5)), "checksum of"),  # two checksums
+    (edit_meta(lambda md: item(md, "t.f32").pop("xxh3")), "checksum of"),
+    (edit_meta(lambda md: md.update(format_version=2)), "checksum of"),  # format 2 knows only CRC-32
     (edit_meta(lambda md: md["state_dict_metadata"]["t.f32"].update(dtype="object")), "dtype"),
 ])
 def test_corrupt_and_hostile_files(tmp_path, good, edit, message):
@@ -519,3 +566,64 @@ def test_tensors_are_coded_with_their_rows(tmp_path):
     save(sd2, tmp_path / "c2", reference=tmp_path / "c1")
     assert_same(sd, load(sd, tmp_path / "c1"))
     assert_same(sd2, load(sd2, tmp_path / "c2"))
+
+
+def _frozen_state():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_dcp_v2", os.path.join(os.path.dirname(__file__), "data", "make_dcp_v2.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.state
+
+
+def test_frozen_format_2_folders_still_load_and_recode(tmp_path):
+    """tests/data/dcp_v2: a chain written in format version 2 (CRC-32 checksums) by an older lmc: it loads
+    bit-exact, and a new save against its newest checkpoint re-codes that one (its items keep their checksums)."""
+    state = _frozen_state()
+    frozen = os.path.join(os.path.dirname(__file__), "data", "dcp_v2")
+    assert meta(os.path.join(frozen, "step-1"))["format_version"] == 2
+    for s in (1, 2):
+        assert_same(state(s), load(state(s), os.path.join(frozen, f"step-{s}")))
+    shutil.copytree(frozen, tmp_path / "v2")
+    save(state(3), tmp_path / "v2" / "step-3", reference=tmp_path / "v2" / "step-2")
+    m2, m3 = meta(tmp_path / "v2" / "step-2"), meta(tmp_path / "v2" / "step-3")
+    assert m2["reference"]["path"] == "../step-3" and m2["format_version"] == m3["format_version"] == 3
+    # the re-coded items keep their CRC-32s and name their reference items' XXH3-128s
+    assert all("crc32" in i and "xxh3" not in i for i in m2["items"])
+    assert all("xxh3" in i and "crc32" not in i for i in m3["items"])
+    assert any(i["ref"] and isinstance(i["ref"][1], str) for i in m2["items"])
+    for s in (1, 2, 3):
+        assert_same(state(s), load(state(s), tmp_path / "v2" / f"step-{s}"))
+
+
+def test_items_on_worker_threads(tmp_path):
+    """Saves and loads spread items over worker threads (threads=3: more items in flight than workers); the
+    files are the same as a one-thread save's, and a load decodes straight into whole contiguous targets and
+    copies into the others (a transposed view, another dtype)."""
+    m, opt, step = train_state()
+    s1 = snapshot(m, opt, every_dtype())
+    step()
+    s2 = snapshot(m, opt, every_dtype())
+    for th in (1, 3):
+        save(s1, tmp_path / f"a{th}", threads=th)
+        save(s2, tmp_path / f"b{th}", reference=tmp_path / f"a{th}", threads=th)
+    for name in ("a", "b"):
+        m1, m3 = meta(tmp_path / f"{name}1"), meta(tmp_path / f"{name}3")
+        strip = lambda md: [{k: v for k, v in i.items() if k != "ref"} for i in md["items"]]  # noqa: E731
+        assert strip(m1) == strip(m3)
+        files = sorted({i["file"] for i in m1["items"]})
+        for f in files:  # the same blobs (after the header, which holds the save id)
+            assert (tmp_path / f"{name}1" / f).read_bytes()[44:] == (tmp_path / f"{name}3" / f).read_bytes()[44:]
+    for path, want in ((tmp_path / "a3", s1), (tmp_path / "b3", s2)):
+        got = blank(want)
+        got["model"]["0.weight"] = torch.zeros(96, 64).t().contiguous().t()  # a non-contiguous target
+        got["t"]["f32"] = torch.zeros(3, 50, dtype=torch.float64)  # another dtype: copied, converted
+        dcp.load(got, storage_reader=LMCStorageReader(path, threads=3))
+        assert not got["model"]["0.weight"].is_contiguous()
+        assert torch.equal(got["model"]["0.weight"], want["model"]["0.weight"])
+        assert torch.equal(got["t"]["f32"], want["t"]["f32"].double())
+        got["model"]["0.weight"] = got["model"]["0.weight"].contiguous()
+        got["t"]["f32"] = got["t"]["f32"].float()
+        assert_same(want, got)
