@@ -187,29 +187,28 @@ def _run_chunks(fn, args, nch, nthreads):
 # The encoder's scratch (every chunk's worst-case payload, gathered into the
 # blob afterwards) is reused across calls: a fresh buffer costs a page fault
 # per 4 KiB on first touch, which on the measured VM was ~40% of the
-# compress time of a small tensor.  At most one buffer of at most
-# _SCRATCH_KEEP bytes is kept.
+# compress time of a small tensor.  Each thread that calls compress keeps at
+# most one buffer of at most _SCRATCH_KEEP bytes (a writer's pool of threads
+# coding tensors at once each reuses its own; one buffer for the process left
+# all but one of them faulting in a fresh one per call).
 _SCRATCH_KEEP = 64 << 20
-_SCRATCH = [None]
-_SCRATCH_LOCK = threading.Lock()
+_SCRATCH = threading.local()
 
 
 def _take_scratch(nbytes):
-    with _SCRATCH_LOCK:
-        b = _SCRATCH[0]
-        if b is not None and b.size >= nbytes:
-            _SCRATCH[0] = None
-            return b[:nbytes]
+    b = getattr(_SCRATCH, "buf", None)
+    if b is not None and b.size >= nbytes:
+        _SCRATCH.buf = None
+        return b[:nbytes]
     return np.empty(nbytes, np.uint8)
 
 
 def _give_scratch(b):
     base = b if b.base is None else b.base
     if base.size <= _SCRATCH_KEEP:
-        with _SCRATCH_LOCK:
-            cur = _SCRATCH[0]
-            if cur is None or cur.size < base.size:
-                _SCRATCH[0] = base
+        cur = getattr(_SCRATCH, "buf", None)
+        if cur is None or cur.size < base.size:
+            _SCRATCH.buf = base
 
 
 def _ref_hash(ref_u8, total, chunk, unit, nthreads, wk):

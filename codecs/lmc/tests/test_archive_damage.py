@@ -241,11 +241,14 @@ def rss_growth(tmp_path, job, arc, folder="", out=""):
 def test_memory_bounded_by_tensor_not_checkpoint(tmp_path):
     """Peak RSS of add (decoding the previous step to re-code it against the new one) and of restore (decoding
     a depth-2 reference chain), each in a child process and above where that process stood when the job began,
-    stays below 6x the largest tensor, half the checkpoint of 12 such tensors. RSS, not tracemalloc: it counts
+    stays below 7x the largest tensor, 58% of the checkpoint of 12 such tensors (one thread; each worker of the
+    pool holds as much). RSS, not tracemalloc: it counts
     Numba's and the compressors' buffers and the memory-mapped pages of the files read (add drops a region's
     pages once it is coded, and the previous step's raw files once used: before that, their pages added up to
     the files: 15.7x). Measured: add 5.1x (5.2x reading the previous step from its raw folder), restore
-    4.4x, the same with 6 tensors as with 12 (bounded by the tensor, not the checkpoint)."""
+    4.4x, the same with 6 tensors as with 12 (bounded by the tensor, not the checkpoint); since archive format 3
+    add 6.5x: a thread keeps the buffers it reads a tensor and a blob into from one tensor to the next (up to
+    64 MiB each), which spares the page faults of fresh ones."""
     n = 1 << 21  # 8 MiB fp32 per tensor, 96 MiB per checkpoint
     folders = make_run(str(tmp_path / "run"), nsteps=3, n=n, ntensors=12)
     arc = tmp_path / "arc"
@@ -263,6 +266,6 @@ def test_memory_bounded_by_tensor_not_checkpoint(tmp_path):
     same_files(folders[0], tmp_path / "r")
     assert Archive(arc).entries()[0]["depth"] == 2
     assert peak_none < big / 4, peak_none / big  # the measure itself: a job that does nothing raises nothing
-    assert peak_add < 6 * big, peak_add / big
-    assert peak_add_raw < 6 * big, peak_add_raw / big
-    assert peak_restore < 6 * big, peak_restore / big
+    assert peak_add < 7 * big, peak_add / big
+    assert peak_add_raw < 7 * big, peak_add_raw / big
+    assert peak_restore < 7 * big, peak_restore / big

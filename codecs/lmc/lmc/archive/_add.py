@@ -139,8 +139,9 @@ class RawSource:
     checksum equals the archived one. Safe to call from several threads: each file's tensor map is made once,
     and each tensor is read with pread into its own buffer."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, slot="ref"):
         self.folder = folder
+        self.slot = slot  # the thread's scratch slot a tensor is read into (valid until its next get)
         self._maps = {}
         self._lock = threading.Lock()
 
@@ -162,7 +163,7 @@ class RawSource:
         if data is None:
             try:
                 with open(path, "rb") as f:
-                    data = read_exact(f.fileno(), begin, end, path)
+                    data = read_exact(f.fileno(), begin, end, path, self.slot)
             except (OSError, ArchiveError):
                 return None
         return data if matches(entry, data) else None
@@ -278,7 +279,7 @@ class StepEncoder:
             h = xxh(u8)
         with self.ph.time("zlib"):
             z = zlib.compress(u8, 6)
-        return (h, "zlib", z) if len(z) < u8.nbytes else (h, "raw", u8)
+        return (h, "zlib", z) if len(z) < u8.nbytes else (h, "raw", u8.tobytes())  # (u8 may be scratch)
 
     def _put_chunk(self, ch, res):
         ch["xxh"], ch["enc"], data = res
@@ -291,7 +292,7 @@ class StepEncoder:
                 now = os.fstat(f.fileno())
                 if (now.st_ino, now.st_size, now.st_mtime_ns) != (st.st_ino, st.st_size, st.st_mtime_ns):
                     raise ArchiveError(f"{path}: changed while being read")
-                return read_exact(f.fileno(), a, b, path)
+                return read_exact(f.fileno(), a, b, path, "read")
 
     # -- tensors
     def put_tensor(self, rel, kind, key, dtype, shape, npname, load, part=False, nbytes=0):
@@ -311,7 +312,7 @@ class StepEncoder:
         if t["np"] is None:
             with self.ph.time("zlib"):
                 z = zlib.compress(u8, 6)
-            return u8.nbytes, h, ("zlib", z) if len(z) < u8.nbytes else ("raw", u8), None
+            return u8.nbytes, h, ("zlib", z) if len(z) < u8.nbytes else ("raw", u8.tobytes()), None
         dt = NP_DTYPES[t["np"]]
         threads = 1 if self.workers > 1 and u8.nbytes < BIG_TENSOR else self.threads
         with self.ph.time("code"):

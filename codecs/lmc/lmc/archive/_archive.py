@@ -23,7 +23,7 @@ from .._storage import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, check_step_number,
                      cleanup, load_json, new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._integrity import matches
-from ._pipeline import Ordered, Phases, workers_for
+from ._pipeline import Ordered, Phases, scratch, workers_for
 from ._view import View, same_identity
 from ._graph import _may_join, _may_recode, _set_depths, _topo
 from ._recoder import _NextRecoder
@@ -297,7 +297,7 @@ class Archive:
     def _feed_recoder(self, view, step, files, rec, raw_folder, ph):
         """Hand each tensor of ``step`` (read back from its raw folder where it hashes to the archived checksum,
         else decoded) to the recoder, on the pool."""
-        raw = RawSource(raw_folder)
+        raw = RawSource(raw_folder, slot="read")  # (the recoder reads the older step's into "ref")
         workers = workers_for(self.threads)
         with Ordered(workers) as pool:
             for fe in files:
@@ -503,8 +503,10 @@ class Archive:
         with ph.time("decode"):
             if kind == "chunk":
                 data = view.chunk(step, e, fe["path"])
-            else:
-                data = view.decode(step, fe["path"], e).reshape(-1).view(np.uint8)
+            else:  # decoded into this thread's buffer (no page faults), written, then reused
+                buf = scratch("out", e["n"])
+                out = buf.view(NP_DTYPES[e["np"]]) if e["enc"] == "lmc" else buf
+                data = view.decode(step, fe["path"], e, out=out).reshape(-1).view(np.uint8)
         if kind == "tensor":
             with ph.time("hash"):
                 self._check_tensor(step, fe, e, data)

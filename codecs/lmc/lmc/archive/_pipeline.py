@@ -62,6 +62,32 @@ class _Timer:
         self.p.add(self.name, time.perf_counter() - self.t0)
 
 
+SCRATCH_KEEP = 64 << 20  # the largest buffer a thread keeps per slot
+_TLS = threading.local()
+
+
+def scratch(slot, nbytes):
+    """A uint8 buffer of nbytes that this thread reuses from one piece to the next (``slot``: one per use, so a
+    piece can hold several). Writing into memory the process has touched before costs no page faults: a fresh
+    buffer per tensor made the kernel zero and map every page of every tensor read or decoded, which measured
+    as much as the decoding itself, and more with two threads faulting at once. Valid until this thread asks
+    for the same slot again; a piece larger than SCRATCH_KEEP gets a buffer of its own."""
+    bufs = getattr(_TLS, "bufs", None)
+    if bufs is None:
+        bufs = _TLS.bufs = {}
+    b = bufs.get(slot)
+    if b is None or b.size < nbytes:
+        if nbytes > SCRATCH_KEEP:
+            return np.empty(nbytes, np.uint8)
+        b = bufs[slot] = np.empty(max(nbytes, 1 << 20), np.uint8)
+    return b[:nbytes]
+
+
+def drop_scratch():
+    """Free this thread's buffers (the calling thread's, after work it ran inline)."""
+    _TLS.bufs = None
+
+
 BUDGET_PER_WORKER = 128 << 20  # bytes of pieces in flight per worker (a large tensor still runs, alone)
 
 
@@ -112,6 +138,8 @@ class Ordered:
             if exc_type is None:
                 self.drain()
         finally:
+            if self.ex is None:
+                drop_scratch()  # (the pool's threads take theirs with them)
             if self.ex is not None:
                 for fut, _, _ in self.q:
                     fut.cancel()
@@ -120,11 +148,12 @@ class Ordered:
         return False
 
 
-def read_exact(fd, begin, end, what):
-    """Bytes [begin, end) of an open file as a new uint8 array, read with pread (no file map: a file
-    truncated under the reader is a short read and one line here, never a SIGBUS)."""
+def read_exact(fd, begin, end, what, slot=None):
+    """Bytes [begin, end) of an open file as a uint8 array (a new one, or this thread's ``scratch(slot)``),
+    read with pread (no file map: a file truncated under the reader is a short read and one line here, never
+    a SIGBUS)."""
     n = end - begin
-    buf = np.empty(n, np.uint8)
+    buf = np.empty(n, np.uint8) if slot is None else scratch(slot, n)
     mv = memoryview(buf)
     got = 0
     while got < n:

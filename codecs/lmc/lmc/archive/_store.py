@@ -293,15 +293,30 @@ class SegmentReader:
             raise ArchiveError(f"step {self.step}: short read (truncated segment)")
         return data
 
-    def read(self, sec, what="section"):
-        """Bytes of a section reference, checksum-checked."""
+    def read(self, sec, what="section", into=None):
+        """Bytes of a section reference, checksum-checked (versions 1-2). ``into``: a callable giving a uint8
+        buffer of n bytes to read a local segment's section into (a thread's scratch), returned instead."""
         off, n = sec[0], sec[1]
         if not (len(SEG_MAGIC) <= off and off + n <= self.data_end):
             raise ArchiveError(f"step {self.step}: {what}: section out of bounds")
-        data = self._read(off, n)
+        data = self._read_into(off, n, into) if into is not None else self._read(off, n)
         if len(sec) == 3 and crc32(data) != sec[2]:
             raise ArchiveError(f"step {self.step}: {what}: checksum mismatch (damaged data)")
         return data
+
+    def _read_into(self, off, n, into):
+        try:
+            fd = self.f.fileno()
+        except (AttributeError, OSError, ValueError):
+            return self._read(off, n)
+        buf = into(n)
+        mv, got = memoryview(buf), 0
+        while got < n:
+            k = os.preadv(fd, [mv[got:]], off + got)
+            if k <= 0:
+                raise ArchiveError(f"step {self.step}: short read (truncated segment)")
+            got += k
+        return buf
 
     def close(self):
         self.f.close()

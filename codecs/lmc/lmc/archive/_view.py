@@ -1,5 +1,6 @@
 """Read side of an archive: open segments, look tensors up, decode a
 tensor through its reference chain holding at most two decoded tensors."""
+import functools
 import threading
 import zlib
 
@@ -8,6 +9,7 @@ import numpy as np
 from .. import FormatError, decompress, info as blob_info
 from ._formats import NP_DTYPES, check_index, file_tensors
 from ._integrity import sha128, xxh  # noqa: F401  (sha128 re-exported)
+from ._pipeline import scratch
 from ._store import ArchiveError, SegmentReader
 
 CHUNK = 4 << 20  # bytes per zlib chunk of plain data
@@ -120,7 +122,9 @@ class View:
     def decode_one(self, step, path, t, ref=None, out=None):
         """Decode one tensor entry (flat array of its coding dtype, or uint8)."""
         what = f"{path}: tensor {t['key']}"
-        data = self.reader(step).read(t["sec"], what)
+        # (an lmc blob is read into this thread's buffer: it is decoded before the next read)
+        data = self.reader(step).read(t["sec"], what, into=functools.partial(scratch, "blob")
+                                      if t["enc"] == "lmc" else None)
         if t["enc"] == "zlib":
             arr = np.frombuffer(inflate(data, t["n"], f"step {step}: {what}"), np.uint8)
         elif t["enc"] == "raw":
