@@ -176,7 +176,13 @@ def main():
         print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
     if a.scratch is None:
         shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or None
+    except OSError:
+        commit = None
     meta = {"command": "python " + " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
+            "git": commit,
             "cores": os.cpu_count(), "lmc": lmc.__version__, "python": platform.python_version(),
             "series": os.path.abspath(a.series), "steps": [lstep, nstep]}
     if a.out:
@@ -190,7 +196,7 @@ def main():
 def report(meta, rows):
     L = [f"# Archive add and restore against the codec (lmc {meta['lmc']})", "",
          f"- command: `{meta['command']}`",
-         f"- machine: {meta['machine']}, {meta['cores']} cores; python {meta['python']}",
+         f"- machine: {meta['machine']}, {meta['cores']} cores; python {meta['python']}; git {meta.get('git')}",
          f"- series: `{meta['series']}`, steps {meta['steps'][0]} -> {meta['steps'][1]}; "
          f"{rows[0]['mib_in']:.1f} MiB per step; best of each measurement", "",
          "| threads | codec s | + write&fsync s | add s | add / (codec + write) | decode s | + plain write s "
