@@ -1,7 +1,6 @@
 """Archive format 3: older archives still read (a frozen version 2 archive made by lmc 0.3.5), the parallel
 path writes the same bytes at every thread count, the one integrity layer catches damage, restored files get
 their mode and mtime back, and a source file truncated while it is read is one line (no SIGBUS)."""
-import hashlib
 import json
 import os
 import shutil
@@ -12,19 +11,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
 from lmc.archive import Archive, ArchiveError  # noqa: E402
+from make_frozen_archive import digests as _digests  # noqa: E402
 from test_archive import make_series  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-
-
-def _digests(folder):
-    out = {}
-    for d, _, names in os.walk(folder):
-        for n in names:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, folder).replace(os.sep, "/")] = hashlib.sha256(f.read()).hexdigest()
-    return dict(sorted(out.items()))
 
 
 def _manifest(path):
