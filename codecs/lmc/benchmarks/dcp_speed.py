@@ -160,6 +160,8 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="lmc threads (default: all cores)")
+    p.add_argument("--prefer", default="speed", choices=["speed", "size", "fast"],
+                   help="the writer's lmc.compress prefer (default: speed, lmc's default)")
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     a = p.parse_args(argv)
     try:
@@ -174,7 +176,7 @@ def main(argv=None):
     nbytes = sum(t.numel() * t.element_size() for _, t in tensors(s2))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"state: {nbytes / 2**20:.1f} MiB in {sum(1 for _ in tensors(s2))} tensors; torch {torch.__version__}, "
-          f"lmc {lmc.__version__}, {cores} cores, lmc threads {a.threads or 'all'}")
+          f"lmc {lmc.__version__}, {cores} cores, lmc threads {a.threads or 'all'}, prefer {a.prefer}")
     root = tempfile.mkdtemp(prefix="dcp_speed-", dir=a.dir)
     rows = []
     try:
@@ -193,9 +195,10 @@ def main(argv=None):
                                          "zstd load")
                 row["zstd MiB"] = folder_mib(zs)
             row["lmc save alone"] = timed(lambda: dcp.save(
-                s1, storage_writer=LMCStorageWriter(f"{d}/step-1", threads=a.threads)), "lmc save alone")
+                s1, storage_writer=LMCStorageWriter(f"{d}/step-1", threads=a.threads, prefer=a.prefer)), "lmc save alone")
             row["lmc save vs ref"] = timed(lambda: dcp.save(
-                s2, storage_writer=LMCStorageWriter(f"{d}/step-2", reference=f"{d}/step-1", threads=a.threads)),
+                s2, storage_writer=LMCStorageWriter(f"{d}/step-2", reference=f"{d}/step-1", threads=a.threads,
+                                                  prefer=a.prefer)),
                 "lmc save vs ref")
             row["lmc load newest"] = timed(lambda: dcp.load(
                 blank(s2), storage_reader=LMCStorageReader(f"{d}/step-2", threads=a.threads)), "lmc load newest")
