@@ -1,6 +1,5 @@
 """lmc.archive.Archive: a folder holding a series of checkpoints, each
 tensor coded with lmc against the same tensor of the previous step."""
-import collections
 import copy
 import functools
 import hashlib
@@ -15,7 +14,7 @@ import numpy as np
 from .. import compress, info as blob_info
 from .._core import check_prefer, shaped
 from . import _torchio
-from ._add import BIG_TENSOR, RawSource, StepEncoder, canonical_path, list_files, reference_paths
+from ._add import StepEncoder, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
 from ..formats.trainer_folder import step_of
@@ -25,8 +24,10 @@ from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, Segment
 from ._integrity import matches
 from ._pipeline import Ordered, Phases, scratch, workers_for
 from ._view import View, same_identity
-from ._graph import _may_join, _may_recode, _set_depths, _topo
+from ._graph import _may_recode, _set_depths
 from ._recoder import _NextRecoder
+from ._behind import _RecodeBehind
+from ._verify import VerifyResult, _Verifier  # noqa: F401  (VerifyResult re-exported)
 from ._repair import keep_manifest, manifest_disagreements, rebuilt_keyframe_every
 from ._steps import _folder_name, _folder_time, opaque_bytes, restore_bytes
 from ._steps import step_folders  # noqa: F401  (re-exported: lmc.archive, _cli)
@@ -34,31 +35,7 @@ from ._steps import step_folders  # noqa: F401  (re-exported: lmc.archive, _cli)
 DEFAULT_KEYFRAME_EVERY = 10
 
 
-class VerifyResult:
-    """Outcome of Archive.verify(): steps checked, damaged steps (with the
-    first problem found) and, for each damaged one, the steps lost through it: those
-    coded against a tensor of it that is damaged (or lost in turn).  Damage to a step's
-    bytes files, raw parts or skeleton loses that step alone."""
-
-    def __init__(self, steps, damaged, dependents, notes=()):
-        self.steps = steps
-        self.damaged = damaged
-        self.dependents = dependents
-        self.notes = list(notes)  # lines repair says besides (a manifest it replaced, keyframe_every)
-
-    @property
-    def ok(self):
-        return not self.damaged
-
-    @property
-    def unrestorable(self):
-        return sorted(set(self.damaged) | {s for d in self.dependents.values() for s in d})
-
-    def __repr__(self):
-        return f"VerifyResult(steps={self.steps}, damaged={self.damaged}, dependents={self.dependents})"
-
-
-class Archive:
+class Archive(_Verifier, _RecodeBehind):
     """An lmc checkpoint archive at `path` (a directory; created by the first add).
 
     keyframe_every: every K-th step is coded alone, so restoring a step decodes
@@ -230,91 +207,6 @@ class Archive:
                                         name=f"lmc-archive-recode-{last['step']}", daemon=False)
             self._bg.start()
         return step
-
-    def wait(self):
-        """Wait for a background re-code (add(background=True)) to finish; raise what it raised."""
-        bg = getattr(self, "_bg", None)
-        if bg is not None:
-            bg.join()
-            self._bg = None
-            err, self._bg_error = self._bg_error, None
-            if err is not None:
-                raise err
-
-    def _background_recode(self, last_folder, new_folder):
-        try:
-            with Lock(self.path):
-                m = self._manifest()
-                self._recode_pending(m, {"last": last_folder, "new": new_folder}, raise_errors=True)
-        except BaseException as e:  # (handed to wait(); the archive is as the add left it)
-            self._bg_error = e
-
-    def _recode_pending(self, m, folders=None, raise_errors=False):
-        """Re-code each step marked "recode": N in the manifest ``m`` against step N and commit the manifest
-        (called with the lock held). A step whose re-code cannot be done stays coded alone (its mark is
-        dropped); with ``raise_errors`` the error is raised instead, the archive unchanged."""
-        folders = folders or {}
-        dropped = False
-        for e in [e for e in m["steps"] if "recode" in e]:
-            target = e["recode"]
-            ph = Phases()
-            t0 = time.perf_counter()
-            try:
-                wl = None
-                with self._view(m) as view:
-                    if target not in view.entries or not _may_join(m, e["step"], target):
-                        raise ArchiveError(f"step {e['step']}: cannot be re-coded against step {target}")
-                    wl = SegmentWriter(self.path, e["step"], crc=view.index(e["step"]).get("version") != 3)
-                    try:
-                        tfiles = view.index(target)["files"]
-                        rec = _NextRecoder(view, e["step"], wl, folders.get("last"), self.threads,
-                                           [fe["path"] for fe in tfiles], prefer=self.prefer)
-                        self._feed_recoder(view, target, tfiles, rec, folders.get("new"), ph)
-                        idx = rec.finish(target)
-                        with ph.time("fsync"):
-                            lname = wl.commit(idx)
-                    except BaseException:
-                        wl.abort()
-                        raise
-            except (ArchiveError, OSError) as ex:
-                if raise_errors:
-                    raise
-                import warnings
-                warnings.warn(f"lmc.archive: {ex}; step {e['step']} stays coded alone", stacklevel=3)
-                del e["recode"]
-                dropped = True
-                continue
-            del e["recode"]
-            e.update(segment=lname, size=wl.size, index_crc=wl.index_crc, keyframe=idx["keyframe"],
-                     prev=idx["prev"], depends_on=idx["prev"])
-            _set_depths(m)
-            write_manifest(self.path, m)
-            cleanup(self.path, m)
-            self.last_recode_phases = dict(ph.as_dict(), wall=round(time.perf_counter() - t0, 6))
-        if dropped:
-            write_manifest(self.path, m)
-
-    def _feed_recoder(self, view, step, files, rec, raw_folder, ph):
-        """Hand each tensor of ``step`` (read back from its raw folder where it hashes to the archived checksum,
-        else decoded) to the recoder, on the pool."""
-        raw = RawSource(raw_folder, slot="read")  # (the recoder reads the older step's into "ref")
-        workers = workers_for(self.threads)
-        with Ordered(workers) as pool:
-            for fe in files:
-                for t in file_tensors(fe):
-                    if t["enc"] != "lmc":
-                        continue
-                    pool.submit(functools.partial(self._recoder_job, view, step, fe, t, rec, raw, workers, ph),
-                                lambda res: res is not None and rec.put(res), cost=t["n"])
-
-    def _recoder_job(self, view, step, fe, t, rec, raw, workers, ph):
-        with ph.time("read"):
-            u8 = raw.get(fe["path"], fe["kind"], t["key"], t)
-        if u8 is None:
-            with ph.time("decode"):
-                u8 = view.decode(step, fe["path"], t).reshape(-1).view(np.uint8)
-        threads = 1 if workers > 1 and u8.nbytes < BIG_TENSOR else self.threads
-        return rec.code(fe["path"], fe["kind"], t, u8, threads, ph)
 
     def _check_writable_path(self):
         """One line, before anything is created, for an archive path that cannot be meant: a URL,
@@ -517,82 +409,6 @@ class Archive:
                 mv, off = mv[k:], off + k
 
     # -- verify
-    def verify(self):
-        """Check every checksum and decode every tensor of every step (each
-        tensor version once, walking each tensor's versions in dependency order).
-        Returns a VerifyResult; raises ArchiveError only if the manifest itself
-        is unreadable."""
-        m = self._manifest()
-        steps = [e["step"] for e in m["steps"]]
-        deps = {e["step"]: e["depends_on"] for e in m["steps"]}
-        damaged = {}
-        ids = collections.OrderedDict()
-        unreadable = set()  # steps without a readable index: nothing of them can be decoded
-        lost = {}  # step -> the damaged steps a tensor it is coded against is lost through
-        with self._view(m) as view:
-            for s in _topo(m):
-                try:
-                    r = view.reader(s)
-                except ArchiveError as e:
-                    damaged[s] = str(e)
-                    unreadable.add(s)
-                    continue
-                try:
-                    for fe in r.index["files"]:
-                        for what, sec, c in all_sections(fe):
-                            if c is not None:  # (inflated; checked against its CRC-32 or xxh3-128)
-                                view.chunk(s, c, f"{fe['path']}: {what}")
-                            elif len(sec) == 3:  # (a version 1-2 tensor section: its CRC-32)
-                                r.read(sec, f"{fe['path']}: {what}")
-                        if fe["kind"] == "bytes":
-                            self._write_plain(view, s, fe, None)
-                        elif fe["kind"] == "torch":
-                            self._skeleton(view, s, fe)
-                except ArchiveError as e:  # its tensors are still decoded below: its dependents
-                    damaged[s] = str(e)     # need only those (damage elsewhere loses this step alone)
-                # one tensor's versions: the same file (step numbers of step-named folders
-                # blanked: global_step<N>/ inside checkpoint-<N>/), kind and key
-                canon = [canonical_path(fe["path"]) for fe in r.index["files"]]
-                for fe, c in zip(r.index["files"], canon):
-                    cid = c if canon.count(c) == 1 else fe["path"]
-                    for t in file_tensors(fe):
-                        ids.setdefault((cid, fe["kind"], t["key"]), []).append((s, fe["path"], t))
-            # each tensor's versions in a worker of the pool (they decode one after another, each against the
-            # one before); what each finds is merged on this thread in the order the tensors were listed
-            with Ordered(workers_for(self.threads)) as pool:
-                for seq in ids.values():
-                    pool.submit(functools.partial(self._verify_versions, view, seq, deps, unreadable),
-                                functools.partial(_merge_damage, damaged, lost))
-        dependents = {d: [s for s in steps if s not in damaged and d in lost.get(s, ())] for d in damaged}
-        return VerifyResult(steps, dict(sorted(damaged.items())), dependents)
-
-    def _verify_versions(self, view, seq, deps, unreadable):
-        """Decode one tensor's versions in chain order: ({step: why} damaged, {step: {damaged steps it is lost
-        through}}) - a version is lost when the version it is coded against is damaged or lost."""
-        damaged, lost = {}, {}
-        last_s = last_t = arr = None
-        bad = {}  # step -> the damaged step this tensor's version there is lost through
-        for s, path, t in seq:
-            dep = deps[s]
-            chained = t["ref"] and last_s == dep and arr is not None and same_identity(last_t, t)
-            if t["ref"] and not chained and (dep in unreadable or dep in bad):
-                bad[s] = bad.get(dep, dep)  # its reference is lost
-                lost.setdefault(s, set()).add(bad[s])
-                last_s = last_t = arr = None
-                continue
-            try:
-                if t["ref"] and not chained:  # its reference is not the version just decoded
-                    arr = view.decode(s, path, t)
-                else:
-                    arr = view.decode_one(s, path, t, ref=arr if t["ref"] else None)
-                self._check_tensor(s, {"path": path}, t, arr)
-            except ArchiveError as e:
-                damaged.setdefault(s, str(e))
-                bad[s] = s
-                arr = None
-            last_s, last_t = s, t
-        return damaged, lost
-
     # -- repair
     def repair(self, keyframe_every=None):
         """Rebuild a missing or damaged manifest from the segments' own indexes.  Of several
@@ -777,11 +593,3 @@ class Archive:
         idx["prev"] = target if used else None
         idx["keyframe"] = not used
         return idx
-
-
-def _merge_damage(damaged, lost, res):
-    d, lo = res
-    for k, v in d.items():
-        damaged.setdefault(k, v)
-    for k, v in lo.items():
-        lost.setdefault(k, set()).update(v)
