@@ -261,3 +261,26 @@ def test_the_pool_keeps_order_and_its_memory_budget():
             for i in range(50):
                 pool.submit(lambda i=i: bad(i))
     assert len(ran) < 50
+
+
+def test_next_add_after_a_failed_background_recode_warns_and_goes_on(tmp_path, monkeypatch):
+    """The caller never called wait(): the next add says the re-code failed, re-codes that step first and adds."""
+    folders = make_series(tmp_path / "run", steps=(2, 4, 6))
+    a = Archive(tmp_path / "a")
+    a.add(folders[0])
+    from lmc.archive import _recoder
+    real = _recoder._NextRecoder.finish
+    calls = []
+
+    def fail_once(self, next_step):
+        calls.append(next_step)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return real(self, next_step)
+
+    monkeypatch.setattr(_recoder._NextRecoder, "finish", fail_once)
+    a.add(folders[1], background=True)
+    with pytest.warns(UserWarning, match="background re-code failed"):
+        a.add(folders[2])
+    assert [(e["step"], e["depends_on"]) for e in a.entries()] == [(2, 4), (4, 6), (6, None)]
+    assert a.verify().ok

@@ -115,7 +115,11 @@ class Archive(_Verifier, _RecodeBehind):
         the next add, or the interpreter's exit, waits for it too). Until that re-code commits, the previous
         step stays coded alone, marked in the manifest ("recode"); a kill leaves it so, and the next add
         re-codes it first. Every moment leaves a loadable archive."""
-        self.wait()
+        try:
+            self.wait()
+        except Exception as e:  # (the step it was re-coding is still marked: this add re-codes it first)
+            import warnings
+            warnings.warn(f"lmc.archive: the background re-code failed ({e}); retrying it now", stacklevel=2)
         folder = os.fspath(folder)
         if step is None:
             step = step_of(folder)
