@@ -207,8 +207,9 @@ class StepEncoder:
         self.ph = phases or Phases()
         self.pool = None
 
-    def folder(self, folder):
-        rels = list_files(folder)
+    def folder(self, folder, rels=None):
+        """(file entries, bytes in) of a step folder; ``rels``: its files as list_files gave them (listed once)."""
+        rels = list_files(folder) if rels is None else rels
         files, nbytes = [], 0
         with Ordered(self.workers) as self.pool:
             for rel in rels:

@@ -129,7 +129,7 @@ class Archive(_Verifier, _RecodeBehind):
         step = check_step_number(step)
         if not os.path.isdir(folder):
             raise ArchiveError(f"{folder}: not a directory")
-        list_files(folder)  # a dangling or looping link: one line, before anything is made
+        rels = list_files(folder)  # a dangling or looping link: one line, before anything is made
         self._check_writable_path()
         b = store(self.path)
         if b.is_dir() and read_manifest(self.path) is None:
@@ -174,9 +174,9 @@ class Archive(_Verifier, _RecodeBehind):
                         wl = SegmentWriter(self.path, last["step"],
                                            crc=view.index(last["step"]).get("version") != 3)
                         rec = _NextRecoder(view, last["step"], wl, reference_folder, self.threads,
-                                           list_files(folder), prefer=self.prefer)
+                                           rels, prefer=self.prefer)
                     enc = StepEncoder(w, self.threads, prefer=self.prefer, recoder=rec, phases=ph)
-                    files, nbytes = enc.folder(folder)
+                    files, nbytes = enc.folder(folder, rels)
                     fname, ftime = _folder_name(folder, step), _folder_time(folder)
                     with ph.time("fsync"):  # (the index, the flush, fsync and rename)
                         name = w.commit({"version": 3, "step": step, "prev": None, "keyframe": True,
