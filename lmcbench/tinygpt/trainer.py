@@ -36,9 +36,13 @@ def lr_at(step: int, opts) -> float:
     return opts["min_lr_ratio"] + (1 - opts["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
 
 
-def train(out_dir: str, opts: dict) -> dict:
-    """Train the whole series from scratch, writing every checkpoint into ``out_dir``."""
-    trainer = Trainer(opts)
+def train(out_dir: str, opts: dict, device: str = "cpu") -> dict:
+    """Train the whole series from scratch, writing every checkpoint into ``out_dir``.
+
+    ``device`` (a torch device name) only says where the arithmetic runs: checkpoints are written from CPU
+    copies in the same layout. A series trained on an accelerator is a real series but not bit-identical to
+    the CPU's, so it belongs in its own folder, never in the cache under the CPU series' key."""
+    trainer = Trainer(opts, device=device)
     opts = trainer.opts
     t0 = time.time()
     n_params = trainer.n_params
@@ -61,7 +65,7 @@ class Trainer:
     (logged as ``eval_loss``); :meth:`evaluate` uses fixed windows instead and never touches it.
     """
 
-    def __init__(self, opts: dict):
+    def __init__(self, opts: dict, device: str = "cpu"):
         import numpy as np
         import torch
 
@@ -76,7 +80,9 @@ class Trainer:
         if len(self.val_data) < T + 2 or len(self.train_data) < T + 2:
             raise ConfigError(f"source.train: corpus_bytes={opts['corpus_bytes']} is too small for "
                               f"block_size={T} (the validation split is the last 5%)")
-        self.model = build_model(opts)
+        self.model = build_model(opts)  # initialised on the CPU (same bits everywhere), then moved
+        self.device = torch.device(device)
+        self.model.to(self.device)
         named = list(self.model.named_parameters())
         decay = [(n, p) for n, p in named if p.dim() >= 2]
         nodecay = [(n, p) for n, p in named if p.dim() < 2]
@@ -110,7 +116,7 @@ class Trainer:
         ix = self._draw(src)
         x = torch.stack([src[i:i + T] for i in ix])
         y = torch.stack([src[i + 1:i + T + 1] for i in ix])
-        return x, y
+        return x.to(self.device), y.to(self.device)
 
     # ----------------------------------------------------------------------------------------- restoring
     @classmethod
@@ -243,7 +249,10 @@ class Trainer:
         config = {"model_type": "lmcbench-tinygpt", "architectures": ["TinyGPT"], "vocab_size": 256,
                   "n_positions": o["block_size"], "n_embd": o["n_embd"], "n_layer": o["n_layer"], "n_head": o["n_head"],
                   "torch_dtype": "float32"}
-        write_training_checkpoint(out_dir, self.step, self.model, self.opt, self.sched, state, config)
+        model, opt = self.model, self.opt
+        if self.device.type != "cpu":  # the files hold CPU tensors wherever training ran
+            model, opt = _OnCPU(model), _OnCPU(opt)
+        write_training_checkpoint(out_dir, self.step, model, opt, self.sched, state, config)
         return os.path.join(out_dir, f"checkpoint-{self.step}")
 
     # ----------------------------------------------------------------------------------------- state swap
@@ -251,11 +260,11 @@ class Trainer:
         """Copies of (weights, exp_avg, exp_avg_sq) as ``name -> np.ndarray`` (moments empty at step 0)."""
         weights, m, v = {}, {}, {}
         for name, p in self.model.named_parameters():
-            weights[name] = p.detach().numpy().copy()
+            weights[name] = p.detach().cpu().numpy().copy()
             st = self.opt.state.get(p, {})
             if "exp_avg" in st:
-                m[name] = st["exp_avg"].detach().numpy().copy()
-                v[name] = st["exp_avg_sq"].detach().numpy().copy()
+                m[name] = st["exp_avg"].detach().cpu().numpy().copy()
+                v[name] = st["exp_avg_sq"].detach().cpu().numpy().copy()
         return weights, m, v
 
     def load_state(self, weights: dict | None, exp_avg: dict | None = None, exp_avg_sq: dict | None = None,
@@ -316,6 +325,27 @@ class Trainer:
                 dst.copy_(t.to(dst.dtype))
 
 
+class _OnCPU:
+    """A model or optimizer whose ``state_dict()`` has every tensor copied to the CPU (for writing files)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def state_dict(self):
+        import torch
+
+        def cpu(x):
+            if isinstance(x, torch.Tensor):
+                return x.detach().cpu()
+            if isinstance(x, dict):
+                return type(x)((k, cpu(v)) for k, v in x.items())
+            if isinstance(x, (list, tuple)):
+                return type(x)(cpu(v) for v in x)
+            return x
+
+        return cpu(self.obj.state_dict())
+
+
 def evaluate(model, opts: dict, n_batches: int = 32, val_data=None) -> float:
     """Deterministic held-out loss: mean cross-entropy over fixed, evenly spaced validation windows.
 
@@ -337,6 +367,7 @@ def evaluate(model, opts: dict, n_batches: int = 32, val_data=None) -> float:
         raise ConfigError(f"evaluate: the validation split ({len(val_data)} tokens) is shorter than a window")
     starts = torch.from_numpy(np.linspace(0, len(val_data) - T - 1, n_batches * bs).round().astype(np.int64))
     offsets = torch.arange(T)
+    dev = next(model.parameters()).device
     was_training = model.training
     model.eval()
     total = 0.0
@@ -344,7 +375,7 @@ def evaluate(model, opts: dict, n_batches: int = 32, val_data=None) -> float:
         with torch.no_grad():
             for b in range(n_batches):
                 idx = starts[b * bs:(b + 1) * bs, None] + offsets[None, :]
-                total += float(model(val_data[idx], val_data[idx + 1]))
+                total += float(model(val_data[idx].to(dev), val_data[idx + 1].to(dev)))
     finally:
         model.train(was_training)
     return total / n_batches

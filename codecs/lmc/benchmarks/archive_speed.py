@@ -8,10 +8,16 @@ torch file, as training writes them) and each thread count, best of --repeat:
 - plain write: the bytes an add writes (both segments), written and fsynced; the bytes a restore writes;
 - add: Archive.add of N onto an archive holding L (L's raw folder beside N, as in a training run);
 - restore: Archive.restore of N and of L (coded against N);
-- the add's and the restore's seconds per phase (summed over the pool's threads: Archive.last_phases).
+- the add's and the restore's seconds per phase (summed over the pool's threads: Archive.last_phases);
+- add in the background: the seconds ``Archive.add(..., background=True)`` blocks (N coded alone and
+  committed) and the seconds until the re-coding of L behind it is done;
+- with ``--peers``, the same step N made durable by the peers at the same thread count: ZipNN (every tensor,
+  its own ``threads``, the blobs written and fsynced into one file; decompress) and torch DCP with its
+  ZStandard extension (``FileSystemWriter(thread_count=...)``, save and load of N's tensors).
 
-Usage: python codecs/lmc/benchmarks/archive_speed.py SERIES_FOLDER --steps L,N [--threads 1,2] [--out DIR]
-Uses lmc's public API only (and torch / safetensors to read the checkpoint's tensors for the codec baseline).
+Usage: python codecs/lmc/benchmarks/archive_speed.py SERIES_FOLDER --steps L,N [--threads 1,2] [--peers] [--out DIR]
+Uses lmc's public API only (and torch / safetensors to read the checkpoint's tensors for the codec baseline;
+zipnn and torch's DCP for the peers).
 """
 import argparse
 import json
@@ -83,7 +89,65 @@ def folder_bytes(folder):
     return out
 
 
-def run(series, lstep, nstep, threads, repeat, scratch):
+def peers(nt, threads, repeat, scratch):
+    """ZipNN and DCP + ZStandard making step N durable at ``threads`` threads: seconds and ratio."""
+    r = {}
+    raw = sum(v.nbytes for v in nt.values())
+    try:
+        from zipnn import ZipNN
+    except ImportError:
+        ZipNN = None
+    if ZipNN is not None:
+        zs = {}
+
+        def zcodec(v):
+            dt = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}.get(str(v.dtype))
+            key = dt or "byte"
+            if key not in zs:
+                zs[key] = (ZipNN(input_format="byte", bytearray_dtype=dt, threads=threads) if dt
+                           else ZipNN(input_format="byte", threads=threads))
+            return zs[key]
+
+        zblobs = {}
+
+        def zsave():
+            for k, v in nt.items():
+                zblobs[k] = zcodec(v).compress(v.tobytes())
+            write_fsync(os.path.join(scratch, "zipnn"), zblobs.values())
+
+        r["zipnn_save_s"] = best(zsave, repeat)
+        r["zipnn_ratio"] = raw / sum(len(b) for b in zblobs.values())
+        r["zipnn_decode_s"] = best(lambda: [zcodec(nt[k]).decompress(b) for k, b in zblobs.items()], repeat)
+        assert all(np.frombuffer(zcodec(nt[k]).decompress(b), np.uint8).tobytes() == nt[k].tobytes()
+                   for k, b in list(zblobs.items())[:4]), "zipnn round trip"
+    try:
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint._extension import ZStandard
+        zstd = ZStandard() if ZStandard.is_available() else None
+    except ImportError:
+        zstd = None
+    if zstd is not None:
+        import warnings
+
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        sd = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in nt.items()}
+        path = os.path.join(scratch, "dcp-zstd")
+
+        def dsave():
+            shutil.rmtree(path, ignore_errors=True)
+            subprocess.run(["sync"], check=False)
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(path, thread_count=threads, _extensions=[zstd]))
+
+        r["dcp_zstd_save_s"] = best(dsave, repeat)
+        r["dcp_zstd_ratio"] = raw / sum(len(b) for b in folder_bytes(path))
+        blank = {k: torch.empty_like(v) for k, v in sd.items()}
+        r["dcp_zstd_load_s"] = best(lambda: dcp.load(blank, storage_reader=dcp.FileSystemReader(path)), repeat)
+        shutil.rmtree(path, ignore_errors=True)
+    return r
+
+
+def run(series, lstep, nstep, threads, repeat, scratch, with_peers=False):
     lf, nf = (os.path.join(series, f"checkpoint-{s}") for s in (lstep, nstep))
     lt, nt = tensors(lf), tensors(nf)
     r = {"threads": threads}
@@ -111,6 +175,21 @@ def run(series, lstep, nstep, threads, repeat, scratch):
         phases.append(a.last_phases)
     k = int(np.argmin(adds))
     r["add_s"], r["add_phases"] = adds[k], phases[k]
+    # the same add in the background: what the caller waits for, and when the re-coding behind it is done
+    blocked, total = [], []
+    for i in range(repeat):
+        ap = os.path.join(scratch, f"b-{threads}-{i}")
+        shutil.copytree(base, ap)
+        a = Archive(ap, threads=threads)
+        subprocess.run(["sync"], check=False)
+        t0 = time.perf_counter()
+        a.add(nf, background=True)
+        blocked.append(time.perf_counter() - t0)
+        a.wait()
+        total.append(time.perf_counter() - t0)
+        shutil.rmtree(ap)
+    k = int(np.argmin(blocked))
+    r["add_bg_blocked_s"], r["add_bg_total_s"] = blocked[k], total[k]
     # peak memory of an add, in a child process (VmHWM: counts Numba's buffers and mapped pages)
     ap = os.path.join(scratch, f"a-{threads}-child")
     shutil.copytree(base, ap)
@@ -147,6 +226,9 @@ def run(series, lstep, nstep, threads, repeat, scratch):
         len(lmc.compress(v, reference=nt.get(k), threads=threads)) for k, v in lt.items())
     r["archive_over_blobs"] = r["add_bytes_written"] / blob_bytes
     r["mib_in"] = sum(len(b) for b in restored) / 2**20
+    r["archive_ratio_n"] = sum(v.nbytes for v in nt.values()) / sum(len(b) for b in blobs_n.values())
+    if with_peers:
+        r.update(peers(nt, threads, repeat, scratch))
     for d in os.listdir(scratch):
         if d.startswith(f"a-{threads}-") or d == f"base-{threads}":
             shutil.rmtree(os.path.join(scratch, d))
@@ -161,6 +243,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", default=None, help="folder for results.json and report.md")
     ap.add_argument("--scratch", default=None, help="where archives are written (default: a temporary folder)")
+    ap.add_argument("--peers", action="store_true", help="also ZipNN and DCP + ZStandard at each thread count")
     a = ap.parse_args()
     lstep, nstep = (int(x) for x in a.steps.split(","))
     scratch = a.scratch or tempfile.mkdtemp(prefix="lmc-archive-speed-")
@@ -171,7 +254,7 @@ def main():
     Archive(os.path.join(run_dir, "w")).add(os.path.join(a.series, f"checkpoint-{lstep}"))
     shutil.rmtree(run_dir)
     for t in (int(x) for x in a.threads.split(",")):
-        r = run(a.series, lstep, nstep, t, a.repeat, scratch)
+        r = run(a.series, lstep, nstep, t, a.repeat, scratch, a.peers)
         rows.append(r)
         print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
     if a.scratch is None:
@@ -194,6 +277,7 @@ def main():
 
 
 def report(meta, rows):
+    rows = sorted(rows, key=lambda r: r["threads"])
     L = [f"# Archive add and restore against the codec (lmc {meta['lmc']})", "",
          f"- command: `{meta['command']}`",
          f"- machine: {meta['machine']}, {meta['cores']} cores; python {meta['python']}; git {meta.get('git')}",
@@ -207,10 +291,30 @@ def report(meta, rows):
                  f"{r['add_vs_codec_plus_write']:.2f} | {r['decode_s']:.3f} | {r['plain_write_s']:.3f} | "
                  f"{r['restore_s']:.3f} | {r['restore_vs_decode_plus_write']:.2f} | {r['restore_prev_s']:.3f} | "
                  f"{r['archive_over_blobs']:.4f} | {r['add_child_peak_mib']:.0f} |")
-    if len(rows) > 1:
-        L += ["", f"Speed-up from {rows[0]['threads']} to {rows[-1]['threads']} threads: add "
-              f"{rows[0]['add_s'] / rows[-1]['add_s']:.2f}x, restore {rows[0]['restore_s'] / rows[-1]['restore_s']:.2f}x, "
-              f"codec {rows[0]['codec_s'] / rows[-1]['codec_s']:.2f}x"]
+    for r in rows[1:]:
+        b = rows[0]
+        L += ["", f"Speed-up from {b['threads']} to {r['threads']} threads: add {b['add_s'] / r['add_s']:.2f}x, "
+              f"restore {b['restore_s'] / r['restore_s']:.2f}x, codec {b['codec_s'] / r['codec_s']:.2f}x, "
+              f"decode {b['decode_s'] / r['decode_s']:.2f}x"]
+    L += ["", "Add in the background (`background=True`): what the caller waits for (N coded alone, committed) and "
+          "when the re-coding of the previous step behind it is done:", "",
+          "| threads | add s | background add: blocked s | background add: done s |", "|---:|---:|---:|---:|"]
+    for r in rows:
+        L.append(f"| {r['threads']} | {r['add_s']:.3f} | {r['add_bg_blocked_s']:.3f} | {r['add_bg_total_s']:.3f} |")
+    if any("zipnn_save_s" in r or "dcp_zstd_save_s" in r for r in rows):
+        L += ["", "Peers making step N durable at the same thread count (ZipNN: every tensor coded, the blobs "
+              "written and fsynced; DCP + ZStandard: `dcp.save` with `FileSystemWriter(thread_count=threads)`). "
+              "The archive's figures: its background add's blocked time (N alone, committed) and its full add "
+              "(N alone + the previous step re-coded against it); ratio of N alone:", "",
+              "| threads | lmc ratio | archive blocked s | archive add s | restore s | ZipNN ratio | ZipNN save s "
+              "| ZipNN decode s | DCP+zstd ratio | DCP+zstd save s | DCP+zstd load s |",
+              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        f = lambda r, k, n=3: f"{r[k]:.{n}f}" if k in r else "-"  # noqa: E731
+        for r in rows:
+            L.append(f"| {r['threads']} | {r['archive_ratio_n']:.4f} | {r['add_bg_blocked_s']:.3f} | "
+                     f"{r['add_s']:.3f} | {r['restore_s']:.3f} | {f(r, 'zipnn_ratio', 4)} | {f(r, 'zipnn_save_s')} | "
+                     f"{f(r, 'zipnn_decode_s')} | {f(r, 'dcp_zstd_ratio', 4)} | {f(r, 'dcp_zstd_save_s')} | "
+                     f"{f(r, 'dcp_zstd_load_s')} |")
     L += ["", "Add peak RSS: VmHWM of a child process that imports lmc and adds the step (its RSS before the add: "
           f"{rows[0]['add_child_rss_before_mib']:.0f} MiB; the step's largest tensor: "
           f"{rows[0]['largest_tensor_mib']:.1f} MiB)."]

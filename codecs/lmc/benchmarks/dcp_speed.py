@@ -3,7 +3,8 @@ ZStandard stream extension (and plain DCP uncompressed), on the same state dict:
 AdamW moments after a few real training steps (~300 MiB of float32 by default), saved twice, the second save
 against the first (``reference=``), as a training run saves its steps.
 
-    python benchmarks/dcp_speed.py [--layers 6 --d 512 --vocab 8192] [--repeats 3] [--threads N] [--dir DIR]
+    python codecs/lmc/benchmarks/dcp_speed.py [--layers 6 --d 512 --vocab 8192] [--repeats 3] [--threads N]
+                                              [--dcp-threads N] [--dir DIR]
 
 Prints, per repeat and as the best of the repeats: plain DCP (save, load), DCP + ZStandard (save, load, size),
 LMC (the first step saved alone, the second saved against it, which also re-codes the first against the second;
@@ -160,6 +161,8 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="lmc threads (default: all cores)")
+    p.add_argument("--dcp-threads", type=int, default=1,
+                   help="FileSystemWriter thread_count for plain DCP and DCP + ZStandard (default 1, DCP's own)")
     p.add_argument("--prefer", default="speed", choices=["speed", "size", "fast"],
                    help="the writer's lmc.compress prefer (default: speed, lmc's default)")
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
@@ -176,7 +179,8 @@ def main(argv=None):
     nbytes = sum(t.numel() * t.element_size() for _, t in tensors(s2))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"state: {nbytes / 2**20:.1f} MiB in {sum(1 for _ in tensors(s2))} tensors; torch {torch.__version__}, "
-          f"lmc {lmc.__version__}, {cores} cores, lmc threads {a.threads or 'all'}, prefer {a.prefer}")
+          f"lmc {lmc.__version__}, {cores} cores, lmc threads {a.threads or 'all'}, DCP thread_count {a.dcp_threads}, "
+          f"prefer {a.prefer}")
     root = tempfile.mkdtemp(prefix="dcp_speed-", dir=a.dir)
     rows = []
     try:
@@ -185,12 +189,13 @@ def main(argv=None):
             d = os.path.join(root, f"r{r}")
             os.makedirs(d)
             plain, zs = f"{d}/plain", f"{d}/zstd"
-            row["plain save"] = timed(lambda: dcp.save(s2, storage_writer=dcp.FileSystemWriter(plain)), "plain save")
+            row["plain save"] = timed(lambda: dcp.save(
+                s2, storage_writer=dcp.FileSystemWriter(plain, thread_count=a.dcp_threads)), "plain save")
             row["plain load"] = timed(lambda: dcp.load(blank(s2), storage_reader=dcp.FileSystemReader(plain)),
                                       "plain load")
             if zstd is not None:
                 row["zstd save"] = timed(lambda: dcp.save(
-                    s2, storage_writer=dcp.FileSystemWriter(zs, _extensions=[zstd])), "zstd save")
+                    s2, storage_writer=dcp.FileSystemWriter(zs, thread_count=a.dcp_threads, _extensions=[zstd])), "zstd save")
                 row["zstd load"] = timed(lambda: dcp.load(blank(s2), storage_reader=dcp.FileSystemReader(zs)),
                                          "zstd load")
                 row["zstd MiB"] = folder_mib(zs)
