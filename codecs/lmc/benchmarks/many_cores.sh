@@ -20,4 +20,4 @@ echo "machine: $(nproc) cores, $("$py" -c 'import platform; print(platform.proce
       "numpy", numpy.__version__, "torch", torch.__version__)'
 "$py" "$here/archive_speed.py" "$series" --steps "$steps" --threads "$threads" --repeat 2 --peers \
     --out "$out/archive_speed" | tee "$out/archive_speed.log"
-"$py" "$here/dcp_speed.py" --threads "$cores" --dcp-threads "$cores" --repeats 2 | tee "$out/dcp_speed.txt"
+"$py" "$here/dcp_speed.py" --threads "$cores" --dcp-threads "$cores" --repeats 2 --background | tee "$out/dcp_speed.txt"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import numpy as np
 
@@ -15,7 +16,8 @@ from ._dcp_folder import (
     FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint,
     item_json,
 )
-from ._storage import backend, canonical, is_url, join, relpath
+from ._dcp_pool import _Window, _item_threads
+from ._storage import TMP_PREFIX, backend, canonical, is_url, join, relpath
 
 
 def _location(path) -> str:
@@ -32,10 +34,12 @@ def _metadata_field(path, key):
         return None
 
 
-def _remove_unnamed(ck, named):
-    """Remove the data files of checkpoint ``ck`` that its (new) metadata no longer names."""
+def _remove_unnamed(ck, named, temporary=False):
+    """Remove the data files of checkpoint ``ck`` that its (new) metadata no longer names (and, with
+    ``temporary``, an interrupted writer's temporary files)."""
     for name in ck.fs.listdir():
-        if name.endswith(SUFFIX) and name.startswith("__") and name not in named:
+        if (name.endswith(SUFFIX) and name.startswith("__") and name not in named) \
+                or (temporary and name.startswith(TMP_PREFIX)):
             ck.fs.remove(name)
 
 
@@ -123,6 +127,7 @@ def prune(parent, keep_last=None, *, keep_every=None, keep_within=None, step_reg
     if keep_last is None and keep_every is None and keep_within is None:
         raise ValueError("lmc.dcp.prune: give at least one of keep_last, keep_every, keep_within")
     check_prefer(prefer, "lmc.dcp.prune")
+    wait(quiet=True)  # what a background save of this process left to re-code
     rx = re.compile(step_regex)
     parent = _location(parent)
     found = []
@@ -175,34 +180,121 @@ def _saved_at(path) -> float:
 
 def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
     """Re-code every item of checkpoint ``ck`` against ``target``'s same item (None: alone), into one new data
-    file of its folder, then replace its metadata atomically and remove the data files it no longer names."""
+    file of its folder, then replace its metadata atomically and remove the data files it no longer names.
+    Items are coded on worker threads (as a save's), written in order by this thread."""
+    _remove_unnamed(ck, {it.file for _, it in ck.items.values()}, temporary=True)  # an interrupted try's
     gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ck.items.values())
     rec = _Recoder(ck, f"__0_{gen}{SUFFIX}", threads, True, prefer)
+
+    def one(key, old):  # on a worker thread: (blob, record) of one item
+        t = target.items.get(key) if target is not None else None
+        n = _item_threads(threads, old.size)
+        if not (old.codec == "lmc" and t is not None and t[1].dtype == old.dtype and t[1].shape == old.shape
+                and t[1].codec == "lmc"):
+            return rec.carried(key, n)
+        npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]])
+        ref = np.asarray(target.decode(key, threads=n)).view(npdt)
+        arr = np.asarray(ck.decode(key, threads=n)).view(npdt)
+        blob = compress(arr, reference=ref, threads=n, prefer=prefer)
+        use = bool(info(blob)["has_reference"])
+        return blob, dict(codec="lmc", size=old.size, check=old.check, dtype=old.dtype, shape=old.shape,
+                          ref=(target.save_id, t[1].check) if use else None)
+
     new = {}
+    pool = _Window(threads)
     try:
         for key, (_idx, old) in ck.items.items():
-            t = target.items.get(key) if target is not None else None
-            if old.codec == "lmc" and t is not None and t[1].dtype == old.dtype and t[1].shape == old.shape \
-                    and t[1].codec == "lmc":
-                npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]])
-                ref = np.asarray(target.decode(key)).view(npdt)
-                arr = np.asarray(ck.decode(key)).view(npdt)
-                blob = compress(arr, reference=ref, threads=threads, prefer=prefer)
-                use = bool(info(blob)["has_reference"])
-                new[key] = rec._put(blob, codec="lmc", size=old.size, check=old.check, dtype=old.dtype,
-                                    shape=old.shape, ref=(target.save_id, t[1].check) if use else None)
-                del ref, arr
-            else:
-                new[key] = rec.carry(key)
+            for k, made in pool.submit(key, one, key, old):
+                new[k] = rec.put(*made)
+        for k, made in pool.drain():
+            new[k] = rec.put(*made)
         rec.commit()
     except BaseException:
         rec.abort()
         raise
+    finally:
+        pool.close()
     doc = dict(ck.doc)
     doc["format_version"] = FORMAT_VERSION  # its items may now name an XXH3-128 reference checksum
     used = any(it.ref is not None for it in new.values())
     doc["reference"] = ({"save_id": target.save_id, "path": relpath(target.path, ck.path),
                          "abspath": target.path} if used else None)
+    if target is not None:
+        doc.pop("group", None)  # (a group is counted at its chain's end)
+        doc["recoded_for"] = target.save_id  # done: what a save made with background=True left behind
     doc["items"] = [item_json(idx, new[k]) for k, (idx, _) in ck.items.items()]
     ck.fs.put(METADATA_FILE, json.dumps(doc, separators=(",", ":")).encode("utf-8"))
     _remove_unnamed(ck, {it.file for it in new.values()})
+
+
+# ------------------------------------------------------------------- re-coding behind a save (background=True)
+# A save made with background=True is complete, coded alone, when dcp.save returns; its reference is re-coded
+# against it on one thread of this process (the coordinator's), reading both from their files. Until that is
+# done the reference is complete too, coded alone: a kill loses nothing, it only leaves the older checkpoint
+# larger. The new checkpoint's metadata says what was left behind ("behind"); the next save against it finds a
+# re-coding that never finished (the older metadata lacks "recoded_for") and does it first.
+_behind: dict = {}  # canonical path of the folder being re-coded -> (thread, [exception])
+_behind_lock = threading.Lock()
+
+
+def start_behind(ref_path, new_path, threads, prefer):
+    """Re-code checkpoint ``ref_path`` against ``new_path`` on a (non-daemon) thread: the interpreter's exit,
+    :func:`wait`, and every later save, load and prune of this process wait for it."""
+    wait(quiet=True)  # one at a time: the next one may rewrite the folder this one reads
+
+    def run():
+        try:
+            _recode_against(CheckpointFolder(ref_path, threads), CheckpointFolder(new_path, threads), threads,
+                            prefer)
+        except BaseException as e:  # noqa: BLE001 - handed to wait()
+            err.append(e)
+
+    err: list = []
+    t = threading.Thread(target=run, name="lmc-dcp-behind", daemon=False)
+    with _behind_lock:
+        _behind[canonical(ref_path)] = (t, err)
+    t.start()
+
+
+def wait(quiet=False) -> None:
+    """Wait until every checkpoint that a ``background=True`` save of this process left to re-code is re-coded.
+    Raises the first error one met (the checkpoint it was re-coding is intact, coded alone); ``quiet``: warns
+    instead."""
+    with _behind_lock:
+        jobs = list(_behind.items())
+        _behind.clear()
+    first = None
+    for path, (t, err) in jobs:
+        t.join()
+        if err and first is None:
+            first = (path, err[0])
+    if first is not None:
+        path, e = first
+        msg = (f"lmc.dcp: the background re-coding of {path} failed ({type(e).__name__}: {e}); it stays "
+               "complete, coded alone")
+        if not quiet:
+            raise RuntimeError(msg) from e
+        import warnings
+
+        warnings.warn(msg + "; going on", RuntimeWarning, stacklevel=3)
+
+
+def finish_left_behind(ref: CheckpointFolder, threads, prefer):
+    """If ``ref`` was saved with background=True and the re-coding of its own reference never finished (a
+    kill), do it now (in this thread): its reference is complete, coded alone, and gets re-coded against it. A
+    failure here is a warning: that checkpoint stays as it is, complete."""
+    behind = ref.doc.get("behind")
+    if not isinstance(behind, dict) or not isinstance(behind.get("save_id"), str):
+        return
+    path = behind.get("abspath") if isinstance(behind.get("abspath"), str) else None
+    for p in filter(None, (join(ref.path, behind["path"]) if isinstance(behind.get("path"), str) else None, path)):
+        if _metadata_field(p, "save_id") == behind["save_id"]:
+            if _metadata_field(p, "recoded_for") != ref.save_id:
+                try:
+                    _recode_against(CheckpointFolder(p, threads), ref, threads, prefer)
+                except Exception as e:  # noqa: BLE001 - that checkpoint is intact: this save goes on
+                    import warnings
+
+                    warnings.warn(f"lmc.dcp: could not finish re-coding {p} against {ref.path} ({type(e).__name__}: "
+                                  f"{e}); it stays complete, coded alone", RuntimeWarning, stacklevel=2)
+            return

@@ -42,12 +42,12 @@ from ._dcp_folder import (  # the folder's format and its validated reader
     is_lmc_checkpoint, item_json, item_key, metadata_json, tensor_bytes,
 )
 from ._dcp_recode import (  # re-coding a checkpoint folder in place, and retention (prune)
-    _location, _metadata_field, _Recoder, _remove_unnamed, prune,
+    _location, _metadata_field, _Recoder, _remove_unnamed, finish_left_behind, prune, start_behind, wait,
 )
 from ._dcp_pool import _Window, _item_threads  # items coded and decoded on worker threads
 
 __all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save",
-           "prune"]
+           "prune", "wait"]
 
 # -------------------------------------------------------------------------------------------------- writer
 class LMCStorageWriter(StorageWriter):
@@ -67,6 +67,9 @@ class LMCStorageWriter(StorageWriter):
     two per worker in flight, each with one LMC thread (all of them for an item of 32 MiB or more). ``prefer``:
     ``"speed"`` (default), ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the
     reference's re-coded ones. Bytes items are stored as they are, or zlib-compressed when smaller.
+    ``background=True``: the save returns once this checkpoint is complete (coded alone); the reference is
+    re-coded against it on a thread of the coordinator's process, from the files (see :func:`wait`; a kill or a
+    failure leaves the reference complete, coded alone, and the next save against this one re-codes it first).
 
     A ``reference`` that is missing, incomplete (no ``lmc-metadata.json``: make the writer after the previous
     save, an ``async_save`` too, has completed) or the target itself is refused when the writer is made, with one
@@ -75,13 +78,14 @@ class LMCStorageWriter(StorageWriter):
     left in the folder are removed."""
 
     def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True,
-                 max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed"):
+                 max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed", background=False):
         super().__init__()
         check_prefer(prefer, "lmc.dcp")
         self.prefer = prefer
         if max_chain is not None and (isinstance(max_chain, bool) or not isinstance(max_chain, int) or max_chain < 1):
             raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")
         self.max_chain = max_chain
+        self.background = bool(background)
         self.path = _location(path)
         self.reference = None if reference is None else _location(reference)
         self.keyframe = bool(keyframe)
@@ -182,6 +186,7 @@ class LMCStorageWriter(StorageWriter):
                                  "which would become unloadable; save into another folder")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        wait(quiet=True)  # a re-coding a background save of this process left behind
         ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is created
         fs = backend(self.path, FormatError)
         fs.makedirs()
@@ -200,6 +205,7 @@ class LMCStorageWriter(StorageWriter):
                     if (name.endswith(SUFFIX) and name.startswith("__") and name not in named) \
                             or name.startswith(TMP_PREFIX):
                         ref.fs.remove(name)
+                finish_left_behind(ref, self.threads, self.prefer)  # a killed background save's re-coding
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
@@ -212,7 +218,7 @@ class LMCStorageWriter(StorageWriter):
         ref = self._reference_checkpoint()
         results = []
         recoder = None
-        if ref is not None:  # the reference's items re-coded against this save's, into a new data file of its own
+        if ref is not None and not self.background:  # the reference's items re-coded against this save's, into a new data file of its own
             gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
             recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer)
         f = None
@@ -315,11 +321,17 @@ class LMCStorageWriter(StorageWriter):
         doc = metadata_json(metadata, items, self.save_id, None, self.path,
                              group=1 if ref is None else self._group_of(ref))
         doc["time"] = int(time.time())  # when it was saved (re-coding it later keeps this)
+        behind = ref is not None and self.background
+        if behind:  # what is left to do once this save is complete (a kill: the next save does it)
+            me = self.path if is_url(self.path) else os.path.abspath(self.path)
+            doc["behind"] = {"save_id": ref.save_id, "path": relpath(ref.path, me), "abspath": ref.path}
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
         fs = backend(self.path, FormatError)
         fs.put(METADATA_FILE, data, sync=self.sync_files)  # the commit point (a rename, or one PUT)
         fs.put(PLAIN_METADATA, _SIGNPOST, sync=self.sync_files)
-        if ref is None:
+        if behind:
+            start_behind(ref.path, self.path, self.threads, self.prefer)
+        if ref is None or behind:
             return
         # this checkpoint is complete; now the reference's metadata names its re-coded items (one atomic
         # replace: a crash before it leaves the reference as it was, coded alone, and complete)
@@ -411,6 +423,7 @@ class LMCStorageReader(StorageReader):
         return is_lmc_checkpoint(checkpoint_id)
 
     def read_metadata(self, *args, **kwargs) -> Metadata:
+        wait(quiet=True)  # a folder a background save of this process is re-coding: read it once done
         if kwargs.get("rank") is not None:
             raise FileNotFoundError("lmc.dcp writes no rank-local metadata")
         self._ckpt = CheckpointFolder(self.path, self.threads)
