@@ -49,7 +49,7 @@ class _Recoder:
 
     def __init__(self, ref: CheckpointFolder, name: str, threads, sync, prefer="speed"):
         self.ref, self.name, self.threads, self.prefer = ref, name, threads, prefer
-        self.f = ref.fs.open_write(name, sync=sync, parallel=True)
+        self.f = ref.fs.open_write(name, sync=sync)
         head = MAGIC + ref.save_id.encode("ascii")
         self.f.write(head)
         self.pos = len(head)  # where the next blob goes

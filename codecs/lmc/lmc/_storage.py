@@ -133,10 +133,9 @@ class Local:
     def open_read(self, name):
         return open(self.where(name), "rb")
 
-    def open_write(self, name, sync=True, parallel=False):
-        """A writer whose file appears under `name`, whole, at ``commit()`` (``abort()``: never). ``parallel``:
-        ``write`` returns at once and the bytes go out on writer threads (see :class:`_LocalWriter`)."""
-        return _LocalWriter(self, name, sync, parallel)
+    def open_write(self, name, sync=True):
+        """A writer whose file appears under `name`, whole, at ``commit()`` (``abort()``: never)."""
+        return _LocalWriter(self, name, sync)
 
     def rmtree(self):
         shutil.rmtree(self.root)
@@ -156,81 +155,18 @@ class Local:
 
 
 class _LocalWriter:
-    """A temporary file renamed into place at ``commit()``. With ``parallel``, each ``write`` only claims the
-    next offset and hands the bytes to a few writer threads (``os.pwrite`` releases the GIL: one thread copying
-    gigabytes into the page cache is a save's tail on many cores), with at most ``IN_FLIGHT`` bytes waiting;
-    every ``FLUSH_EVERY`` bytes one of them starts the file's writeback (``fdatasync``), so ``commit``'s fsync
-    finds little left. The bytes and their order on disk are the same as sequential writes'. The caller must
-    not change a buffer it has handed to ``write``."""
-
-    THREADS = 4
-    IN_FLIGHT = 256 << 20
-    FLUSH_EVERY = 512 << 20
-
-    def __init__(self, b, name, sync=True, parallel=False):
+    def __init__(self, b, name, sync=True):
         self.b, self.name, self.sync = b, name, sync
         self.tmp = b.where(TMP_PREFIX + name)
         self.f = open(self.tmp, "wb")
-        self.pos = 0
-        self._pool = None
-        if parallel:
-            import threading
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(self.THREADS, thread_name_prefix="lmc-write")
-            self._cv = threading.Condition()
-            self._waiting, self._error, self._futures, self._unflushed = 0, None, [], 0
 
     def write(self, data):
-        if self._pool is None:
-            self.f.write(data)
-            return
-        n = len(data)
-        with self._cv:
-            while self._waiting > 0 and self._waiting + n > self.IN_FLIGHT and self._error is None:
-                self._cv.wait()
-            if self._error is not None:
-                raise self._error
-            self._waiting += n
-        off, self.pos = self.pos, self.pos + n
-        self._futures = [f for f in self._futures if not f.done() or f.exception() is not None]
-        self._futures.append(self._pool.submit(self._pwrite, data, off, n))
-        self._unflushed += n
-        if self.sync and self._unflushed >= self.FLUSH_EVERY:
-            self._unflushed = 0
-            self._futures.append(self._pool.submit(os.fdatasync, self.f.fileno()))
-
-    def _pwrite(self, data, off, n):
-        try:
-            view, fd = memoryview(data).cast("B"), self.f.fileno()
-            while len(view):
-                w = os.pwrite(fd, view, off)
-                view, off = view[w:], off + w
-        except BaseException as e:
-            with self._cv:
-                self._error = self._error or e
-            raise
-        finally:
-            with self._cv:
-                self._waiting -= n
-                self._cv.notify_all()
-
-    def _drain(self):
-        """Wait for every pending write; raise the first error."""
-        if self._pool is None:
-            return
-        pool, self._pool = self._pool, None
-        pool.shutdown(wait=True)
-        for fut in self._futures:
-            fut.result()
-        if self._error is not None:
-            raise self._error
+        self.f.write(data)
 
     def tell(self):
-        return self.pos if self._pool is not None else self.f.tell()
+        return self.f.tell()
 
     def commit(self):
-        self._drain()
         self.f.flush()
         if self.sync:
             os.fsync(self.f.fileno())
@@ -240,8 +176,6 @@ class _LocalWriter:
             fsync_dir(self.b.root)
 
     def abort(self):
-        with contextlib.suppress(BaseException):
-            self._drain()
         with contextlib.suppress(OSError):
             self.f.close()
         with contextlib.suppress(OSError):
@@ -333,8 +267,8 @@ class Remote:
     def open_read(self, name):
         return self.fs.open(self.where(name), "rb")
 
-    def open_write(self, name, sync=True, parallel=False):
-        return _RemoteWriter(self, name)  # (an upload: parallel writes would not help)
+    def open_write(self, name, sync=True):
+        return _RemoteWriter(self, name)
 
     def rmtree(self):
         self._fresh(self.root)

@@ -225,7 +225,7 @@ class LMCStorageWriter(StorageWriter):
         pool = _Window(self.threads)
         try:
             # a local file appears by a rename when complete; an object when its upload completes
-            f = backend(self.path, FormatError).open_write(name, sync=self.sync_files, parallel=True)
+            f = backend(self.path, FormatError).open_write(name, sync=self.sync_files)
             head = MAGIC + sp.save_id.encode("ascii")
             f.write(head)
             pos = [len(head)]  # where the next blob goes (counted: a tell() is a system call)
