@@ -31,9 +31,10 @@ LABELS = {
     "lmc_archive_bg": "LMC archive via LMCArchiveCallback (worker thread)",
     "lmc_archive_behind": "LMC archive, Archive.add(background=True): the previous step re-coded behind",
     "lmc_dcp": "LMC DCP writer (dcp.save)",
+    "lmc_dcp_behind": "LMC DCP writer, background=True: the previous step re-coded behind",
     "lmc_dcp_async": "LMC DCP writer (dcp.async_save)",
 }
-ASYNC = {"lmc_archive_bg", "lmc_archive_behind", "lmc_dcp_async"}
+ASYNC = {"lmc_archive_bg", "lmc_archive_behind", "lmc_dcp_async", "lmc_dcp_behind"}
 
 
 def load_rows(run_dir: str) -> pd.DataFrame:

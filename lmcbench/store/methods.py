@@ -310,6 +310,29 @@ class LMCDCPAsync(LMCDCP):
         return blocked, time.perf_counter() - t0, dir_bytes(self.dir) - before
 
 
+class LMCDCPBehind(LMCDCP):
+    """``LMCStorageWriter(..., background=True)``: blocked until the new step is complete, coded alone; the
+    previous step's re-code against it runs on a thread of the process, complete at ``lmc.dcp.wait()``."""
+
+    name = "lmc_dcp_behind"
+    asynchronous = True
+
+    def writer(self, step, keyframe):
+        w = super().writer(step, keyframe)
+        w.background = True
+        return w
+
+    def save(self, state, step, keyframe):
+        import lmc.dcp
+
+        before = dir_bytes(self.dir)
+        t0 = time.perf_counter()
+        self._save(state, step, keyframe)
+        blocked = time.perf_counter() - t0
+        lmc.dcp.wait()
+        return blocked, time.perf_counter() - t0, dir_bytes(self.dir) - before
+
+
 def write_trainer_folder(state, folder: str) -> None:
     """``model.safetensors`` and ``optimizer.pt``, as a Trainer writes a checkpoint folder."""
     from safetensors.torch import save_file
@@ -420,7 +443,7 @@ class LMCArchiveRecodeBehind(LMCArchive):
 
 
 ALL = {m.name: m for m in (TorchSave, ZstdTorchSave, ZipNNPerTensor, DCP, DCPZstd, LMCArchive,
-                           LMCArchiveInBackground, LMCArchiveRecodeBehind, LMCDCP, LMCDCPAsync)}
+                           LMCArchiveInBackground, LMCArchiveRecodeBehind, LMCDCP, LMCDCPAsync, LMCDCPBehind)}
 
 
 def unavailable(name: str) -> str | None:

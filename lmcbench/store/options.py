@@ -12,7 +12,7 @@ from ..errors import ConfigError
 
 # every way of saving a checkpoint the task knows, in report order
 METHODS = ["torch_save", "zstd_torch_save", "zipnn", "dcp", "dcp_zstd", "lmc_archive", "lmc_archive_bg",
-           "lmc_archive_behind", "lmc_dcp", "lmc_dcp_async"]
+           "lmc_archive_behind", "lmc_dcp", "lmc_dcp_async", "lmc_dcp_behind"]
 # store.variants: the dtype the model weights are saved in (the Adam moments stay as they are: fp32)
 VARIANTS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
