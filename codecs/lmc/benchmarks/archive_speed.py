@@ -163,33 +163,23 @@ def run(series, lstep, nstep, threads, repeat, scratch, with_peers=False):
     r["decode_s"] = best(lambda: [lmc.decompress(b, threads=threads) for b in blobs_n.values()], repeat)
     base = os.path.join(scratch, f"base-{threads}")
     Archive(base, threads=threads).add(lf)
-    adds, phases = [], []
-    for i in range(repeat):
-        ap = os.path.join(scratch, f"a-{threads}-{i}")
-        shutil.copytree(base, ap)
-        a = Archive(ap, threads=threads)
-        subprocess.run(["sync"], check=False)
-        t0 = time.perf_counter()
-        a.add(nf)
-        adds.append(time.perf_counter() - t0)
-        phases.append(a.last_phases)
-    k = int(np.argmin(adds))
-    r["add_s"], r["add_phases"] = adds[k], phases[k]
+    def add(tag, background):  # (seconds the call blocked, seconds until complete, its phases), one copy each
+        runs = []
+        for i in range(repeat):
+            ap = os.path.join(scratch, f"{tag}-{threads}-{i}")
+            shutil.copytree(base, ap)
+            a = Archive(ap, threads=threads)
+            subprocess.run(["sync"], check=False)
+            t0 = time.perf_counter()
+            a.add(nf, background=background)
+            blocked = time.perf_counter() - t0
+            a.wait()
+            runs.append((blocked, time.perf_counter() - t0, a.last_phases))
+        return min(runs, key=lambda x: x[0]), int(np.argmin([x[0] for x in runs]))
+
+    (r["add_s"], _, r["add_phases"]), k = add("a", False)
     # the same add in the background: what the caller waits for, and when the re-coding behind it is done
-    blocked, total = [], []
-    for i in range(repeat):
-        ap = os.path.join(scratch, f"b-{threads}-{i}")
-        shutil.copytree(base, ap)
-        a = Archive(ap, threads=threads)
-        subprocess.run(["sync"], check=False)
-        t0 = time.perf_counter()
-        a.add(nf, background=True)
-        blocked.append(time.perf_counter() - t0)
-        a.wait()
-        total.append(time.perf_counter() - t0)
-        shutil.rmtree(ap)
-    k = int(np.argmin(blocked))
-    r["add_bg_blocked_s"], r["add_bg_total_s"] = blocked[k], total[k]
+    (r["add_bg_blocked_s"], r["add_bg_total_s"], _), _ = add("b", True)
     # peak memory of an add, in a child process (VmHWM: counts Numba's buffers and mapped pages)
     ap = os.path.join(scratch, f"a-{threads}-child")
     shutil.copytree(base, ap)
@@ -230,7 +220,7 @@ def run(series, lstep, nstep, threads, repeat, scratch, with_peers=False):
     if with_peers:
         r.update(peers(nt, threads, repeat, scratch))
     for d in os.listdir(scratch):
-        if d.startswith(f"a-{threads}-") or d == f"base-{threads}":
+        if d.startswith((f"a-{threads}-", f"b-{threads}-")) or d == f"base-{threads}":
             shutil.rmtree(os.path.join(scratch, d))
     return r
 
