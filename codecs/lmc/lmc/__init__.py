@@ -5,7 +5,7 @@
 >>> np.array_equal(lmc.decompress(lmc.compress(x)), x)
 True
 """
-from ._core import FormatError, OutputLimitError, compress, decompress, info, shaped
+from .api import FormatError, OutputLimitError, compress, decompress, info, shaped
 
 __version__ = "0.3.6"
 __all__ = ["compress", "decompress", "info", "shaped", "FormatError", "OutputLimitError", "__version__"]

@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-from ._core import FormatError, decompress
+from .api import FormatError, decompress
 from ._storage import backend, canonical, is_url, join
 from .formats.dtypes import DTYPES
 

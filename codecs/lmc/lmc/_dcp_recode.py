@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from ._core import FormatError, check_prefer, compress, info, shaped
+from .api import FormatError, check_prefer, compress, info, shaped
 from ._dcp_folder import (
     FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint,
     item_json,

@@ -33,7 +33,7 @@ from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from ._core import FormatError, check_prefer, compress, shaped
+from .api import FormatError, check_prefer, compress, shaped
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from ._files import atomic_file
 from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath

@@ -13,7 +13,7 @@ import numpy as np
 from numcodecs.abc import Codec
 from numcodecs.compat import ensure_contiguous_ndarray, ensure_ndarray, ndarray_copy
 
-from . import _core
+from . import api
 
 
 def _typed(arr):
@@ -21,7 +21,7 @@ def _typed(arr):
     dt = arr.dtype
     if dt.byteorder != ">":
         try:
-            _core._dtype_code(dt)
+            api._dtype_code(dt)
             return arr
         except TypeError:
             pass
@@ -60,16 +60,16 @@ class LMC(Codec):
 
     def __init__(self, dtype=None, chunk_size=None, threads=None, max_output_bytes=None, prefer="speed",
                  format_version=None):
-        self.dtype = None if dtype is None else str(np.dtype(_core._as_dtype(dtype)))
+        self.dtype = None if dtype is None else str(np.dtype(api._as_dtype(dtype)))
         self.chunk_size = None if chunk_size is None else int(chunk_size)
         self.threads = None if threads is None else int(threads)
         if max_output_bytes is not None and (isinstance(max_output_bytes, bool) or int(max_output_bytes) < 0):
             raise ValueError(f"lmc: max_output_bytes must be an int >= 0 or None, got {max_output_bytes!r}")
         self.max_output_bytes = None if max_output_bytes is None else int(max_output_bytes)
-        _core.check_prefer(prefer, "lmc")
+        api.check_prefer(prefer, "lmc")
         self.prefer = prefer
-        if format_version is not None and (isinstance(format_version, bool) or format_version not in _core.VERSIONS):
-            raise ValueError(f"lmc: format_version must be one of {_core.VERSIONS} or None, got {format_version!r}")
+        if format_version is not None and (isinstance(format_version, bool) or format_version not in api.VERSIONS):
+            raise ValueError(f"lmc: format_version must be one of {api.VERSIONS} or None, got {format_version!r}")
         self.format_version = format_version
 
     def encode(self, buf):
@@ -79,7 +79,7 @@ class LMC(Codec):
         # a flat view in memory order (raises TypeError for object arrays, ValueError for non-contiguous ones)
         flat = ensure_contiguous_ndarray(buf)
         if self.dtype is not None:
-            dt = _core._as_dtype(self.dtype)
+            dt = api._as_dtype(self.dtype)
             if flat.nbytes % dt.itemsize:
                 raise ValueError(f"lmc: {flat.nbytes} bytes are not a whole number of {self.dtype} elements")
             arr = flat.view(np.uint8).view(dt)
@@ -91,7 +91,7 @@ class LMC(Codec):
         else:
             arr = flat.view(np.uint8)
         fv = {} if self.format_version is None else {"format_version": self.format_version}
-        return _core.compress(arr, threads=self.threads, chunk_size=self.chunk_size, prefer=self.prefer, **fv)
+        return api.compress(arr, threads=self.threads, chunk_size=self.chunk_size, prefer=self.prefer, **fv)
 
     def decode(self, buf, out=None):
         if out is not None:
@@ -105,7 +105,7 @@ class LMC(Codec):
         if out is not None:   # a blob that cannot fit out is refused before it is decoded
             nb = ensure_ndarray(out).nbytes
             limit = nb if limit is None else min(limit, nb)
-        dec = _core.decompress(blob, threads=self.threads, max_output_bytes=limit)
+        dec = api.decompress(blob, threads=self.threads, max_output_bytes=limit)
         if out is None:
             return dec
         if ensure_ndarray(out).nbytes != dec.nbytes:

@@ -30,7 +30,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
-from lmc import _core  # noqa: E402
+from lmc import api  # noqa: E402
 
 CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx", 6: "delta"}
 STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
@@ -244,7 +244,7 @@ def load_corpus(path):
     meta = json.loads(z["meta"].tobytes().decode())
     out = []
     for i, m in enumerate(meta):
-        dt = _core._as_dtype(m["dtype"])
+        dt = api._as_dtype(m["dtype"])
         x = z[f"x{i}"].view(dt).reshape(m["shape"])
         ref = z[f"r{i}"].view(dt).reshape(m["shape"]) if f"r{i}" in z else None
         out.append(dict(name=m["name"], x=x, ref=ref, blob=z[f"b{i}"].tobytes()))
@@ -260,13 +260,13 @@ class Blob:
 
     def __init__(self, blob):
         buf = np.frombuffer(blob, np.uint8)
-        h = _core._parse_header(buf)
+        h = api._parse_header(buf)
         self.h = h
         self.version, self.code, self.shape = h["version"], h["code"], list(h["shape"])
         self.chunk, self.refhash = h["chunk"], h["refhash"]
         self.chks = [int(c) for c in h["chks"]]
         self.payloads = [bytes(blob[o:o + s]) for o, s in zip(h["offsets"], h["sizes"])]
-        self.ns = _core._nstreams(h["unit"], h["layout"])
+        self.ns = api._nstreams(h["unit"], h["layout"])
         self.W = 32 if h["unit"] == 4 else 16
         self.fields = [self.chunk_fields(c) for c in range(h["nch"])]
         self.hl = len(blob) - int(h["sizes"].sum())   # header + chunk table + CRC
@@ -376,7 +376,7 @@ class Blob:
         chunk = hdr.get("chunk", self.chunk)
         refhash = hdr.get("refhash", self.refhash)
         nch = hdr.get("nch", len(sizes))
-        head = bytearray(_core.MAGIC)
+        head = bytearray(api.MAGIC)
         head += struct.pack("<BBBB", version, code, 0 if refhash is None else 1, len(shape))
         head += struct.pack(f"<{len(shape)}Q", *shape)
         head += struct.pack("<II", chunk, nch)

@@ -51,8 +51,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
-from lmc import _core  # noqa: E402
-from lmc._kbase import ck_mode  # noqa: E402
+from lmc import api  # noqa: E402
+from lmc.kernels.base import ck_mode  # noqa: E402
 from fuzz_blobs import (  # noqa: E402,F401  (the seed blobs and the blob parser; re-exported)
     CHUNK_NAMES, STREAM_NAMES, Blob, build_corpus, coverage, delta_specs, load_corpus, pred_specs, save_corpus)
 from fuzz_modes import (  # noqa: E402,F401  (the mode-4, -5 and -6 forgeries; re-exported)
@@ -192,16 +192,16 @@ def mutations(b, rng, ref):
         return ("hdr:shape", owner, b.pack(shape=shp), None if ref is None else ref.reshape(shp),
                 ("reshape", shp, None))
     if sub == 3:             # another dtype of the same unit size
-        same = [k for k, (dt, u, _) in _core._DTYPES.items() if u == b.h["unit"] and k != b.code]
+        same = [k for k, (dt, u, _) in api._DTYPES.items() if u == b.h["unit"] and k != b.code]
         code = int(rng.choice(same))
-        r = None if ref is None else ref.view(_core._DTYPES[code][0])
+        r = None if ref is None else ref.view(api._DTYPES[code][0])
         return "hdr:dtype", owner, b.pack(code=code), r, ("relabel", code, None)
     if sub == 4 and ref is not None:   # a wrong reference with its hash forged into the header
         bad = ref.copy()
         bu = bad.reshape(-1).view(np.uint8)
         k = int(rng.integers(bu.size))
         bu[k] ^= 1 << int(rng.integers(8))
-        h = _core._ref_hash(_core._ro_bytes(bad), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(b.version))
+        h = api._ref_hash(api._ro_bytes(bad), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(b.version))
         return "ref:forged_hash", owner, b.pack(refhash=h), bad, None
     if ref is not None:      # a wrong reference, hash left (must be refused)
         bad = ref.copy()
@@ -302,8 +302,8 @@ def _valid_table_mutation(b, c, p, F, rng):
 def selftest():
     """The checked build must turn an overrun into IndexError (else the fuzzer
     could not see one): a checked helper and a kernel's own indexing."""
-    from lmc import _intrinsics as I
-    from lmc import _kbase as K
+    from lmc.kernels import intrinsics as I
+    from lmc.kernels import base as K
     a = np.zeros(10, np.uint8)
     caught = []
     for name, fn in [("load_u64", lambda: I.load_u64(a, 3)), ("ld", lambda: I.ld(a, -1)),
@@ -335,7 +335,7 @@ def _expected(x, spec):
         return x.reshape(arg)
     if what == "empty":
         return np.empty(arg, x.dtype)
-    return x.view(_core._DTYPES[arg][0])
+    return x.view(api._DTYPES[arg][0])
 
 
 def run(corpus, cases, seed=0, stop_after=20, log=None, stack=0.0):
@@ -419,14 +419,14 @@ def main(argv=None):
     if a.save_corpus:
         save_corpus(corpus, a.save_corpus)
         return 0
-    from lmc import _intrinsics
+    from lmc.kernels import intrinsics
     import numba
     t = time.time()
     stats, failures = run(corpus, a.cases, a.seed, stack=a.stack,
                           log=lambda f: print("FAIL", {k: v for k, v in f.items() if k != "blob"},
                                               flush=True))
     summary = dict(cases=stats["cases"], seconds=round(time.time() - t, 1), seed=a.seed, stack=a.stack,
-                   build=dict(jit=not numba.config.DISABLE_JIT, checked_helpers=_intrinsics.CHECKED,
+                   build=dict(jit=not numba.config.DISABLE_JIT, checked_helpers=intrinsics.CHECKED,
                               numba_boundscheck=bool(numba.config.BOUNDSCHECK)),
                    coverage=dict(sorted(coverage(corpus).items())),
                    outcome=dict(stats["outcome"]), by_owner=dict(sorted(stats["by_owner"].items())),

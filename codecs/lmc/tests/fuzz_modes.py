@@ -10,11 +10,11 @@ import struct
 import numpy as np
 
 import pyref
-from lmc import _core
-from lmc._kbase import LAYOUT_PLANES as _LAYOUT_PLANES, ck_mode
+from lmc import api
+from lmc.kernels.base import LAYOUT_PLANES as _LAYOUT_PLANES, ck_mode
 
 
-# FormatError messages a forgery must get (FORMAT.md; _kbase.ERROR_MESSAGES)
+# FormatError messages a forgery must get (FORMAT.md; kbase.ERROR_MESSAGES)
 MSG_PRED = "predicted-exponent chunk"
 MSG_TRUNC = "chunk data truncated"
 MSG_VERSION = "newer than the blob's format version"
@@ -178,7 +178,7 @@ def _mctx_mutation(b, rng, ref):
         v = int(rng.choice([2, 4]))
         h = b.refhash
         if ref is not None:
-            h = _core._ref_hash(_core._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
+            h = api._ref_hash(api._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
         return f"mctx:in_v{v}", "mctx", b.pack(version=v, refhash=h), ref, ("error", MSG_VERSION, None)
     if sub == "as_f16":     # the same units read as float16: no mode 5 there (the message required where
         # chunk 0 is the mode-5 chunk: another chunk before it may fail first, as float16 streams)
@@ -291,17 +291,17 @@ def _delta_mutation(b, rng, ref):
         v = int(rng.choice([2, 4, 5]))
         h = b.refhash
         if ref is not None:
-            h = _core._ref_hash(_core._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
+            h = api._ref_hash(api._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
         exp = ("error", MSG_VERSION, None) if dc[0] == 0 or v == 5 else None
         return f"delta:in_v{v}", "delta", b.pack(version=v, refhash=h), ref, exp
     if sub == "as_int":     # the same units as an integer dtype: no mode 6 there
         code = int(rng.choice([7, 8] if unit == 2 else [9, 10]))
-        r = None if ref is None else ref.view(_core._DTYPES[code][0])
+        r = None if ref is None else ref.view(api._DTYPES[code][0])
         exp = ("error", MSG_FLAGS, None) if dc[0] == 0 else ("relabel", code, None)
         return "delta:as_int", "delta", b.pack(code=code), r, exp
     if sub == "as_float" and unit == 2:   # bf16 <-> fp16: a delta chunk decodes to the same units
         code = 2 if b.code == 3 else 3
-        r = None if ref is None else ref.view(_core._DTYPES[code][0])
+        r = None if ref is None else ref.view(api._DTYPES[code][0])
         return "delta:as_float", "delta", b.pack(code=code), r, ("relabel", code, None)
     # records: one record replaced by a raw one of random bytes of its length (valid structure; a nibble
     # record's unused final nibble may be set: refused then)

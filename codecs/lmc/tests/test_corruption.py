@@ -32,17 +32,17 @@ def test_every_single_bit_flip_detected():
 
 
 def test_invalid_huffman_tables_rejected():
-    from lmc import _khuffman
+    from lmc.kernels import huffman as khuffman
     dec = np.empty(2048, np.uint16)
     lens = np.zeros(256, np.uint8)
     lens[:3] = [1, 2, 3]          # Kraft sum < 1
-    assert not _khuffman.build_decode_table(lens, dec)
+    assert not khuffman.build_decode_table(lens, dec)
     lens[:3] = [1, 1, 1]          # Kraft sum > 1
-    assert not _khuffman.build_decode_table(lens, dec)
+    assert not khuffman.build_decode_table(lens, dec)
     lens[:3] = [1, 2, 12]         # too long
-    assert not _khuffman.build_decode_table(lens, dec)
+    assert not khuffman.build_decode_table(lens, dec)
     lens[:3] = [1, 2, 2]
-    assert _khuffman.build_decode_table(lens, dec)
+    assert khuffman.build_decode_table(lens, dec)
 
 
 def _tab(vals, lo, hi):
@@ -53,12 +53,12 @@ def _tab(vals, lo, hi):
 
 
 def test_invalid_rans_tables_rejected():
-    from lmc import _krans
+    from lmc.kernels import rans as krans
     f = np.zeros(256, np.int64)
     cm = np.zeros(256, np.int64)
 
     def rd(a, maxsym=255):
-        return _krans.read_freq_table(a, 0, a.size, maxsym, f, 0, cm)
+        return krans.read_freq_table(a, 0, a.size, maxsym, f, 0, cm)
     assert rd(_tab([4000, 96], 3, 4)) == 5              # valid: 2 + 2 + 1 bytes
     assert rd(_tab([4000, 95], 3, 4)) == -1             # incomplete (sum 4095)
     assert rd(_tab([4000, 97], 3, 4)) == -1             # over-full (4097)
@@ -72,28 +72,28 @@ def test_invalid_rans_tables_rejected():
 
 
 def test_rans_final_state_checked():
-    from lmc import _kbase, _krans
+    from lmc.kernels import base as kbase, rans as krans
     f = np.zeros(256, np.int64)
     f[:2] = [3000, 1096]
     cm = np.zeros(256, np.int64)
-    _krans.cum_freqs(f, 0, cm)
+    krans.cum_freqs(f, 0, cm)
     seq = np.random.default_rng(0).integers(0, 2, 1000).astype(np.uint8)
     buf = np.zeros(2016, np.uint8)
-    p = _krans.rans_encode(seq, seq, False, 1000, f, cm, buf)
+    p = krans.rans_encode(seq, seq, False, 1000, f, cm, buf)
     s = buf[p:].copy()
     dt = np.zeros(4096, np.uint32)
-    _krans.build_rans_dtab(f, cm, 0, dt, 0)
+    krans.build_rans_dtab(f, cm, 0, dt, 0)
     out = np.zeros(1000, np.uint8)
-    assert _krans.rans_decode(s, 0, s.size, dt, out, False, out, 1000) == _kbase.OK
+    assert krans.rans_decode(s, 0, s.size, dt, out, False, out, 1000) == kbase.OK
     assert np.array_equal(out, seq)
     for bad in (s[:-2], np.concatenate([s, [0, 0]]).astype(np.uint8)):
-        assert _krans.rans_decode(bad, 0, bad.size, dt, out, False, out, 1000) != _kbase.OK
+        assert krans.rans_decode(bad, 0, bad.size, dt, out, False, out, 1000) != kbase.OK
     s2 = s.copy()
     s2[0] ^= 1  # initial state changed: final state no longer 2^16 (or overrun)
-    assert _krans.rans_decode(s2, 0, s2.size, dt, out, False, out, 1000) != _kbase.OK
+    assert krans.rans_decode(s2, 0, s2.size, dt, out, False, out, 1000) != kbase.OK
     s3 = s.copy()
     s3[:4] = 0  # state below 2^16
-    assert _krans.rans_decode(s3, 0, s3.size, dt, out, False, out, 1000) == _kbase.ERR_RANS
+    assert krans.rans_decode(s3, 0, s3.size, dt, out, False, out, 1000) == kbase.ERR_RANS
 
 
 def _refix_crc(b):
@@ -138,7 +138,7 @@ def test_every_single_bit_flip_detected_v2():
     x, r = train_pair(ml_dtypes.bfloat16, 400, 3)
     blob = lmc.compress(x, reference=r, chunk_size=200, format_version=3)
     assert lmc.info(blob)["version"] == 2
-    h = len(blob) - sum(lmc._core._parse_header(np.frombuffer(blob, np.uint8))["sizes"])
+    h = len(blob) - sum(lmc.api._parse_header(np.frombuffer(blob, np.uint8))["sizes"])
     e_pos = {h + 1}  # first chunk (temporal): mode byte, then E
     assert blob[h] == 3
     exact = set()

@@ -14,8 +14,8 @@ import pyref
 from delta_parts import (BF, DTS, IDS, UINT, _esc_set, _heads, _modes, _one_chunk_blob, _parse, _parts, _payload,
                          _round_trip, _top, _with, _z)
 from fuzz_blobs import Blob, delta_pair, stepped
-from lmc import _core
-from lmc._kbase import ck_mode
+from lmc import api
+from lmc.kernels.base import ck_mode
 from make_vectors import train_pair
 
 
@@ -249,7 +249,7 @@ def test_escapes_per_block(dt, q):
 def _relabel_version(b, v, r):
     """The blob as version v, its reference hash recomputed for that version's checksums (it is checked
     first)."""
-    h = _core._ref_hash(_core._ro_bytes(r), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
+    h = api._ref_hash(api._ro_bytes(r), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
     return b.pack(version=v, refhash=h)
 
 
@@ -288,7 +288,7 @@ def test_relabelled_dtypes():
         x, r = delta_pair(dt, 3000, 12, spread=2)
         b = Blob(lmc.compress(x, reference=r, chunk_size=1000, prefer="fast"))
         assert _modes(b.pack()) == [6] * 3
-        rr = r.view(_core._DTYPES[code][0])
+        rr = r.view(api._DTYPES[code][0])
         with pytest.raises(lmc.FormatError, match="chunk 0: invalid chunk flags byte"):
             lmc.decompress(b.pack(code=code), reference=rr)
         with pytest.raises(ValueError):

@@ -5,29 +5,29 @@ import numpy as np
 import pytest
 
 import lmc
-from lmc import _kbase, _kstreams
-from lmc._kbase import LAYOUT_BF16, LAYOUT_F32, NEAR_RAW_MIN, NO_MARGIN, RANS_MARGIN
+from lmc.kernels import base as kbase, streams as kstreams
+from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NEAR_RAW_MIN, NO_MARGIN, RANS_MARGIN
 
 
 def test_near_raw_only_for_planes_of_about_8_bits():
     rng = np.random.default_rng(0)
     uniform = rng.integers(0, 256, 131072, dtype=np.uint8)
-    assert _kstreams.near_raw(uniform, uniform.size)
-    assert not _kstreams.near_raw(uniform, NEAR_RAW_MIN - 1)        # too small to sample: counted
+    assert kstreams.near_raw(uniform, uniform.size)
+    assert not kstreams.near_raw(uniform, NEAR_RAW_MIN - 1)        # too small to sample: counted
     skewed = uniform.copy()
     skewed[rng.random(skewed.size) < 0.05] = 0                        # ~7.7 bits: counted
-    assert not _kstreams.near_raw(skewed, skewed.size)
+    assert not kstreams.near_raw(skewed, skewed.size)
     half = uniform.copy()
     half[: half.size // 2] = 7                                        # half constant
-    assert not _kstreams.near_raw(half, half.size)
+    assert not kstreams.near_raw(half, half.size)
     seven = (uniform & 0x7F)                                          # 7 bits
-    assert not _kstreams.near_raw(seven, seven.size)
+    assert not kstreams.near_raw(seven, seven.size)
 
 
 def _planes(x, layout, ns):
     n = x.size
     planes = np.empty((ns, n + 16), np.uint8)
-    _kbase.split_units(x.view(np.uint8).reshape(-1), n, x.dtype.itemsize, layout, planes)
+    kbase.split_units(x.view(np.uint8).reshape(-1), n, x.dtype.itemsize, layout, planes)
     return planes
 
 
@@ -40,10 +40,10 @@ def _analyze(planes, n, ns, rm, exact):
     cm = np.zeros(ns * 256, np.int64)
     if exact:
         for s in range(ns):
-            _kstreams.histo4(planes[s], n, h[s])
-        cost = _kstreams.analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0)
+            kstreams.histo4(planes[s], n, h[s])
+        cost = kstreams.analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0)
     else:
-        cost = _kstreams.analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
+        cost = kstreams.analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
     return cost, modes.copy(), h
 
 
@@ -57,7 +57,7 @@ def test_skipped_planes_cost_what_counting_them_would(dt, layout, ns):
     exact, m_exact, _ = _analyze(planes, x.size, ns, RANS_MARGIN, True)
     assert fast == exact and (m_fast == m_exact).all()
     skipped = [s for s in range(ns) if h_fast[s].sum() == 0]
-    assert skipped and all(m_exact[s] == _kbase.MODE_RAW for s in skipped)
+    assert skipped and all(m_exact[s] == kbase.MODE_RAW for s in skipped)
     _, _, h_size = _analyze(planes, x.size, ns, NO_MARGIN, False)
     assert all(h_size[s].sum() == x.size for s in range(ns))
 
@@ -77,10 +77,10 @@ def test_predicted_exponent_estimated_on_a_1d_tensor():
     walk = np.exp(np.cumsum(np.random.default_rng(3).standard_normal(300000)) * 0.05) * 1e-4
     x = walk.astype(np.float32).astype(ml_dtypes.bfloat16)
     planes = _planes(x[:131072], LAYOUT_BF16, 2)
-    assert _kstreams.pred_gain(planes[0], 131072, 300000, 32) > 0.5
+    assert kstreams.pred_gain(planes[0], 131072, 300000, 32) > 0.5
     blob = lmc.compress(x)
     assert lmc.info(blob)["chunk_modes"].get("predicted", 0) >= 2
     assert lmc.decompress(blob).tobytes() == x.tobytes()
     g = (np.random.default_rng(4).standard_normal(131072) * 0.02).astype(ml_dtypes.bfloat16)
     pg = _planes(g, LAYOUT_BF16, 2)
-    assert _kstreams.pred_gain(pg[0], g.size, g.size, 32) < 0      # i.i.d. weights: no gain, not tried
+    assert kstreams.pred_gain(pg[0], g.size, g.size, 32) < 0      # i.i.d. weights: no gain, not tried

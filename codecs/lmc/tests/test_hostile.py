@@ -291,7 +291,7 @@ print(status("VmHWM"))
 
 
 def _peak(kind):
-    from lmc._kbase import checksum_fill
+    from lmc.kernels.base import checksum_fill
     zero_chk = int(checksum_fill(np.zeros(0, np.uint8), False, 0, 1 << 27, 2, np.uint64(0), False))  # (a version-2 blob)
     p = subprocess.run([sys.executable, "-c", MEM_CHILD, kind, str(zero_chk)], capture_output=True,
                        text=True, timeout=300,

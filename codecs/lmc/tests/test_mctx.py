@@ -10,7 +10,7 @@ import pytest
 import lmc
 import pyref
 from fuzz_blobs import Blob, _skewed
-from lmc import _kmctx
+from lmc.kernels import mctx as kmctx
 
 BF = ml_dtypes.bfloat16
 
@@ -84,7 +84,7 @@ def test_plan_estimate_matches_the_written_chunk():
     mf = np.zeros(8 * 256, np.int64)
     mcm = np.zeros(8 * 256, np.int64)
     (plen,) = struct.unpack_from("<I", b.payloads[0], 5)
-    est, E, K, mask = _kmctx.mctx_plan(e, sm, e.size, 5 + plen, np.empty(4096, np.int64), mf, mcm)
+    est, E, K, mask = kmctx.mctx_plan(e, sm, e.size, 5 + plen, np.empty(4096, np.int64), mf, mcm)
     p = b.payloads[0]
     assert (p[1], p[2], p[3]) == (E, K, mask)
     assert abs(len(p) - 1 - est) <= 16 + 8    # the rANS estimate (ideal bits of the quantised tables); 1: mode byte

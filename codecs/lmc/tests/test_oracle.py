@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lmc
-from lmc import _kbase, _khuffman, _krans, _kstreams, _ktemporal
+from lmc.kernels import base as kbase, huffman as khuffman, rans as krans, streams as kstreams, temporal as ktemporal
 
 
 def py_huffman_cost(freq):
@@ -42,7 +42,7 @@ def test_huffman_lengths_vs_oracle(seed):
     else:
         freq[syms] = rng.integers(1, 1000, m)
     lens = np.zeros(256, np.uint8)
-    assert _khuffman.huffman_lengths(freq, lens) == m
+    assert khuffman.huffman_lengths(freq, lens) == m
     assert lens.max() <= 11
     assert ((lens > 0) == (freq > 0)).all()
     kraft = sum(2.0 ** -int(x) for x in lens if x)
@@ -99,7 +99,7 @@ def test_huffman_lengths_optimal_when_limited(seed):
     if seed % 4 == 0:  # exponent-like: a few huge counts and a tail of 1s
         freq[syms] = np.maximum(1, (1e6 * 0.5 ** np.arange(m))).astype(np.int64)
     lens = np.zeros(256, np.uint8)
-    assert _khuffman.huffman_lengths(freq, lens) == m
+    assert khuffman.huffman_lengths(freq, lens) == m
     assert lens.max() <= 11 and ((lens > 0) == (freq > 0)).all()
     assert sum(2.0 ** -int(x) for x in lens if x) == 1.0
     assert int((freq * lens).sum()) == py_limited_cost(freq[syms])
@@ -132,7 +132,7 @@ def test_split_matches_python_planes():
     x = (np.random.default_rng(1).standard_normal(10000) * 0.02).astype(ml_dtypes.bfloat16)
     planes = np.empty((2, 10000), np.uint8)
     u8 = x.view(np.uint8)
-    _kbase.split_chunk(u8, u8, False, 0, 10000, 2, _kbase.LAYOUT_BF16, planes, True)
+    kbase.split_chunk(u8, u8, False, 0, 10000, 2, kbase.LAYOUT_BF16, planes, True)
     e, m = _py_planes_bf16(x)
     assert np.array_equal(planes[0], e) and np.array_equal(planes[1], m)
 
@@ -172,25 +172,25 @@ def test_rans_normalize_and_roundtrip(seed):
     syms = rng.choice(nsym, m, replace=False)
     cnt[syms] = (rng.pareto(0.7, m) * rng.integers(1, 1000)).astype(np.int64) + 1
     f = np.zeros(256, np.int64)
-    assert _krans.rans_normalize(cnt, 0, 256, f) == m
+    assert krans.rans_normalize(cnt, 0, 256, f) == m
     assert f.sum() == 4096 and ((f > 0) == (cnt > 0)).all()
     # encode a sequence with these counts, decode with the Python oracle
     seq = np.repeat(np.arange(256), np.minimum(cnt, 300)).astype(np.uint8)
     rng.shuffle(seq)
     cm = np.zeros(256, np.int64)
-    _krans.cum_freqs(f, 0, cm)
+    krans.cum_freqs(f, 0, cm)
     n = seq.size
     buf = np.zeros(2 * n + 16, np.uint8)
-    p = _krans.rans_encode(seq, seq, False, n, f, cm, buf)
+    p = krans.rans_encode(seq, seq, False, n, f, cm, buf)
     stream = bytes(buf[p:])
-    tab = bytearray(_krans.freq_table_bytes(f, 0, 256))
+    tab = bytearray(krans.freq_table_bytes(f, 0, 256))
     tarr = np.zeros(len(tab), np.uint8)
-    assert _krans.write_freq_table(f, 0, 256, tarr, 0) == len(tab)
+    assert krans.write_freq_table(f, 0, 256, tarr, 0) == len(tab)
     t, q = pyref.freq_table(tarr.tobytes(), 0, len(tab), 255)
     assert q == len(tab)
     assert pyref.rans(stream, 0, len(stream), [t] * n, n) == list(seq)
     # size close to the estimate
-    bits = _krans.rans_cost_bits(np.bincount(seq, minlength=256).astype(np.int64), f, 0, 256)
+    bits = krans.rans_cost_bits(np.bincount(seq, minlength=256).astype(np.int64), f, 0, 256)
     assert len(stream) <= bits / 8 + 16 + 8
 
 
@@ -223,7 +223,7 @@ def test_temporal_estimate_matches_actual():
     x, r = train_pair(ml_dtypes.bfloat16, 50000, 3)
     n = x.size
     xb, rb = x.view(np.uint8), r.view(np.uint8)
-    E = _ktemporal.temporal_base(rb, 0, n, _kbase.LAYOUT_BF16)
+    E = ktemporal.temporal_base(rb, 0, n, kbase.LAYOUT_BF16)
     jb = np.empty(n, np.uint16)
     low = np.empty(n, np.uint32)
     th = np.empty(4 * 16 * 65, np.int32)
@@ -232,13 +232,13 @@ def test_temporal_estimate_matches_actual():
     hist = np.empty(16 * 256, np.int64)
     f = np.zeros(16 * 256, np.int64)
     cm = np.zeros(16 * 256, np.int64)
-    raw = _ktemporal.temporal_count(xb, rb, 0, n, _kbase.LAYOUT_BF16, E, jb, low, th)
-    _kstreams.stream_count(xb, rb, False, 0, n, _kbase.LAYOUT_BF16, ha)
-    _kstreams.stream_count(xb, rb, True, 0, n, _kbase.LAYOUT_BF16, hx)
-    _ktemporal.temporal_hist(th, 16, hist)
-    est, cmask = _ktemporal.temporal_estimate(hist, f, cm, 16)
+    raw = ktemporal.temporal_count(xb, rb, 0, n, kbase.LAYOUT_BF16, E, jb, low, th)
+    kstreams.stream_count(xb, rb, False, 0, n, kbase.LAYOUT_BF16, ha)
+    kstreams.stream_count(xb, rb, True, 0, n, kbase.LAYOUT_BF16, hx)
+    ktemporal.temporal_hist(th, 16, hist)
+    est, cmask = ktemporal.temporal_estimate(hist, f, cm, 16)
     out = np.zeros(4 * n, np.uint8)
-    end = _ktemporal.temporal_write(E, cmask, jb, low, n, 16, f, cm, raw, out, 0, out.size,
+    end = ktemporal.temporal_write(E, cmask, jb, low, n, 16, f, cm, raw, out, 0, out.size,
                            np.zeros(2 * n + 16, np.uint8), np.zeros(16 * 65, np.uint8),
                            np.zeros(2 * 16 * 65, np.uint64))
     est_total = 4 + est + 4 + (raw + 7) // 8

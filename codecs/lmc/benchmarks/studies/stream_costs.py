@@ -19,10 +19,10 @@ import ml_dtypes
 import numpy as np
 
 import lmc
-from lmc._khuffman import huffman_lengths
-from lmc._krans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_decode, rans_encode,
+from lmc.kernels.huffman import huffman_lengths
+from lmc.kernels.rans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_decode, rans_encode,
                         rans_normalize)
-from lmc._kstreams import exp_residuals, exp_restore
+from lmc.kernels.streams import exp_residuals, exp_restore
 
 CHUNK = 1 << 17
 

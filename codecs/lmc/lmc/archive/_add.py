@@ -9,7 +9,7 @@ import zlib
 import numpy as np
 
 from .. import compress
-from .._core import shaped
+from ..api import shaped
 from . import _torchio
 from ..formats import torchzip
 from ..formats.dtypes import code_name

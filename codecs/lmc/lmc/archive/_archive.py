@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from .. import compress, info as blob_info
-from .._core import check_prefer, shaped
+from ..api import check_prefer, shaped
 from . import _torchio
 from ._add import StepEncoder, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors

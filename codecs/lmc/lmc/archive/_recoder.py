@@ -3,7 +3,7 @@ tensor as the new step is coded (used by Archive.add)."""
 import copy
 
 from .. import compress, info as blob_info
-from .._core import shaped
+from ..api import shaped
 from ._add import RawSource, reference_paths
 from ._formats import NP_DTYPES, all_sections, file_tensors
 from ._view import same_identity

@@ -2,28 +2,27 @@
 (the previous checkpoint) through byte streams only, so that it decodes at the speed of the byte-stream modes:
 the plan from a sample (``delta_plan``), the alone and XOR codings' estimates for prefer="fast"
 (``stream_estimates``), the streams (``delta_build``), their codings (``delta_analyze``) and the writer
-(``delta_write``).  The layout, the structural check and the decoder: ``_kdelta_dec``.
+(``delta_write``).  The packed fields: ``fields``; the structural check and the decoder: ``decode``.
 
 Each element's change is z = zigzag(mono(x) - mono(r) mod 2^W), the same monotone map as the temporal
-mode (``_ktemporal._mono``): a small step of a weight is a small z, also across zero.  z is cut at a bit c
+mode (``kernels.base._mono``): a small step of a weight is a small z, also across zero.  z is cut at a bit c
 (a multiple of 4): its c // 8 low bytes are byte streams, a nibble stream follows where c % 8 = 4, and the
 high part h = z >> c (small where the plan is good) is packed g = 8 / q elements to a byte in fields of q
 bits (q = 2, 4 or 8), a field holding min(h, 2^q - 1); an element whose field is all ones (an escape) has
 h - (2^q - 1) in the escape streams, little-endian over the bytes it may need.  Packing several small values
 into one byte lets a Huffman code spend less than one bit per element where most elements barely move: a
 Huffman code cannot go below one bit a symbol, and byte streams of z itself would (the reason the temporal
-mode used rANS).  Every stream is an ordinary stream record (raw / constant / Huffman / rANS, ``_kstreams``).
+mode used rANS).  Every stream is an ordinary stream record (raw / constant / Huffman / rANS, ``kernels.streams``).
 FORMAT.md, "Delta chunk"."""
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import store_u32
-from ._kbase import CHUNK_DELTA, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW
-from ._kdelta_dec import ESC_K, _escape_masks, _escape_positions, delta_rows
-from ._khuffman import histo4
-from ._kstreams import _write_streams, analyze_hist, analyze_planes, count_streams
-from ._ktemporal import _mono
+from ..intrinsics import store_u32
+from ..base import CHUNK_DELTA, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, _mono
+from ..huffman import histo4
+from ..streams import _write_streams, analyze_hist, analyze_planes, count_streams
+from .fields import ESC_K, _escape_masks, _escape_positions, delta_rows
 
 DSAMPLE = 64            # the plan counts one 64-element block in DSAMPLE
 DSAMPLE_MIN = 4096      # below this many elements the plan counts every element
@@ -169,7 +168,7 @@ def _plan(x, r, n, W, hs):
 @njit(nogil=True, cache=True)
 def stream_estimates(data, ref, start, n, layout, hs):
     """The alone and the XOR coding's bytes estimated from one 64-element block in DSAMPLE: the estimated
-    Huffman sizes (_hcost, as the delta plan's) of their byte streams (as _kstreams.stream_count splits
+    Huffman sizes (_hcost, as the delta plan's) of their byte streams (as kernels.streams.stream_count splits
     them), scaled, plus the stream headers; below DSAMPLE_MIN elements (-1, -1) (not estimated).
     hs: int64[>= 8 * 256] scratch."""
     if n < DSAMPLE_MIN:

@@ -1,13 +1,13 @@
 """lmc kernels: what every coder shares - constants, error codes, the chunk checksum (also of a
 constant chunk, ``checksum_fill``, for the structural pre-pass), byte copies and XOR, splitting units
-into byte streams and merging them back, and the histogram increment ``_inc``.  See ``_kchunk`` for the
+into byte streams and merging them back, and the histogram increment ``_inc``.  See ``kernels.chunk`` for the
 conventions every kernel follows and for how the modules fit together."""
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import ld
-from ._intrinsics import st as put
+from .intrinsics import ld
+from .intrinsics import st as put
 
 
 
@@ -50,7 +50,7 @@ PREF_SIZE = 1
 PREF_FAST = 2
 # a plane of at least NEAR_RAW_MIN bytes whose sampled entropy is within
 # NEAR_RAW_BITS of 8 bits is stored raw without being counted (except where
-# size comes first): _kstreams.near_raw
+# size comes first): kernels.streams.near_raw
 NEAR_RAW_MIN = 32768
 NEAR_RAW_BITS = 0.05
 
@@ -109,7 +109,7 @@ _M63 = np.uint64(63)
 _M15 = np.uint64(15)
 _M3 = np.uint64(3)
 _S8 = np.uint64(8)
-_CM = np.uint64(15 | (7 << 40))  # a multi-symbol entry's bit count and symbol count (_khuffman)
+_CM = np.uint64(15 | (7 << 40))  # a multi-symbol entry's bit count and symbol count (kernels.huffman)
 _M57 = np.uint64((1 << 57) - 1)
 _B57 = np.uint64(1 << 57)
 _U0 = np.uint64(0)
@@ -488,3 +488,16 @@ def checksum_fill(ref, use_ref, start, n, unit, v, wk):
     if unit == 4:
         return _csum_fill(ref[base:base + 4 * n].view(np.uint32), n, v, True)
     return _csum_fill(ref[base:base + 8 * n].view(np.uint64), n, v, True)
+
+
+# the monotone map of sign-magnitude units (the temporal and delta modes)
+@njit(nogil=True, cache=True)
+def _mono(v, sb, mask):
+    """Sign-magnitude bits -> monotone integer (branchless)."""
+    return v ^ sb ^ (-np.int64((v & sb) != 0) & (sb - 1))
+
+
+@njit(nogil=True, cache=True)
+def _unmono(m, sb, mask):
+    """Inverse of _mono (branchless)."""
+    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))

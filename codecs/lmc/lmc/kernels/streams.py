@@ -3,25 +3,25 @@ split into 2 to 8 byte streams, each stream coded raw / constant / Huffman / rAN
 histograms (``stream_count``, ``stream_hist``), the choice per stream of a coding from its histogram
 (cheap estimates, no trial encoding), the stream writers (``write_planes``) and readers
 (``decode_planes``), and the structural check of the stream records (``check_planes``).  The Huffman
-coder is in ``_khuffman``, the rANS coder in ``_krans``; splitting units into streams and merging them
-back in ``_kbase``."""
+coder is in ``kernels.huffman``, the rANS coder in ``kernels.rans``; splitting units into streams and merging them
+back in ``kernels.base``."""
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import ld, load_u32, store_u32
-from ._kbase import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
+from .intrinsics import ld, load_u32, store_u32
+from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
                      LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, NEAR_RAW_BITS,
                      NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes, merge_bf16,
                      nonzero_range)
-from ._krans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
+from .rans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                      read_freq_table, write_freq_table)
-from ._khuffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
+from .huffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
 
 
 # ---------------------------------------------------------------------------
 # histograms: byte-stream counts straight from the units (no split into
-# planes), in 4 partial tables (see _kbase._inc)
+# planes), in 4 partial tables (see kernels.base._inc)
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
 def stream_count(data, ref, use_ref, start, n, layout, hs):

@@ -6,13 +6,13 @@ the structural check (``check_temporal``) and the decoder."""
 import numpy as np
 from numba import njit
 
-from ._intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32
-from ._intrinsics import st as put
-from ._kbase import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
-                     NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _slow_load)
-from ._krans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
+from .intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32
+from .intrinsics import st as put
+from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
+                     NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono)
+from .rans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
                      rans_cost_bits, rans_normalize, read_ctx_tables)
-from ._kstreams import count_streams
+from .streams import count_streams
 
 
 # ---------------------------------------------------------------------------
@@ -64,19 +64,7 @@ def _ctx_of(rv, E, mb, em):
     return 15 if e == em else c
 
 
-@njit(nogil=True, cache=True)
-def _mono(v, sb, mask):
-    """Sign-magnitude bits -> monotone integer (branchless)."""
-    return v ^ sb ^ (-np.int64((v & sb) != 0) & (sb - 1))
-
-
-@njit(nogil=True, cache=True)
-def _unmono(m, sb, mask):
-    """Inverse of _mono (branchless)."""
-    return m ^ sb ^ (-np.int64((m & sb) == 0) & (sb - 1))
-
-
-# Encoder.  The alone coding is counted exactly (_kstreams.stream_count, no split
+# Encoder.  The alone coding is counted exactly (kernels.streams.stream_count, no split
 # into planes); the temporal and XOR codings are first estimated on a
 # sample (temporal_sample) and counted exactly only where they may win
 # (temporal_count: per element the joint symbol j = context * (2W + 1) +

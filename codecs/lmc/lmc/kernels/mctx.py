@@ -13,12 +13,12 @@ where size comes first (``compress(prefer="size")``)."""
 import numpy as np
 from numba import njit
 
-from ._intrinsics import ld
-from ._intrinsics import st as put
-from ._kbase import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_TRUNC, OK, PROB_BITS
-from ._krans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize
-from ._kstreams import _decode_stream, _read_record, _write_stream, check_planes
-from ._krans import check_ctx_stream, decode_ctx_stream, put_ctx_tables, put_rans, read_ctx_tables
+from .intrinsics import ld
+from .intrinsics import st as put
+from .base import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_TRUNC, OK, PROB_BITS
+from .rans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize
+from .streams import _decode_stream, _read_record, _write_stream, check_planes
+from .rans import check_ctx_stream, decode_ctx_stream, put_ctx_tables, put_rans, read_ctx_tables
 
 MCTX_K = 8          # at most 8 contexts
 MCTX_NSYM = 16      # symbol: sign << 3 | top 3 mantissa bits

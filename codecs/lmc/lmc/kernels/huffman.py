@@ -1,14 +1,14 @@
 """lmc kernels: the Huffman coder - canonical codes (length-limited, package-merge), histograms per
 sub-stream (``histo4``), the 4-way interleaved encoder, the decoder (multi-symbol tables, 4
 sub-streams) with its stream reader (``decode_huff_stream``), and the structural check of a Huffman
-stream record (``check_huff_stream``).  The stream record is written by ``_kstreams``."""
+stream record (``check_huff_stream``).  The stream record is written by ``kernels.streams``."""
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import clz64, ld, load_u32, load_u64, store_u32, store_u64
-from ._intrinsics import st as put
-from ._kbase import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, OK, TABSIZE, _B57, _CM, _M11,
+from .intrinsics import clz64, ld, load_u32, load_u64, store_u32, store_u64
+from .intrinsics import st as put
+from .base import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, OK, TABSIZE, _B57, _CM, _M11,
                      _M32, _M57, _M63, _S32, _S8, _U0, _i4, _slow_load, _u4)
 
 

@@ -1,6 +1,6 @@
 """lmc kernels: the chunk coder - ``encode_chunk`` (the mode choice: alone, XOR, temporal or stored)
 and ``decode_chunk``, the structural pre-pass ``check_chunk``, and the drivers over ranges of chunks
-that lmc._core runs on its threads.
+that lmc.api runs on its threads.
 
 All kernels are serial ``@njit(nogil=True, cache=True)`` functions (compiled
 once, cached on disk).  Parallelism comes from running the chunk-range
@@ -10,7 +10,7 @@ be cached and re-optimise the whole inlined call tree on every process start:
 ~10 s per process).
 
 All data buffers are flat ``uint8`` arrays; elements ("units") of 1, 2, 4 or
-8 bytes are read with unaligned little-endian loads (see ``_intrinsics``).
+8 bytes are read with unaligned little-endian loads (see ``kernels.intrinsics``).
 
 Memory safety: every kernel that reads a compressed blob validates each
 length/offset against the chunk end *before* touching memory, and the
@@ -18,31 +18,31 @@ Huffman decoder only uses wide loads where the 8 bytes are known to lie
 inside the sub-stream (slow byte-wise refill otherwise).
 
 The kernel modules, each coder's encoder, decoder and check together:
-``_kbase`` (constants, error codes, checksum, stream split/merge),
-``_khuffman`` (the Huffman coder), ``_krans`` (the rANS coder, and context
-rANS: a table per context), ``_kstreams`` (the alone and XOR chunk modes:
+``kernels.base`` (constants, error codes, checksum, stream split/merge),
+``kernels.huffman`` (the Huffman coder), ``kernels.rans`` (the rANS coder, and context
+rANS: a table per context), ``kernels.streams`` (the alone and XOR chunk modes:
 histograms, per-stream coding choice, stream writers and readers),
-``_ktemporal`` (the temporal chunk mode), ``_kmctx`` (the mantissa-context
+``kernels.temporal`` (the temporal chunk mode), ``kernels.mctx`` (the mantissa-context
 chunk mode) and this module.  Each name is imported from the module that defines it.
 """
 
 import numpy as np
 from numba import njit
 
-from ._intrinsics import load_u32
-from ._kbase import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
+from .intrinsics import load_u32
+from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
                      ERR_CHECKSUM, ERR_FLAGS, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
                      LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN,
                      PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, ck_mode,
                      copy_bytes, merge_chunk, merge_units, split_chunk, split_units, xor_into)
-from ._khuffman import histo4
-from ._kstreams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
+from .huffman import histo4
+from .streams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
                         exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
-from ._kdelta import (delta_analyze, delta_build, delta_plan, delta_scratch, delta_write, delta_z,
+from .delta.encode import (delta_analyze, delta_build, delta_plan, delta_scratch, delta_write, delta_z,
                       stream_estimates)
-from ._kdelta_dec import check_delta, delta_decode
-from ._kmctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
-from ._ktemporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
+from .delta.decode import check_delta, delta_decode
+from .mctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
+from .temporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
                          temporal_hist, temporal_sample, temporal_write)
 
 
@@ -421,7 +421,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
 
 # ---------------------------------------------------------------------------
 # drivers over a range of chunks.  They release the GIL (nogil) and are run
-# concurrently from a thread pool by lmc._core; each chunk is independent, so
+# concurrently from a thread pool by lmc.api; each chunk is independent, so
 # the output does not depend on the number of threads.
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
@@ -576,14 +576,15 @@ def checksum_range(data, total, chunk, unit, wk, chks, c0, c1):
 
 def _checked_pure_python():
     """LMC_CHECKED=1 with NUMBA_DISABLE_JIT=1: the kernels allocate checked
-    arrays (lmc._core passes its buffers as checked arrays too)."""
-    from . import _intrinsics, _kbase, _kdelta, _kdelta_dec, _khuffman, _kmctx, _krans, _kstreams, _ktemporal
+    arrays (lmc.api passes its buffers as checked arrays too)."""
+    from . import base, huffman, intrinsics, mctx, rans, streams, temporal
+    from .delta import decode, encode, fields
     import sys
-    for m in (_kbase, _khuffman, _krans, _kstreams, _ktemporal, _kmctx, _kdelta, _kdelta_dec, sys.modules[__name__]):
-        m.np = _intrinsics.checked_numpy
+    for m in (base, huffman, rans, streams, temporal, mctx, fields, encode, decode, sys.modules[__name__]):
+        m.np = intrinsics.checked_numpy
 
 
-from ._intrinsics import CHECKED as _CHECKED  # noqa: E402
+from .intrinsics import CHECKED as _CHECKED  # noqa: E402
 from numba import config as _ncfg  # noqa: E402
 if _CHECKED and _ncfg.DISABLE_JIT:  # pragma: no cover - the fuzzer's checked build
     _checked_pure_python()

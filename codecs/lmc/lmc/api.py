@@ -1,4 +1,5 @@
-"""Python front end of the lmc codec: argument handling, header, drivers."""
+"""lmc.api: the codec's public front end (``lmc.compress``, ``decompress``, ``info``, ``shaped``) - argument
+handling, the header, the drivers that run the kernels (``lmc.kernels``) over ranges of chunks on threads."""
 import struct
 import itertools
 import threading
@@ -9,9 +10,9 @@ import ml_dtypes
 import numba
 import numpy as np
 
-from . import _intrinsics
-from ._kbase import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
-from ._kchunk import check_range, checksum_range, decode_range, encode_range, gather_range
+from .kernels import intrinsics
+from .kernels.base import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
+from .kernels.chunk import check_range, checksum_range, decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
 VERSIONS = (1, 2, 3, 4, 5, 6)   # 4-6: checksums over words (5: the strong mix, the mantissa-context mode;
@@ -25,8 +26,8 @@ ENTRY = struct.Struct("<IQ")  # per chunk: compressed size, checksum
 _MAX_BYTES = (1 << 63) - 1     # numpy's limit on an array's bytes (and on the product of its nonzero dims)
 
 
-# the fuzzer's checked pure-Python build (lmc._intrinsics): the decoder's buffers as checked arrays
-_CHECKED_PY = _intrinsics.CHECKED and numba.config.DISABLE_JIT
+# the fuzzer's checked pure-Python build (lmc.kernels.intrinsics): the decoder's buffers as checked arrays
+_CHECKED_PY = intrinsics.CHECKED and numba.config.DISABLE_JIT
 
 
 class FormatError(ValueError):
@@ -212,7 +213,7 @@ def _give_scratch(b):
 
 
 def _ref_hash(ref_u8, total, chunk, unit, nthreads, wk):
-    """The reference's hash: over its chunk checksums (wk: _kbase.ck_mode of the blob's version)."""
+    """The reference's hash: over its chunk checksums (wk: kernels.base.ck_mode of the blob's version)."""
     nch = -(-total // chunk) if total else 0
     chks = np.zeros(nch, np.uint64)
     _run_chunks(checksum_range, (ref_u8, total, chunk, unit, int(wk), chks), nch, nthreads)
@@ -240,7 +241,7 @@ def shaped(arr, shape):
 
 
 PREFER = ("speed", "size", "fast")
-_PREF = {"speed": 0, "size": 1, "fast": 2}   # _kbase.PREF_SPEED, PREF_SIZE, PREF_FAST
+_PREF = {"speed": 0, "size": 1, "fast": 2}   # kernels.base.PREF_SPEED, PREF_SIZE, PREF_FAST
 
 
 def check_prefer(prefer, who):
@@ -509,7 +510,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
     buf = _blob_view(blob)
     h = _parse_header(buf)
     if _CHECKED_PY:
-        buf = _intrinsics.checked(buf)
+        buf = intrinsics.checked(buf)
     dt, unit, layout = h["dtype"], h["unit"], h["layout"]
     shape, total = h["shape"], h["total"]
     if max_output_bytes is not None:
@@ -533,7 +534,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
             raise FormatError(f"lmc: wrong reference: {e}") from None
         ref_u8 = _ro_bytes(r)
         if _CHECKED_PY:
-            ref_u8 = _intrinsics.checked(ref_u8)
+            ref_u8 = intrinsics.checked(ref_u8)
         has_ref = True
     if out is not None:
         if not isinstance(out, np.ndarray):
@@ -562,7 +563,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         result = np.empty(shape, dt)
     out_u8 = result.reshape(-1).view(np.uint8)
     if _CHECKED_PY:
-        out_u8 = _intrinsics.checked(out_u8)
+        out_u8 = intrinsics.checked(out_u8)
     if nch:
         stop = np.zeros(1, np.int64)
         _run_chunks(decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,

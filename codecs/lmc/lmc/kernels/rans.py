@@ -5,9 +5,9 @@ decoder, the stream reader of a byte stream coded with rANS (``decode_rans_strea
 import numpy as np
 from numba import njit
 
-from ._intrinsics import ld, load_u16, load_u32, mulhi64, store_u16, store_u32
-from ._intrinsics import st as put
-from ._kbase import (ERR_FREQ, ERR_RANS, ERR_TRUNC, OK, PROB_BITS, PROB_SCALE, RANS_L, _S32, _i4, copy_bytes,
+from .intrinsics import ld, load_u16, load_u32, mulhi64, store_u16, store_u32
+from .intrinsics import st as put
+from .base import (ERR_FREQ, ERR_RANS, ERR_TRUNC, OK, PROB_BITS, PROB_SCALE, RANS_L, _S32, _i4, copy_bytes,
                      nonzero_range)
 
 
