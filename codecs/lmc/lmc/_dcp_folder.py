@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 
 from .api import FormatError, decompress
-from ._storage import backend, canonical, is_url, join
+from .storage import backend, canonical, is_url, join
 from .formats.dtypes import DTYPES
 
 METADATA_FILE = "lmc-metadata.json"

@@ -17,7 +17,7 @@ from ._dcp_folder import (
     item_json,
 )
 from ._dcp_pool import _Window, _item_threads
-from ._storage import TMP_PREFIX, backend, canonical, is_url, join, relpath
+from .storage import TMP_PREFIX, backend, canonical, is_url, join, relpath
 
 
 def _location(path) -> str:

@@ -35,8 +35,8 @@ from torch.futures import Future
 
 from .api import FormatError, check_prefer, compress, shaped
 from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
-from ._files import atomic_file
-from ._storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
+from .storage import atomic_file
+from .storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._dcp_folder import (  # the folder's format and its validated reader
     LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, Plan, checksum, dtype_name,
     is_lmc_checkpoint, item_json, item_key, metadata_json, tensor_bytes,

@@ -18,7 +18,7 @@ from ._add import StepEncoder, list_files, reference_paths
 from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
 from ..formats.trainer_folder import step_of
-from .._storage import is_url
+from ..storage import is_url
 from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, check_step_number,
                      cleanup, load_json, new_manifest, probe_segment, read_manifest, store, write_manifest)
 from ._integrity import matches

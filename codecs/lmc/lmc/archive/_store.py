@@ -1,6 +1,6 @@
 """Storage of an lmc archive: manifest, segment files, checksums, atomic
 replacement and locking (format: ARCHIVE.md), on a local folder or an fsspec
-URL (lmc._storage)."""
+URL (lmc.storage)."""
 import functools
 import json
 import os
@@ -11,7 +11,7 @@ import threading
 import zlib
 
 from ..formats.fileio import strict_json
-from .._storage import TMP_PREFIX, backend, fsync_dir  # noqa: F401 - re-exported
+from ..storage import TMP_PREFIX, backend, fsync_dir  # noqa: F401 - re-exported
 
 
 class ArchiveError(Exception):

@@ -21,7 +21,7 @@ Nothing here imports lmcbench (lmc never does); torch, safetensors and friends a
 - :mod:`.optimizer_json` - an optimizer ``state_dict`` as moment arrays + a JSON skeleton, and back.
 - :mod:`.npz` - ``.npz`` archives (``allow_pickle=False``).
 - :mod:`.tensors` - ``TensorRef`` (one indexed tensor of a file) and the checked load.
-- :mod:`.fileio` - one-line file checks, sha256, atomic writes.
+- :mod:`.fileio` - one-line file checks, sha256, strict JSON (atomic writes: :mod:`lmc.storage`).
 
 Every reader turns a missing, empty, truncated or foreign file into one ``SourceError`` line naming the file.
 """

@@ -1,14 +1,18 @@
 """Plain file helpers shared by the format readers and writers: checks that name the file in one line, hashes,
-and writes that are atomic (a temporary name in the same folder, renamed into place)."""
+JSON read strictly.  Atomic writes are lmc.storage's (re-exported here: ``atomic_write``, ``install_dir``,
+``remove``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import shutil
 
+from ..storage import atomic_write, install_dir, remove  # noqa: F401 - re-exported
 from .errors import SourceError
+
+__all__ = ["strict_json", "one_line", "check_file", "sha256_file", "read_json", "tmp_name", "atomic_write",
+           "atomic_json", "install_dir", "remove", "inside"]
 
 
 def strict_json(data: bytes):
@@ -69,44 +73,8 @@ def tmp_name(path: str, tag: str = "tmp") -> str:
     return os.path.join(d, f".{b}.{tag}-{os.getpid()}")
 
 
-def atomic_write(path: str, data: bytes) -> None:
-    """Write to a temporary name in the same folder, fsync, rename into place."""
-    tmp = tmp_name(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        remove(tmp)
-        raise
-
-
 def atomic_json(path: str, obj) -> None:
     atomic_write(path, (json.dumps(obj, indent=1) + "\n").encode("utf-8"))
-
-
-def remove(path: str) -> None:
-    """Remove a file or folder if it is there; errors are ignored."""
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        elif os.path.lexists(path):
-            os.remove(path)
-    except OSError:
-        pass
-
-
-def install_dir(tmp: str, final: str) -> None:
-    """Move a fully written folder into place (replacing an older one only after the new one is complete)."""
-    old = None
-    if os.path.lexists(final):
-        old = tmp_name(final, "old")
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old:
-        remove(old)
 
 
 def inside(path: str, folder: str) -> bool:

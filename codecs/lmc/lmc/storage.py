@@ -1,4 +1,11 @@
-"""Where the files of an archive or of an LMC DCP checkpoint live: a local folder, or an fsspec URL (``s3://``,
+"""lmc.storage: how lmc writes files, once for every writer (the archive, the DCP writer, the format writers).
+
+One atomic write (:class:`AtomicFile`, :func:`atomic_file`, :func:`atomic_write`): the bytes go to a temporary
+name in the target's folder, are flushed and fsynced, renamed onto the target, and the folder is fsynced, so
+the target is the old file or the whole new one, also after a power loss; on an error the temporary file is
+removed.  ``sync=False`` keeps the rename and drops both fsyncs (the DCP writer's ``sync_files=False``).
+
+Where the files of an archive or of an LMC DCP checkpoint live: a local folder, or an fsspec URL (``s3://``,
 ``gs://``, ``memory://``, ``file://``...).
 
 Both give the same few operations on the names inside one folder (an archive's manifest, segments and lock; a
@@ -18,9 +25,8 @@ import contextlib
 import os
 import posixpath
 import re
+import secrets
 import shutil
-
-from ._files import atomic_file
 
 URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 TMP_PREFIX = ".tmp-"
@@ -35,6 +41,7 @@ def is_url(path):
 
 
 def fsync_dir(path):
+    """Make a rename or a new file in the folder ``path`` durable (a no-op where folders cannot be fsynced)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -45,6 +52,100 @@ def fsync_dir(path):
         pass
     finally:
         os.close(fd)
+
+
+class AtomicFile:
+    """A binary file written under a temporary name beside ``path`` and renamed onto it at :meth:`commit`
+    (flushed, fsynced, renamed, its folder fsynced; without the fsyncs for ``sync=False``); :meth:`abort`
+    removes it.  ``tmp``: the temporary file's name in the folder (default ``.<name>.tmp-<random>``)."""
+
+    def __init__(self, path, *, sync=True, tmp=None):
+        self.folder, base = os.path.split(os.path.abspath(os.fspath(path)))
+        self.path, self.sync = os.path.join(self.folder, base), sync
+        self.tmp = os.path.join(self.folder, tmp if tmp is not None else f".{base}.tmp-{secrets.token_hex(6)}")
+        self.f = open(self.tmp, "wb")
+
+    def write(self, data):
+        return self.f.write(data)
+
+    def tell(self):
+        return self.f.tell()
+
+    def commit(self):
+        try:
+            self.f.flush()
+            if self.sync:
+                os.fsync(self.f.fileno())
+            self.f.close()
+            os.replace(self.tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        if self.sync:  # the rename itself reaches the disk only with its folder
+            fsync_dir(self.folder)
+
+    def abort(self):
+        with contextlib.suppress(OSError):
+            self.f.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
+@contextlib.contextmanager
+def atomic_file(path, *, sync=True, tmp=None):
+    """:class:`AtomicFile` as a block: yields the open file; committed when the block ends without an error,
+    aborted (the temporary file removed, the target untouched) when it raises."""
+    w = AtomicFile(path, sync=sync, tmp=tmp)
+    try:
+        yield w.f
+    except BaseException:
+        w.abort()
+        raise
+    w.commit()
+
+
+def atomic_write(path, data, *, sync=True):
+    """``data`` (bytes) written to ``path`` atomically and durably (:class:`AtomicFile`)."""
+    with atomic_file(path, sync=sync) as f:
+        f.write(data)
+
+
+def install_dir(tmp, final, *, sync=True):
+    """Move a fully written folder ``tmp`` into place at ``final`` (an older one there is replaced only after
+    the new one is complete).  ``sync``: every file and folder under ``tmp`` is fsynced before the rename and
+    the parent folder after it, as :class:`AtomicFile` does for one file."""
+    if sync:
+        for root, _dirs, files in os.walk(tmp):
+            for name in files:
+                p = os.path.join(root, name)
+                if not os.path.islink(p):
+                    fd = os.open(p, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            fsync_dir(root)
+    old = None
+    if os.path.lexists(final):
+        d, b = os.path.split(final)
+        old = os.path.join(d, f".{b}.old-{secrets.token_hex(6)}")
+        os.replace(final, old)
+    os.replace(tmp, final)
+    if sync:
+        fsync_dir(os.path.dirname(os.path.abspath(final)))
+    if old:
+        remove(old)
+
+
+def remove(path):
+    """Remove a file or folder if it is there; errors are ignored."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+    except OSError:
+        pass
 
 
 def join(root, rel):
@@ -114,7 +215,7 @@ class Local:
 
     def put(self, name, data, sync=True):
         """Replace `name` with `data` atomically (and durably: `sync`)."""
-        with atomic_file(self.where(name), prefix=TMP_PREFIX, sync=sync) as f:
+        with atomic_file(self.where(name), tmp=TMP_PREFIX + secrets.token_hex(6), sync=sync) as f:
             f.write(data)
 
     def size(self, name):
@@ -135,7 +236,7 @@ class Local:
 
     def open_write(self, name, sync=True):
         """A writer whose file appears under `name`, whole, at ``commit()`` (``abort()``: never)."""
-        return _LocalWriter(self, name, sync)
+        return AtomicFile(self.where(name), sync=sync, tmp=TMP_PREFIX + name)
 
     def rmtree(self):
         shutil.rmtree(self.root)
@@ -152,34 +253,6 @@ class Local:
             yield
         finally:
             os.close(fd)
-
-
-class _LocalWriter:
-    def __init__(self, b, name, sync=True):
-        self.b, self.name, self.sync = b, name, sync
-        self.tmp = b.where(TMP_PREFIX + name)
-        self.f = open(self.tmp, "wb")
-
-    def write(self, data):
-        self.f.write(data)
-
-    def tell(self):
-        return self.f.tell()
-
-    def commit(self):
-        self.f.flush()
-        if self.sync:
-            os.fsync(self.f.fileno())
-        self.f.close()
-        os.replace(self.tmp, self.b.where(self.name))
-        if self.sync:
-            fsync_dir(self.b.root)
-
-    def abort(self):
-        with contextlib.suppress(OSError):
-            self.f.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.tmp)
 
 
 class Remote:
