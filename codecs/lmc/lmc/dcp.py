@@ -34,7 +34,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from .api import FormatError, check_prefer, compress, shaped
-from .archive._archive import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
+from .chains import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
 from .storage import atomic_file
 from .storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._dcp_folder import (  # the folder's format and its validated reader

@@ -10,7 +10,8 @@ import tempfile
 import numpy as np
 import pytest
 
-import lmc.archive._store as store
+import lmc.archive._manifest as manifest
+import lmc.archive._segments as segments
 from lmc.archive import Archive, ArchiveError, main
 
 
@@ -73,7 +74,7 @@ def run(tmp_path):
 def test_interrupted_add_leaves_archive_unchanged(run, monkeypatch, tmp_path):
     a, arc, folders = run
     before = snapshot(arc)
-    orig = store.SegmentWriter.add_section
+    orig = segments.SegmentWriter.add_section
     calls = {"n": 0}
 
     def failing(self, data):
@@ -82,16 +83,16 @@ def test_interrupted_add_leaves_archive_unchanged(run, monkeypatch, tmp_path):
             raise OSError("disk full (simulated)")
         return orig(self, data)
 
-    monkeypatch.setattr(store.SegmentWriter, "add_section", failing)
+    monkeypatch.setattr(segments.SegmentWriter, "add_section", failing)
     with pytest.raises(OSError, match="simulated"):
         a.add(folders[4])
     assert snapshot(arc) == before
     # a crash between the segments (the new step's, step 40 re-coded against it) and the
     # manifest: two orphan segments, ignored
-    monkeypatch.setattr(store.SegmentWriter, "add_section", orig)
-    monkeypatch.setattr(store, "write_manifest", lambda *a: (_ for _ in ()).throw(OSError("crash")))
+    monkeypatch.setattr(segments.SegmentWriter, "add_section", orig)
+    monkeypatch.setattr(manifest, "write_manifest", lambda *a: (_ for _ in ()).throw(OSError("crash")))
     import lmc.archive._archive as arch
-    monkeypatch.setattr(arch, "write_manifest", store.write_manifest)
+    monkeypatch.setattr(arch, "write_manifest", manifest.write_manifest)
     with pytest.raises(OSError, match="crash"):
         a.add(folders[4])
     assert a.steps() == [10, 20, 30, 40] and len(snapshot(arc)) == len(before) + 2
@@ -105,7 +106,7 @@ def test_interrupted_add_leaves_archive_unchanged(run, monkeypatch, tmp_path):
 
 
 def _segment(arc, step):
-    m = store.read_manifest(arc)
+    m = manifest.read_manifest(arc)
     return os.path.join(arc, next(e["segment"] for e in m["steps"] if e["step"] == step))
 
 
@@ -145,7 +146,7 @@ def test_truncated_segment_and_damaged_manifest(run, tmp_path, capsys):
     with pytest.raises(ArchiveError):
         a.restore(10, tmp_path / "o")
     assert not os.path.exists(tmp_path / "o")
-    mpath = os.path.join(arc, store.MANIFEST)
+    mpath = os.path.join(arc, manifest.MANIFEST)
     data = bytearray(open(mpath, "rb").read())
     data[len(data) // 2] ^= 1
     open(mpath, "wb").write(bytes(data))
@@ -164,7 +165,7 @@ def test_random_damage_never_restores_wrong_bytes(tmp_path):
     for d in folders:
         a.add(d)
     rng = np.random.default_rng(1)
-    m = store.read_manifest(arc)
+    m = manifest.read_manifest(arc)
     clean = {e["segment"]: open(os.path.join(arc, e["segment"]), "rb").read() for e in m["steps"]}
     outcomes = {"ok": 0, "error": 0}
     for i in range(60):

@@ -189,7 +189,7 @@ def test_compress_exits_nonzero_when_a_folder_is_skipped(tmp_path):
 def _groups(a):
     """Sizes of the groups of steps whose chains end at one keyframe, oldest first."""
     from lmc.archive._graph import _roots
-    from lmc.archive._store import read_manifest
+    from lmc.archive._manifest import read_manifest
     roots = _roots(read_manifest(a.path))
     return [sum(1 for r in roots.values() if r == k) for k in sorted(set(roots.values()))]
 
@@ -214,7 +214,7 @@ def test_repair_keeps_keyframe_every(tmp_path):
 
 def test_repair_infers_keyframe_every_from_older_segments(tmp_path, monkeypatch):
     """Segments written before keyframe_every was recorded: repair infers it from the chains and says so."""
-    import lmc.archive._store as st
+    import lmc.archive._segments as st
     orig = st.SegmentWriter.commit
 
     def commit_without(self, index):
@@ -244,7 +244,7 @@ def test_repair_infers_keyframe_every_from_older_segments(tmp_path, monkeypatch)
 
 
 def test_repair_keyframe_every_from_an_older_segment(tmp_path, monkeypatch):
-    import lmc.archive._store as st
+    import lmc.archive._segments as st
     folders = make_run(str(tmp_path / "run"), nsteps=4, n=2000, ntensors=1)
     arc = tmp_path / "arc"
     a = Archive(arc, keyframe_every=5)
@@ -262,7 +262,7 @@ def test_repair_keyframe_every_from_an_older_segment(tmp_path, monkeypatch):
 
 
 def test_index_keyframe_every_is_checked():
-    from lmc.archive._formats import check_index
+    from lmc.archive._index import check_index
     idx = {"step": 3, "prev": None, "keyframe": True, "files": []}
     check_index(idx, 3)  # optional
     check_index({**idx, "keyframe_every": 7}, 3)
@@ -274,7 +274,7 @@ def test_index_keyframe_every_is_checked():
 # ---------------------------------------------------------------- 2: repair checks a manifest against its segments
 
 def _swap_segments(arc, s1, s2):
-    from lmc.archive._store import read_manifest, write_manifest
+    from lmc.archive._manifest import read_manifest, write_manifest
     m = read_manifest(str(arc))
     es = {e["step"]: e for e in m["steps"]}
     for f in ("segment", "size", "index_crc"):
@@ -354,7 +354,7 @@ def test_repair_twice_after_a_lost_reference_step(tmp_path):
 
 
 def test_repair_keyframe_flag_disagreement(tmp_path):
-    from lmc.archive._store import read_manifest, write_manifest
+    from lmc.archive._manifest import read_manifest, write_manifest
     folders = make_run(str(tmp_path / "run"), nsteps=3, n=2000, ntensors=1)
     arc = tmp_path / "arc"
     for d in folders:
@@ -373,8 +373,9 @@ def test_repair_keyframe_flag_disagreement(tmp_path):
 def _flip_in(arc, step, path, which="data"):
     """Flip one byte inside a section of `path` in step's segment: a bytes file's chunk ("data") or
     one of its tensors ("tensor")."""
-    from lmc.archive._formats import all_sections
-    from lmc.archive._store import SegmentReader, read_manifest
+    from lmc.archive._index import all_sections
+    from lmc.archive._manifest import read_manifest
+    from lmc.archive._segments import SegmentReader
     e = next(e for e in read_manifest(str(arc))["steps"] if e["step"] == step)
     r = SegmentReader(str(arc), e)
     try:
@@ -456,7 +457,7 @@ import faulthandler, os, sys, time
 faulthandler.dump_traceback_later(float(os.environ.get("HANG_S", "600")), exit=True)  # a hang: where
 import fsspec
 fsspec.config.conf["s3"] = {"default_block_size": 5 << 20}  # (parts of 5 MiB: a small multipart upload)
-import lmc.archive._store as st
+import lmc.archive._segments as st
 from lmc.archive import main
 flag = os.environ.get("PAUSE_DIR")
 if flag:

@@ -82,15 +82,15 @@ def test_killed_writer_leaves_the_previous_state(s3, tmp_path):
     # the child stops inside the add, after some sections were streamed, and says so; then it is killed
     code = f"""
 import sys, time
-from lmc.archive import Archive, _store
-orig, n = _store.SegmentWriter.add_section, [0]
+from lmc.archive import Archive, _segments
+orig, n = _segments.SegmentWriter.add_section, [0]
 def slow(self, data):
     n[0] += 1
     if n[0] == 4:
         print("inside", flush=True)
         time.sleep(60)
     return orig(self, data)
-_store.SegmentWriter.add_section = slow
+_segments.SegmentWriter.add_section = slow
 Archive({url!r}).add({str(big)!r})
 """
     child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **s3}, stdout=subprocess.PIPE,

@@ -249,7 +249,7 @@ def test_version1_archive_still_reads(tmp_path):
     """An archive written by lmc 0.2 (manifest version 1, no name/opaque) restores; the next add
     writes the current version (3)."""
     import json
-    from lmc.archive._store import canon, crc32
+    from lmc.archive._manifest import canon, crc32
     sd = _train((1,))[1][0]
     for s in (1, 2):
         (tmp_path / f"checkpoint-{s}").mkdir()
@@ -271,7 +271,7 @@ def test_version1_archive_still_reads(tmp_path):
 
 def test_forged_ref_path_is_refused(ds_run, tmp_path):
     """ref_path is checked like any path: no '..', no absolute path."""
-    from lmc.archive._formats import check_index
+    from lmc.archive._index import check_index
     idx = {"step": 4, "prev": 2, "keyframe": False,
            "files": [{"path": "a", "kind": "bytes", "size": 0, "sha256": "0" * 64, "chunks": [],
                       "ref_path": "../etc/passwd"}]}

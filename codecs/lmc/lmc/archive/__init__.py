@@ -6,8 +6,9 @@ every other file is kept byte for byte.  Format: ARCHIVE.md.
 >>> a = Archive("run.lmca"); a.add("run/checkpoint-100")  # doctest: +SKIP
 >>> a.restore(100, "restored/checkpoint-100")             # doctest: +SKIP
 """
-from ._archive import DEFAULT_KEYFRAME_EVERY, Archive, VerifyResult, step_folders
+from ..chains import DEFAULT_KEYFRAME_EVERY
+from ._archive import Archive, VerifyResult, step_folders
 from ._cli import main
-from ._store import ArchiveError
+from ._manifest import ArchiveError
 
 __all__ = ["Archive", "ArchiveError", "VerifyResult", "DEFAULT_KEYFRAME_EVERY", "main", "step_folders"]

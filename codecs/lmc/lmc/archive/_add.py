@@ -13,10 +13,10 @@ from ..api import shaped
 from . import _torchio
 from ..formats import torchzip
 from ..formats.dtypes import code_name
-from ._formats import NP_DTYPES, ST_DTYPES, TORCH_NP, layout, parse_safetensors, safe_relpath
+from ._index import NP_DTYPES, ST_DTYPES, TORCH_NP, layout, parse_safetensors, safe_relpath
 from ._integrity import matches, xxh
 from ._pipeline import Ordered, Phases, read_exact, workers_for
-from ._store import ArchiveError
+from ._manifest import ArchiveError
 from ._view import CHUNK
 
 # torch zip files: torch.save (.pt/.pth/.bin: the Trainer's optimizer.pt and pytorch_model.bin, DeepSpeed's

@@ -12,15 +12,17 @@ import time
 import numpy as np
 
 from .. import compress, info as blob_info
+from ..chains import DEFAULT_KEYFRAME_EVERY
 from ..api import check_prefer, shaped
 from . import _torchio
 from ._add import StepEncoder, list_files, reference_paths
-from ._formats import NP_DTYPES, all_sections, check_index, file_tensors
+from ._index import NP_DTYPES, all_sections, check_index, file_tensors
 from ..formats.trainer_folder import STEP_FOLDER_RE as STEP_RE
 from ..formats.trainer_folder import step_of
 from ..storage import is_url
-from ._store import (SEG_RE, VERSION, ArchiveError, Lock, SegmentReader, SegmentWriter, check_step_number,
-                     cleanup, load_json, new_manifest, probe_segment, read_manifest, store, write_manifest)
+from ._manifest import (SEG_RE, VERSION, ArchiveError, Lock, cleanup, load_json, new_manifest, read_manifest, store,
+                        write_manifest)
+from ._segments import SegmentReader, SegmentWriter, check_step_number, probe_segment
 from ._integrity import matches
 from ._pipeline import Ordered, Phases, scratch, workers_for
 from ._view import View, same_identity
@@ -31,8 +33,6 @@ from ._verify import VerifyResult, _Verifier  # noqa: F401  (VerifyResult re-exp
 from ._repair import keep_manifest, manifest_disagreements, rebuilt_keyframe_every
 from ._steps import _folder_name, _folder_time, opaque_bytes, restore_bytes
 from ._steps import step_folders  # noqa: F401  (re-exported: lmc.archive, _cli)
-
-DEFAULT_KEYFRAME_EVERY = 10
 
 
 class Archive(_Verifier, _RecodeBehind):

@@ -7,11 +7,12 @@ import time
 import numpy as np
 
 from ._add import BIG_TENSOR, RawSource
-from ._formats import file_tensors
+from ._index import file_tensors
 from ._graph import _may_join, _set_depths
 from ._pipeline import Ordered, Phases, workers_for
 from ._recoder import _NextRecoder
-from ._store import ArchiveError, Lock, SegmentWriter, cleanup, write_manifest
+from ._manifest import ArchiveError, Lock, cleanup, write_manifest
+from ._segments import SegmentWriter
 
 
 class _RecodeBehind:

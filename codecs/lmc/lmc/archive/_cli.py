@@ -4,8 +4,10 @@ import os
 import sys
 import time
 
-from ._archive import DEFAULT_KEYFRAME_EVERY, Archive, step_folders
-from ._store import ArchiveError, check_step_number
+from ..chains import DEFAULT_KEYFRAME_EVERY
+from ._archive import Archive, step_folders
+from ._manifest import ArchiveError
+from ._segments import check_step_number
 
 PROG = "lmc-archive"
 

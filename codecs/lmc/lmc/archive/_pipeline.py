@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ._store import ArchiveError
+from ._manifest import ArchiveError
 
 
 def workers_for(threads):

@@ -5,7 +5,7 @@ import copy
 from .. import compress, info as blob_info
 from ..api import shaped
 from ._add import RawSource, reference_paths
-from ._formats import NP_DTYPES, all_sections, file_tensors
+from ._index import NP_DTYPES, all_sections, file_tensors
 from ._view import same_identity
 
 

@@ -3,9 +3,10 @@ with the segments it names (a manifest with a valid checksum can still be wrong)
 replaces, and the keyframe_every to give a rebuilt manifest."""
 import collections
 
-from ._formats import check_index, file_tensors
+from ._index import check_index, file_tensors
 from ._graph import _roots
-from ._store import MANIFEST, MAX_MANIFEST, SEG_RE, ArchiveError, SegmentReader, probe_segment, store
+from ._manifest import MANIFEST, MAX_MANIFEST, SEG_RE, ArchiveError, store
+from ._segments import SegmentReader, probe_segment
 
 DAMAGED_MANIFEST = "damaged-" + MANIFEST
 

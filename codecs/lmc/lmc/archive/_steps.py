@@ -3,11 +3,11 @@ the bytes of a step's files that went in as plain bytes, the disk a restore need
 time a step is recorded with."""
 import os
 
-from ._formats import file_tensors
+from ._index import file_tensors
 from ..formats.errors import SourceError
 from ..formats.trainer_folder import step_folders as _step_folders
 from ..formats.trainer_folder import step_of
-from ._store import ArchiveError
+from ._manifest import ArchiveError
 
 
 def step_folders(run_dir):

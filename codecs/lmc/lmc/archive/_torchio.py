@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from ._store import ArchiveError
+from ._manifest import ArchiveError
 
 INLINE_BYTES = 64   # tensors up to this size live in the skeleton
 MAX_DEPTH = 200

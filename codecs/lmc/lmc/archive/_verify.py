@@ -4,10 +4,10 @@ import collections
 import functools
 
 from ._add import canonical_path
-from ._formats import all_sections, file_tensors
+from ._index import all_sections, file_tensors
 from ._graph import _topo
 from ._pipeline import Ordered, workers_for
-from ._store import ArchiveError
+from ._manifest import ArchiveError
 from ._view import same_identity
 
 

@@ -7,10 +7,11 @@ import zlib
 import numpy as np
 
 from .. import FormatError, decompress, info as blob_info
-from ._formats import NP_DTYPES, check_index, file_tensors
+from ._index import NP_DTYPES, check_index, file_tensors
 from ._integrity import sha128, xxh  # noqa: F401  (sha128 re-exported)
 from ._pipeline import scratch
-from ._store import ArchiveError, SegmentReader
+from ._manifest import ArchiveError
+from ._segments import SegmentReader
 
 CHUNK = 4 << 20  # bytes per zlib chunk of plain data
 

@@ -1,11 +1,11 @@
-"""File formats inside a checkpoint folder: a strict safetensors header
-parser, dtype tables, and the schema check of a step index."""
+"""The index of a step (ARCHIVE.md): its schema check (``check_index``), the tensors and sections it lists,
+the dtype tables in the forms it records, and the strict safetensors header parse the add needs."""
 import re
 
 from ..formats.dtypes import CODE_DTYPES, DTYPES, code_name
 from ..formats.errors import SourceError
 from ..formats.safetensors import parse_header
-from ._store import ArchiveError
+from ._manifest import ArchiveError
 
 # the one dtype table (lmc.formats.dtypes), in the forms the archive index uses:
 # numpy dtypes lmc codes, by name (a tensor entry's "np")
