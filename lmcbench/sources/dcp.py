@@ -3,14 +3,14 @@
 
 ``source.path`` is a folder of checkpoint folders (``step-<N>/``, ``checkpoint-<N>/``, any subfolder with DCP
 metadata), one checkpoint folder, or a glob of checkpoint folders. The format (metadata, kinds from FQNs,
-reading a tensor) is :mod:`lmc.formats.dcp`.
+reading a tensor) is :mod:`lmc.formats.dcp`; :func:`lmc.dcp.dcp_refs` reads both kinds of folder.
 """
 
 from __future__ import annotations
 
 import re
 
-from lmc.formats.dcp import LMC_METADATA, PLAIN_METADATA, dcp_format, dcp_refs
+from lmc.formats.dcp import LMC_METADATA, PLAIN_METADATA, dcp_format
 from .base import unique
 from .pattern import PatternSource
 
@@ -29,4 +29,6 @@ class DCPSource(PatternSource):
                                  f"{PLAIN_METADATA} or {LMC_METADATA}")
 
     def _index(self):
+        from lmc.dcp import dcp_refs  # lmc.dcp needs torch at import: imported when a folder is read
+
         return unique(self._index_steps(self.folders(), dcp_refs))

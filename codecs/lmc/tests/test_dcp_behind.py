@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 import lmc.dcp  # noqa: E402
-from lmc import _dcp_recode  # noqa: E402
+from lmc.dcp import _recode  # noqa: E402
 from test_dcp import assert_same, every_dtype, load, meta, save, snapshot, train_state  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -66,7 +66,7 @@ def test_failed_background_recode_loses_nothing(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(_dcp_recode, "_recode_against", boom)
+    monkeypatch.setattr(_recode, "_recode_against", boom)
     save(st[2], tmp_path / "step-2", reference=tmp_path / "step-1", background=True)
     with pytest.raises(RuntimeError, match="step-1.*disk full.*coded alone"):
         lmc.dcp.wait()
@@ -92,13 +92,13 @@ def test_killed_background_recode_is_finished_by_the_next_save(tmp_path):
     code = textwrap.dedent(f"""
         import os, torch, torch.distributed.checkpoint as dcp, warnings
         warnings.simplefilter("ignore")
-        from lmc import _dcp_recode
+        from lmc.dcp import _recode
         from lmc.dcp import LMCStorageWriter
-        real = _dcp_recode._recode_against
+        real = _recode._recode_against
         def slow(ck, target, *a, **k):
             open(os.path.join(ck.path, ".tmp-killed-writer"), "wb").write(b"x" * 100)
             os._exit(0)  # killed mid re-coding
-        _dcp_recode._recode_against = slow
+        _recode._recode_against = slow
         sd = torch.load({str(tmp_path / 's2.pt')!r}, weights_only=True)
         dcp.save(sd, storage_writer=LMCStorageWriter({str(tmp_path / 'step-2')!r},
                  reference={str(tmp_path / 'step-1')!r}, background=True))

@@ -83,8 +83,9 @@ import sys, time, warnings
 warnings.filterwarnings("ignore")
 import torch, torch.distributed.checkpoint as dcp
 import lmc.dcp as L
+from lmc.dcp._recode import _Recoder
 where, url, ref = sys.argv[1], sys.argv[2], sys.argv[3]
-real_code, real_recode, n = L.LMCStorageWriter._code_tensor, L._Recoder.recoded, [0]
+real_code, real_recode, n = L.LMCStorageWriter._code_tensor, _Recoder.recoded, [0]
 def stop():
     print("inside", flush=True)
     time.sleep(120)
@@ -97,7 +98,7 @@ def recode(self, *a, **k):
     if where == "recode" and n[0] == 3:
         stop()
     return real_recode(self, *a, **k)
-L.LMCStorageWriter._code_tensor, L._Recoder.recoded = code, recode
+L.LMCStorageWriter._code_tensor, _Recoder.recoded = code, recode
 torch.manual_seed(7)
 sd = {"big%d" % i: torch.randn(3 << 20) for i in range(4)}  # 12 MiB each: multipart uploads under way
 dcp.save(sd, storage_writer=L.LMCStorageWriter(url, reference=ref))

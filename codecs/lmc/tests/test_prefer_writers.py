@@ -10,11 +10,11 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import lmc  # noqa: E402
-import lmc._dcp_recode  # noqa: E402
 import lmc.archive._add  # noqa: E402
 import lmc.archive._archive  # noqa: E402
 import lmc.archive._recoder  # noqa: E402
-import lmc.dcp  # noqa: E402
+import lmc.dcp._recode  # noqa: E402
+import lmc.dcp._writer  # noqa: E402
 from lmc.archive import Archive  # noqa: E402
 from lmc.dcp import LMCStorageWriter  # noqa: E402
 from test_archive import assert_same_folder, cli, make_series  # noqa: E402
@@ -23,7 +23,7 @@ from test_dcp import assert_same, load, save, snapshot, train_state  # noqa: E40
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
 ARCHIVE_MODULES = (lmc.archive._add, lmc.archive._archive, lmc.archive._recoder)
-DCP_MODULES = (lmc.dcp, lmc._dcp_recode)
+DCP_MODULES = (lmc.dcp._writer, lmc.dcp._recode)
 
 
 @pytest.fixture
@@ -106,8 +106,8 @@ def test_dcp_writer_prefer_size(tmp_path, spy):
     step()
     s2 = snapshot(m, opt, {"bf16": m[0].weight.detach().bfloat16()})
     save(s2, tmp_path / "step-2", reference=tmp_path / "step-1", prefer="size")
-    # this save's tensors (lmc.dcp) and the reference's, re-coded against them (lmc._dcp_recode)
-    assert {m for m, _ in calls} == {"lmc.dcp", "lmc._dcp_recode"}
+    # this save's tensors (lmc.dcp._writer) and the reference's, re-coded against them (lmc.dcp._recode)
+    assert {m for m, _ in calls} == {"lmc.dcp._writer", "lmc.dcp._recode"}
     assert {p for _, p in calls} == {"size"}
     assert_same(s1, load(s1, tmp_path / "step-1"))
     assert_same(s2, load(s2, tmp_path / "step-2"))
@@ -124,7 +124,7 @@ def test_dcp_prune_prefer_size(tmp_path, spy):
     calls = spy(DCP_MODULES)
     gone = prune(tmp_path, keep_every=2, prefer="size")  # step-2 loses step-3: re-coded against step-4
     assert sorted(os.path.basename(p) for p in gone) == ["step-1", "step-3"]
-    assert calls and {m for m, _ in calls} == {"lmc._dcp_recode"} and {p for _, p in calls} == {"size"}
+    assert calls and {m for m, _ in calls} == {"lmc.dcp._recode"} and {p for _, p in calls} == {"size"}
     for i in (2, 4):
         assert_same(states[i], load(states[i], tmp_path / f"step-{i}"))
     with pytest.raises(ValueError, match="prefer must be one of"):

@@ -2,7 +2,9 @@
 
 Two kinds of folder: plain ones written by ``torch.distributed.checkpoint.FileSystemWriter`` (``.metadata`` and
 ``__<rank>_<i>.distcp`` files, with or without stream extensions such as ``ZStandard``) and LMC-coded ones
-written by :class:`lmc.dcp.LMCStorageWriter` (``lmc-metadata.json`` and ``__<rank>_0.lmc``). The index comes
+written by :class:`lmc.dcp.LMCStorageWriter` (``lmc-metadata.json`` and ``__<rank>_0.lmc``; read with the
+reader the caller passes, :func:`lmc.dcp.dcp_refs` passes ``lmc.dcp.LMCStorageReader``: this module sits below
+``lmc.dcp`` and imports nothing of it). The index comes
 from the metadata alone; a tensor is read by ``dcp.load`` into one tensor of its full size, so sharded tensors
 are reassembled and memory stays bounded by the largest tensor. Bytes items (pickled Python objects) are never
 loaded.
@@ -31,7 +33,7 @@ from .tensors import MOMENTS, TensorRef
 from .torchfile import torch_dtype_to_numpy, torch_to_numpy
 
 PLAIN_METADATA = ".metadata"
-LMC_METADATA = "lmc-metadata.json"  # lmc.dcp.METADATA_FILE (not imported: lmc.dcp needs torch at import)
+LMC_METADATA = "lmc-metadata.json"  # lmc.dcp.METADATA_FILE (lmc.dcp is a layer above)
 
 _OPTIM_RE = re.compile(r"^(?:[^.]*optim[^.]*\.)?state\.(?P<param>.+)\.(?P<key>[^.]+)$", re.IGNORECASE)
 _MAX_METADATA = 1 << 30
@@ -100,14 +102,13 @@ def plain_metadata(d: str):
     return md
 
 
-def _reader(d: str, fmt: str):
-    """A StorageReader for the folder whose ``read_metadata`` is safe (restricted unpickler or JSON)."""
+def _reader(d: str, fmt: str, lmc_reader=None):
+    """A StorageReader for the folder whose ``read_metadata`` is safe (restricted unpickler or JSON);
+    ``lmc_reader``: the class that reads an LMC folder (``lmc.dcp.LMCStorageReader``)."""
     if fmt == "lmc":
-        try:
-            from lmc.dcp import LMCStorageReader
-        except ImportError as e:
-            raise SourceError(f"{d}: an LMC DCP checkpoint needs the lmc package with torch ({e})") from None
-        return LMCStorageReader(d)
+        if lmc_reader is None:
+            raise SourceError(f"{d}: an LMC DCP checkpoint: read it with lmc.dcp.dcp_refs")
+        return lmc_reader(d)
     from torch.distributed.checkpoint import FileSystemReader
 
     class SafeReader(FileSystemReader):
@@ -125,18 +126,18 @@ def _reader(d: str, fmt: str):
     return SafeReader(d)
 
 
-def _metadata(d: str, fmt: str):
+def _metadata(d: str, fmt: str, lmc_reader=None):
     if fmt == "plain":
         return plain_metadata(d)
     try:
-        return _reader(d, fmt).read_metadata()
+        return _reader(d, fmt, lmc_reader).read_metadata()
     except SourceError:
         raise
     except Exception as e:  # noqa: BLE001 - lmc.FormatError, a missing file: one line naming the folder
         raise SourceError(f"{d}: not a readable LMC DCP checkpoint ({one_line(e)})") from None
 
 
-def dcp_load(d: str, fmt: str, fqn: str, tdtype, size: tuple) -> np.ndarray:
+def dcp_load(d: str, fmt: str, fqn: str, tdtype, size: tuple, lmc_reader=None) -> np.ndarray:
     """One whole tensor of a DCP folder (every chunk of it, from every rank's file) as a numpy array."""
     import torch
     import torch.distributed.checkpoint as dcp
@@ -146,7 +147,7 @@ def dcp_load(d: str, fmt: str, fqn: str, tdtype, size: tuple) -> np.ndarray:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            dcp.load(target, storage_reader=_reader(d, fmt), no_dist=True)
+            dcp.load(target, storage_reader=_reader(d, fmt, lmc_reader), no_dist=True)
     except (Exception, CheckpointException) as e:  # noqa: BLE001 - CheckpointException is a BaseException
         msg = str(e)
         if isinstance(e, CheckpointException):  # the rank's exception, its last line
@@ -156,14 +157,16 @@ def dcp_load(d: str, fmt: str, fqn: str, tdtype, size: tuple) -> np.ndarray:
     return torch_to_numpy(target[fqn])
 
 
-def dcp_refs(d: str) -> list[TensorRef]:
-    """Every tensor of a DCP checkpoint folder (kinds and names from the FQNs), from its metadata alone."""
+def dcp_refs(d: str, lmc_reader=None) -> list[TensorRef]:
+    """Every tensor of a DCP checkpoint folder (kinds and names from the FQNs), from its metadata alone.
+    ``lmc_reader``: the StorageReader class for an LMC-coded folder (without it such a folder is a
+    :class:`SourceError`); :func:`lmc.dcp.dcp_refs` passes ``lmc.dcp.LMCStorageReader``."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     fmt = dcp_format(d)
     if fmt is None:
         raise SourceError(f"{d}: not a complete DCP checkpoint (no {PLAIN_METADATA} or {LMC_METADATA})")
-    md = _metadata(d, fmt)
+    md = _metadata(d, fmt, lmc_reader)
     out = []
     for fqn, m in md.state_dict_metadata.items():
         if not isinstance(m, TensorStorageMetadata):
@@ -178,5 +181,5 @@ def dcp_refs(d: str) -> list[TensorRef]:
             continue
         kind, name = kn
         out.append(TensorRef(name, kind, npdt, size,
-                             lambda f=fqn, t=tdt, s=size: dcp_load(d, fmt, f, t, s), d))
+                             lambda f=fqn, t=tdt, s=size: dcp_load(d, fmt, f, t, s, lmc_reader), d))
     return out

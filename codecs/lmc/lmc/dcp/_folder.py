@@ -25,9 +25,9 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-from .api import FormatError, decompress
-from .storage import backend, canonical, is_url, join
-from .formats.dtypes import DTYPES
+from ..api import FormatError, decompress
+from ..storage import backend, canonical, is_url, join
+from ..formats.dtypes import DTYPES
 
 METADATA_FILE = "lmc-metadata.json"
 FORMAT = "lmc-dcp"

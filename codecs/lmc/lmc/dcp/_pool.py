@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
-from .api import _nthreads
+from ..api import _nthreads
 
 # An item at least this large is coded with all of lmc's threads (its chunks spread over the cores: a large
 # tensor would otherwise be the tail of a save); smaller ones with one thread each, the pool spreading the items

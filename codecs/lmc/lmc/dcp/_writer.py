@@ -1,24 +1,9 @@
-"""PyTorch Distributed Checkpoint (``torch.distributed.checkpoint``) storage with every tensor LMC-coded.
-
->>> import torch.distributed.checkpoint as dcp
->>> from lmc.dcp import LMCStorageWriter, LMCStorageReader
->>> dcp.save(state, storage_writer=LMCStorageWriter("ckpt/step-200", reference="ckpt/step-100"))
->>> dcp.load(state, storage_reader=LMCStorageReader("ckpt/step-200"))
-
-Each rank writes one file ``__<rank>_0.lmc`` (a header naming the save, then one blob per item); the
-coordinator writes ``lmc-metadata.json`` last, atomically, so a folder without it is an incomplete save. The
-metadata is JSON (nothing is unpickled to read it); each item records its file, offset, length, codec, dtype,
-shape, checksum (XXH3-128) and, when it was delta-coded, the checksum of its reference item in the reference
-checkpoint (whose save id and path are recorded too). The layout is described in ``DCP.md``. Needs torch (not a
-dependency of ``lmc`` itself).
-"""
+"""lmc.dcp.LMCStorageWriter: a DCP ``StorageWriter`` that LMC-codes every tensor (DCP.md)."""
 from __future__ import annotations
 
 import io
 import json
-import logging
 import os
-import threading
 import time
 import uuid
 import zlib
@@ -28,26 +13,23 @@ from pathlib import Path
 import torch
 from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, SavePlan, SavePlanner
-from torch.distributed.checkpoint.planner import WriteItemType
-from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItemType
+from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
-from .api import FormatError, check_prefer, compress, shaped
-from .chains import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
-from .storage import atomic_file
-from .storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
-from ._dcp_folder import (  # the folder's format and its validated reader
-    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, Plan, checksum, dtype_name,
-    is_lmc_checkpoint, item_json, item_key, metadata_json, tensor_bytes,
+from ..api import FormatError, check_prefer, compress, shaped
+from ..chains import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
+from ..storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
+from ._folder import (  # the folder's format and its validated reader
+    LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, CheckpointFolder, Item, Plan, checksum, dtype_name, item_json,
+    item_key, metadata_json, tensor_bytes,
 )
-from ._dcp_recode import (  # re-coding a checkpoint folder in place, and retention (prune)
-    _location, _metadata_field, _Recoder, _remove_unnamed, finish_left_behind, prune, start_behind, wait,
+from ._recode import (  # re-coding the reference in place (or behind the save)
+    _location, _metadata_field, _Recoder, _remove_unnamed, finish_left_behind, start_behind, wait,
 )
-from ._dcp_pool import _Window, _item_threads  # items coded and decoded on worker threads
+from ._pool import _Window, _item_threads  # items coded on worker threads
+from ._signpost import PLAIN_METADATA, signpost
 
-__all__ = ["LMCStorageWriter", "LMCStorageReader", "METADATA_FILE", "is_lmc_checkpoint", "lmc_to_torch_save",
-           "prune", "wait"]
 
 # -------------------------------------------------------------------------------------------------- writer
 class LMCStorageWriter(StorageWriter):
@@ -328,7 +310,7 @@ class LMCStorageWriter(StorageWriter):
         data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
         fs = backend(self.path, FormatError)
         fs.put(METADATA_FILE, data, sync=self.sync_files)  # the commit point (a rename, or one PUT)
-        fs.put(PLAIN_METADATA, _SIGNPOST, sync=self.sync_files)
+        fs.put(PLAIN_METADATA, signpost(), sync=self.sync_files)
         if behind:
             start_behind(ref.path, self.path, self.threads, self.prefer)
         if ref is None or behind:
@@ -350,244 +332,3 @@ class LMCStorageWriter(StorageWriter):
         rdoc["items"] = [item_json(idx, prev[k]) for k, (idx, _) in ref.items.items()]
         ref.fs.put(METADATA_FILE, json.dumps(rdoc, separators=(",", ":")).encode("utf-8"), sync=self.sync_files)
         _remove_unnamed(ref, {it.file for it in prev.values()})
-
-
-# A plain DCP reader (dcp.load(checkpoint_id=...), dcp_to_torch_save, torchtitan's resume) opens ".metadata"
-# and unpickles it. An LMC folder has one that says, when unpickled, which reader to use: a pickle of the call
-# ``lmc.dcp.refuse_plain_load(<message>)``, which raises that message (it runs nothing else). Its presence also
-# tells tools that look for ".metadata" (torchtitan finds the newest complete step that way) that the save is
-# complete: it is written after lmc-metadata.json.
-PLAIN_METADATA = ".metadata"
-_PLAIN_LOAD_MESSAGE = ("this is an LMC DCP checkpoint folder: load it with "
-                       "dcp.load(state, storage_reader=lmc.dcp.LMCStorageReader(path)), or convert it with "
-                       "`python -m lmc.dcp to-torch PATH OUT.pt`")
-
-
-class PlainDCPLoadError(BaseException):
-    """A plain DCP reader was pointed at an LMC DCP checkpoint.
-
-    A ``BaseException``, as DCP's own ``CheckpointException``: ``dcp.load``'s default reader catches an
-    ``Exception`` from its metadata read, logs it with its traceback and tries rank-local metadata
-    (``__0.metadata``, which fails with a second logged traceback) before it reports the first one. This error
-    passes through that, so ``dcp.load`` fails at once with one ``CheckpointException`` whose last line is this
-    message."""
-
-
-_log = logging.getLogger("lmc.dcp")
-
-
-def refuse_plain_load(message=_PLAIN_LOAD_MESSAGE):
-    """Called by unpickling an LMC folder's ``.metadata``: logs the message (an error on ``lmc.dcp``'s logger:
-    the first line a user sees, before DCP's traceback) and raises it, naming the reader to use."""
-    _log.error("lmc.dcp: %s", message)
-    raise PlainDCPLoadError(f"lmc.dcp: {message}")
-
-
-class _Signpost:
-    def __reduce__(self):
-        return refuse_plain_load, (_PLAIN_LOAD_MESSAGE,)
-
-
-_SIGNPOST = __import__("pickle").dumps(_Signpost(), protocol=2)
-
-
-# -------------------------------------------------------------------------------------------------- reader
-class LMCStorageReader(StorageReader):
-    """A DCP ``StorageReader`` for checkpoints written by :class:`LMCStorageWriter` (delta-coded items are
-    decoded through their reference checkpoint, found by its path relative to this one, then by its absolute
-    path, and checked by save id and checksum). ``threads``: worker threads (None: all cores) that decode the
-    items, as the writer's do; a whole stored chunk loaded into a contiguous CPU tensor of its dtype is decoded
-    straight into it."""
-
-    def __init__(self, path, threads=None):
-        super().__init__()
-        self.path = _location(path)
-        self.threads = threads
-        self.load_id = str(uuid.uuid4())
-        self._ckpt = None
-        self.storage_data = {}
-
-    def reset(self, checkpoint_id=None) -> None:
-        if checkpoint_id:
-            self.path = _location(checkpoint_id)
-        self.load_id = str(uuid.uuid4())
-        self._ckpt = None
-        self.storage_data = {}
-
-    @property
-    def checkpoint_id(self):
-        return self.path
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id) -> bool:
-        return is_lmc_checkpoint(checkpoint_id)
-
-    def read_metadata(self, *args, **kwargs) -> Metadata:
-        wait(quiet=True)  # a folder a background save of this process is re-coding: read it once done
-        if kwargs.get("rank") is not None:
-            raise FileNotFoundError("lmc.dcp writes no rank-local metadata")
-        self._ckpt = CheckpointFolder(self.path, self.threads)
-        md = self._ckpt.metadata
-        md.storage_meta.load_id = self.load_id
-        return md
-
-    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args, **kwargs) -> None:
-        if self._ckpt is None:
-            self._ckpt = CheckpointFolder(self.path, self.threads)
-        self.storage_data = metadata.storage_data
-
-    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        return plan
-
-    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
-        return plans
-
-    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
-        ck = self._ckpt
-        per_key: dict[tuple, list] = {}  # several requests may cut one stored chunk (resharding): decoded once
-        for req in plan.items:
-            key = item_key(req.storage_index)
-            if key not in ck.items:
-                raise FormatError(f"{ck.path}: no item {req.storage_index.fqn!r} at {key[1]}")
-            per_key.setdefault(key, []).append(req)
-        # decoded on worker threads, about two items per worker in flight, in file order, each worker reading
-        # through its own open file per data file; the planner is called in this thread only. A request for a
-        # whole stored chunk into a CPU tensor of its dtype is decoded straight into that tensor (no copy)
-        files = _OpenFiles(ck)
-        pool = _Window(self.threads)
-        try:
-            for key in sorted(per_key, key=lambda k: (ck.items[k][1].file, ck.items[k][1].offset)):
-                reqs = per_key[key]
-                target = self._whole_target(ck.items[key][1], reqs, planner)
-                for (k, target), data in pool.submit((key, target), self._decode, ck, key, files, target):
-                    self._deliver(ck, per_key[k], data, target, planner)
-            for (k, target), data in pool.drain():
-                self._deliver(ck, per_key[k], data, target, planner)
-        finally:
-            pool.close()
-            files.close()
-        fut: Future = Future()
-        fut.set_result(None)
-        return fut
-
-    @staticmethod
-    def _whole_target(it, reqs, planner):
-        """The target tensor of the one request that reads the whole of tensor item ``it``, when the item can be
-        decoded into it (a contiguous CPU tensor of the item's dtype and shape), else None."""
-        if len(reqs) != 1 or it.dtype is None or reqs[0].type == LoadItemType.BYTE_IO:
-            return None
-        req = reqs[0]
-        if any(o != 0 for o in req.storage_offsets) or tuple(req.lengths) != tuple(it.shape):
-            return None
-        t = planner.resolve_tensor(req).detach()
-        if (t.device.type != "cpu" or t.dtype != TORCH_DTYPES[it.dtype] or tuple(t.shape) != tuple(it.shape)
-                or not t.is_contiguous() or t.is_conj() or t.is_neg() or t.numel() * t.element_size() != it.size):
-            return None
-        return t
-
-    def _decode(self, ck, key, files, target):
-        it = ck.items[key][1]
-        f = files.get(it.file)
-        if it.dtype is None:
-            return ck.decode(key, f, threads=1)
-        threads = _item_threads(self.threads, it.size)
-        if target is not None:
-            ck.decode(key, f, threads=threads, out=target.reshape(-1).view(torch.uint8).numpy())
-            return target
-        return ck.tensor(key, f, threads=threads)
-
-    @staticmethod
-    def _deliver(ck, reqs, data, target, planner):
-        if target is not None:  # decoded into it
-            planner.commit_tensor(reqs[0], target)
-            return
-        for req in reqs:
-            if req.type == LoadItemType.BYTE_IO:
-                planner.load_bytes(req, io.BytesIO(bytes(data)))
-                continue
-            t = data
-            for dim, (o, n) in enumerate(zip(req.storage_offsets, req.lengths)):
-                t = t.narrow(dim, o, n)
-            target = planner.resolve_tensor(req).detach()
-            if target.size() != t.size():
-                raise FormatError(f"{ck.path}: item {req.storage_index.fqn!r}: stored chunk "
-                                  f"{tuple(t.size())} does not fit the target {tuple(target.size())}")
-            target.copy_(t)
-            planner.commit_tensor(req, target)
-
-
-class _OpenFiles:
-    """One open handle per data file and thread (a seek and a read are one step of one handle)."""
-
-    def __init__(self, ck):
-        self._ck = ck
-        self._local = threading.local()
-        self._all = []
-        self._lock = threading.Lock()
-
-    def get(self, name):
-        d = self._local.__dict__.setdefault("files", {})
-        f = d.get(name)
-        if f is None:
-            f = d[name] = self._ck.fs.open_read(name)
-            with self._lock:
-                self._all.append(f)
-        return f
-
-    def close(self):
-        with self._lock:
-            for f in self._all:
-                f.close()
-            self._all.clear()
-
-
-# -------------------------------------------------------------------------------------------------- convert
-def lmc_to_torch_save(dcp_dir, torch_save_path, threads=None) -> None:
-    """An LMC DCP checkpoint folder as one ``torch.save`` file of the whole, unsharded state, as
-    ``torch.distributed.checkpoint.format_utils.dcp_to_torch_save`` does for plain DCP folders (one process, no
-    process group; memory: the whole state). The file loads with ``torch.load(..., weights_only=True)``.
-
-        python -m lmc.dcp to-torch CKPT_DIR OUT.pt
-    """
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
-
-    CheckpointFolder(dcp_dir, threads)  # a missing or foreign folder: one clear error before DCP's machinery
-    sd: dict = {}
-    _load_state_dict(sd, storage_reader=LMCStorageReader(dcp_dir, threads=threads),
-                     planner=_EmptyStateDictLoadPlanner(), no_dist=True)
-    with atomic_file(os.fspath(torch_save_path)) as f:
-        torch.save(sd, f)
-
-
-def main(argv=None) -> int:
-    import argparse
-    import sys
-
-    p = argparse.ArgumentParser(prog="python -m lmc.dcp", description="LMC DCP checkpoints: conversions.")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("to-torch", help="one torch.save file of the whole state (like dcp_to_torch_save)")
-    t.add_argument("checkpoint")
-    t.add_argument("out")
-    a = p.parse_args(argv)
-    import warnings
-
-    from torch.distributed.checkpoint.api import CheckpointException  # (a BaseException)
-
-    warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # one process, on purpose
-
-    try:
-        lmc_to_torch_save(a.checkpoint, a.out)
-    except (Exception, CheckpointException) as e:  # one line: the input's error (a missing folder, a damaged file)
-        text = str(e).strip()
-        if isinstance(e, CheckpointException) and text:
-            text = text.splitlines()[-1]  # the rank's error, not DCP's traceback
-        msg = " ".join(text.split()) or type(e).__name__
-        print(f"lmc.dcp: error: {msg[:2000]}", file=sys.stderr)
-        return 2
-    print(f"{a.checkpoint} -> {a.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,13 +11,13 @@ import threading
 
 import numpy as np
 
-from .api import FormatError, check_prefer, compress, info, shaped
-from ._dcp_folder import (
+from ..api import FormatError, check_prefer, compress, info, shaped
+from ._folder import (
     FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint,
     item_json,
 )
-from ._dcp_pool import _Window, _item_threads
-from .storage import TMP_PREFIX, backend, canonical, is_url, join, relpath
+from ._pool import _Window, _item_threads
+from ..storage import TMP_PREFIX, backend, canonical, is_url, join, relpath
 
 
 def _location(path) -> str:
