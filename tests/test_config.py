@@ -341,11 +341,13 @@ def test_layers():
             continue
         used = _imports(f, "lmc")
         bad = sorted(m for m in used if any(p.startswith("_") for p in m.split(".")[1:])
+                     or m.startswith("lmc.kernels")  # the codec's kernels: internal, however named
                      or (m.count(".") == 1 and m.split(".")[1] not in public
                          and not (REPO / "codecs" / "lmc" / m.replace(".", "/")).exists()
                          and not (REPO / "codecs" / "lmc" / (m.replace(".", "/") + ".py")).exists()))
         assert not bad, f"{f.relative_to(REPO)} imports lmc's private {bad}"
     assert not (root / "checkpoints").exists()  # every format lives once, in lmc.formats
+    # the layers inside lmc itself (codec, storage, formats, archive and dcp, hf): codecs/lmc/tests/test_layers.py
 
 
 def test_peak_memory_preset(monkeypatch, tmp_path):
