@@ -138,3 +138,12 @@ def test_no_file_passes_600_lines():
     long = [f"{p.relative_to(LMC)}: {n}" for p in LMC.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not long, long
+
+
+def test_every_package_is_in_the_wheel():
+    """Each folder of lmc with an __init__.py is named in pyproject.toml's [tool.setuptools] packages."""
+    import re
+
+    text = (LMC / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"([^"]+)"', re.search(r"^packages = \[(.*?)\]", text, re.M | re.S).group(1)))
+    assert listed == {module_name(p.parent / "__init__.py") for p in PKG.rglob("__init__.py")}
