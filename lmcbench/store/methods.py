@@ -281,8 +281,13 @@ class LMCDCP(DCP):
 
         ref = None if keyframe or self.prev is None else self.path(self.prev)
         self.prev = step
-        return LMCStorageWriter(self.path(step), reference=ref, threads=self.cfg.threads,
-                                max_chain=self.cfg.keyframe_every)
+        self._writer = LMCStorageWriter(self.path(step), reference=ref, threads=self.cfg.threads,
+                                        max_chain=self.cfg.keyframe_every)
+        return self._writer
+
+    def _save(self, state, step, keyframe):
+        super()._save(state, step, keyframe)
+        self.phases = getattr(self._writer, "last_phases", None)  # seconds per phase of the save
 
     def reader(self, step):
         from lmc.dcp import LMCStorageReader

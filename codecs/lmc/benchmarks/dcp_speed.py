@@ -184,7 +184,7 @@ def main(argv=None):
           f"lmc {lmc.__version__}, {cores} cores, lmc threads {a.threads or 'all'}, DCP thread_count {a.dcp_threads}, "
           f"prefer {a.prefer}")
     root = tempfile.mkdtemp(prefix="dcp_speed-", dir=a.dir)
-    rows = []
+    rows, save_phases = [], []
     try:
         for r in range(a.repeats):
             row = {}
@@ -203,10 +203,9 @@ def main(argv=None):
                 row["zstd MiB"] = folder_mib(zs)
             row["lmc save alone"] = timed(lambda: dcp.save(
                 s1, storage_writer=LMCStorageWriter(f"{d}/step-1", threads=a.threads, prefer=a.prefer)), "lmc save alone")
-            row["lmc save vs ref"] = timed(lambda: dcp.save(
-                s2, storage_writer=LMCStorageWriter(f"{d}/step-2", reference=f"{d}/step-1", threads=a.threads,
-                                                  prefer=a.prefer)),
-                "lmc save vs ref")
+            w = LMCStorageWriter(f"{d}/step-2", reference=f"{d}/step-1", threads=a.threads, prefer=a.prefer)
+            row["lmc save vs ref"] = timed(lambda: dcp.save(s2, storage_writer=w), "lmc save vs ref")
+            save_phases.append((row["lmc save vs ref"], w.last_phases))
             if a.background:  # the same save with the re-coding of the reference behind the call
                 dcp.save(s1, storage_writer=LMCStorageWriter(f"{d}/bg-1", threads=a.threads, prefer=a.prefer))
                 t0 = time.perf_counter()
@@ -233,6 +232,11 @@ def main(argv=None):
         if zstd is not None:
             print(f"  lmc save vs ref / zstd save: {best['lmc save vs ref'] / best['zstd save']:.2f}x; "
                   f"lmc load newest / zstd load: {best['lmc load newest'] / best['zstd load']:.2f}x")
+        wall, best_phases = min(save_phases, key=lambda x: x[0])
+        print(f"\nthe best LMC save against the reference ({wall:.2f} s), its phases (LMCStorageWriter.last_phases: "
+              "seconds; the workers' summed over threads):")
+        for k, v in best_phases.items():
+            print(f"  {k:36s} {v:6.2f}")
         workers = a.threads or cores
         ph = phases(s1, s2, workers)
         print(f"\nphases ({workers} worker threads, one lmc thread each; seconds of wall time):")

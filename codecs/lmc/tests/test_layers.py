@@ -14,6 +14,7 @@ PARTS = [
     (2, "storage", ("lmc.storage",)),
     (2, "chains", ("lmc.chains",)),
     (2, "memory", ("lmc.memory",)),
+    (2, "worker", ("lmc.worker",)),
     (3, "formats", ("lmc.formats",)),
     (4, "archive", ("lmc.archive",)),
     (4, "dcp", ("lmc.dcp",)),

@@ -15,7 +15,8 @@ from ..formats import torchzip
 from ..formats.dtypes import code_name
 from ._index import NP_DTYPES, ST_DTYPES, TORCH_NP, layout, parse_safetensors, safe_relpath
 from ._integrity import matches, xxh
-from ._pipeline import Ordered, Phases, read_exact, workers_for
+from ..worker import Phases
+from ._pipeline import Ordered, read_exact, workers_for
 from ._manifest import ArchiveError
 from ._view import CHUNK
 

@@ -24,7 +24,8 @@ from ._manifest import (SEG_RE, VERSION, ArchiveError, Lock, cleanup, load_json,
                         write_manifest)
 from ._segments import SegmentReader, SegmentWriter, check_step_number, probe_segment
 from ._integrity import matches
-from ._pipeline import Ordered, Phases, scratch, workers_for
+from ..worker import Phases, scratch
+from ._pipeline import Ordered, workers_for
 from ._view import View, same_identity
 from ._graph import _may_recode, _set_depths
 from ._recoder import _NextRecoder

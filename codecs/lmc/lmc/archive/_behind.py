@@ -9,7 +9,8 @@ import numpy as np
 from ._add import BIG_TENSOR, RawSource
 from ._index import file_tensors
 from ._graph import _may_join, _set_depths
-from ._pipeline import Ordered, Phases, workers_for
+from ..worker import Phases
+from ._pipeline import Ordered, workers_for
 from ._recoder import _NextRecoder
 from ._manifest import ArchiveError, Lock, cleanup, write_manifest
 from ._segments import SegmentWriter

@@ -1,5 +1,5 @@
-"""The archive's parallel path: a bounded pool over tensors and chunks, per-phase timers, and reads that
-cannot fault.
+"""The archive's parallel path: a bounded pool over tensors and chunks, per-thread buffers, and reads that
+cannot fault (per-phase timers: :mod:`lmc.phases`).
 
 Why a pool over pieces, not only lmc's threads inside a tensor: a step is a few hundred tensors of a few MiB,
 each a handful of lmc chunks, so a codec call on its own keeps few cores busy, and everything around it
@@ -10,12 +10,11 @@ and for every thread count; at most ``depth`` pieces are in flight (two per work
 about two tensors (and their blobs) per worker."""
 import collections
 import os
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ..worker import drop_scratch, scratch
 from ._manifest import ArchiveError
 
 
@@ -27,65 +26,6 @@ def workers_for(threads):
         except (AttributeError, OSError):
             return max(1, os.cpu_count() or 1)
     return max(1, int(threads))
-
-
-class Phases:
-    """Seconds spent per phase (summed over threads: CPU-side time, not wall time), for the benchmark's
-    breakdown and ``Archive.last_phases``."""
-
-    def __init__(self):
-        self.s = collections.defaultdict(float)
-        self._lock = threading.Lock()
-
-    def add(self, name, dt):
-        with self._lock:
-            self.s[name] += dt
-
-    def time(self, name):
-        return _Timer(self, name)
-
-    def as_dict(self):
-        with self._lock:
-            return {k: round(v, 6) for k, v in sorted(self.s.items())}
-
-
-class _Timer:
-    __slots__ = ("p", "name", "t0")
-
-    def __init__(self, p, name):
-        self.p, self.name = p, name
-
-    def __enter__(self):
-        self.t0 = time.perf_counter()
-
-    def __exit__(self, *exc):
-        self.p.add(self.name, time.perf_counter() - self.t0)
-
-
-SCRATCH_KEEP = 64 << 20  # the largest buffer a thread keeps per slot
-_TLS = threading.local()
-
-
-def scratch(slot, nbytes):
-    """A uint8 buffer of nbytes that this thread reuses from one piece to the next (``slot``: one per use, so a
-    piece can hold several). Writing into memory the process has touched before costs no page faults: a fresh
-    buffer per tensor made the kernel zero and map every page of every tensor read or decoded, which measured
-    as much as the decoding itself, and more with two threads faulting at once. Valid until this thread asks
-    for the same slot again; a piece larger than SCRATCH_KEEP gets a buffer of its own."""
-    bufs = getattr(_TLS, "bufs", None)
-    if bufs is None:
-        bufs = _TLS.bufs = {}
-    b = bufs.get(slot)
-    if b is None or b.size < nbytes:
-        if nbytes > SCRATCH_KEEP:
-            return np.empty(nbytes, np.uint8)
-        b = bufs[slot] = np.empty(max(nbytes, 1 << 20), np.uint8)
-    return b[:nbytes]
-
-
-def drop_scratch():
-    """Free this thread's buffers (the calling thread's, after work it ran inline)."""
-    _TLS.bufs = None
 
 
 BUDGET_PER_WORKER = 128 << 20  # bytes of pieces in flight per worker (a large tensor still runs, alone)

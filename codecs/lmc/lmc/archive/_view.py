@@ -9,7 +9,7 @@ import numpy as np
 from .. import FormatError, decompress, info as blob_info
 from ._index import NP_DTYPES, check_index, file_tensors
 from ._integrity import sha128, xxh  # noqa: F401  (sha128 re-exported)
-from ._pipeline import scratch
+from ..worker import scratch
 from ._manifest import ArchiveError
 from ._segments import SegmentReader
 

@@ -8,6 +8,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 from ..api import _nthreads
+from ..worker import drop_scratch
 
 # An item at least this large is coded with all of lmc's threads (its chunks spread over the cores: a large
 # tensor would otherwise be the tail of a save); smaller ones with one thread each, the pool spreading the items
@@ -54,4 +55,6 @@ class _Window:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        else:
+            drop_scratch()  # the calling thread's buffers, after work it ran inline (workers take theirs along)
         self._pending.clear()

@@ -16,6 +16,7 @@ from ._folder import (
     FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint,
     item_json,
 )
+from ..worker import Phases, scratch
 from ._pool import _Window, _item_threads
 from ..storage import TMP_PREFIX, backend, canonical, is_url, join, relpath
 
@@ -47,8 +48,9 @@ class _Recoder:
     """Writes the previous checkpoint's items, re-coded against this save's, into a new data file of the
     previous checkpoint's folder (with its save id, so its metadata, replaced at the end, names it)."""
 
-    def __init__(self, ref: CheckpointFolder, name: str, threads, sync, prefer="speed"):
+    def __init__(self, ref: CheckpointFolder, name: str, threads, sync, prefer="speed", phases=None):
         self.ref, self.name, self.threads, self.prefer = ref, name, threads, prefer
+        self.ph = phases or Phases()  # the save's per-phase timers
         self.f = ref.fs.open_write(name, sync=sync)
         head = MAGIC + ref.save_id.encode("ascii")
         self.f.write(head)
@@ -74,9 +76,11 @@ class _Recoder:
         _, old = r
         if cur is None or old.codec != "lmc" or old.dtype != rec.get("dtype") or old.shape != rec.get("shape"):
             return self.carried(key, threads)
-        arr = np.asarray(self.ref.decode(key, threads=threads)).view(cur.dtype)
-        blob = compress(arr, reference=cur, threads=self.threads if threads is None else threads,
-                        prefer=self.prefer)
+        with self.ph.time("decode reference"):  # into this worker's buffer: it is only coded, then dropped
+            arr = self.ref.decode(key, threads=threads, out=scratch("dcp-recode", old.size)).view(cur.dtype)
+        with self.ph.time("code against"):
+            blob = compress(arr, reference=cur, threads=self.threads if threads is None else threads,
+                            prefer=self.prefer)
         del arr
         use = bool(info(blob)["has_reference"])
         return blob, dict(codec="lmc", size=old.size, check=old.check, dtype=old.dtype, shape=old.shape,
@@ -193,8 +197,8 @@ def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
                 and t[1].codec == "lmc"):
             return rec.carried(key, n)
         npdt = np.dtype(LMC_DTYPES[TORCH_DTYPES[old.dtype]])
-        ref = np.asarray(target.decode(key, threads=n)).view(npdt)
-        arr = np.asarray(ck.decode(key, threads=n)).view(npdt)
+        ref = target.decode(key, threads=n, out=scratch("dcp-recode-ref", old.size)).view(npdt)
+        arr = ck.decode(key, threads=n, out=scratch("dcp-recode", old.size)).view(npdt)
         blob = compress(arr, reference=ref, threads=n, prefer=prefer)
         use = bool(info(blob)["has_reference"])
         return blob, dict(codec="lmc", size=old.size, check=old.check, dtype=old.dtype, shape=old.shape,

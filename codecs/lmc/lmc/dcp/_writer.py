@@ -19,6 +19,7 @@ from torch.futures import Future
 
 from ..api import FormatError, check_prefer, compress, shaped
 from ..chains import DEFAULT_KEYFRAME_EVERY  # one default chain length for the archive and DCP
+from ..worker import Phases
 from ..storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._folder import (  # the folder's format and its validated reader
     LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, CheckpointFolder, Item, Plan, checksum, dtype_name, item_json,
@@ -49,6 +50,7 @@ class LMCStorageWriter(StorageWriter):
     two per worker in flight, each with one LMC thread (all of them for an item of 32 MiB or more). ``prefer``:
     ``"speed"`` (default), ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the
     reference's re-coded ones. Bytes items are stored as they are, or zlib-compressed when smaller.
+    ``last_phases``: the last save's seconds per phase (workers' time summed; ``wall``: the whole save).
     ``background=True``: the save returns once this checkpoint is complete (coded alone); the reference is
     re-coded against it on a thread of the coordinator's process, from the files (see :func:`wait`; a kill or a
     failure leaves the reference complete, coded alone, and the next save against this one re-codes it first).
@@ -168,6 +170,11 @@ class LMCStorageWriter(StorageWriter):
                                  "which would become unloadable; save into another folder")
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        self._t0, self._ph = time.perf_counter(), Phases()  # this save's seconds per phase (last_phases)
+        with self._ph.time("plan"):
+            return self._prepare_local_plan(plan)
+
+    def _prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         wait(quiet=True)  # a re-coding a background save of this process left behind
         ref = self._reference_checkpoint()  # a missing or broken reference fails here, before anything is created
         fs = backend(self.path, FormatError)
@@ -195,6 +202,7 @@ class LMCStorageWriter(StorageWriter):
         return [replace(p, storage_data=Plan(f"__{i}_", self.save_id)) for i, p in enumerate(plans)]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        ph = self._ph = getattr(self, "_ph", None) or Phases()
         sp: Plan = plan.storage_data
         name = f"{sp.prefix}0{SUFFIX}"
         ref = self._reference_checkpoint()
@@ -202,7 +210,7 @@ class LMCStorageWriter(StorageWriter):
         recoder = None
         if ref is not None and not self.background:  # the reference's items re-coded against this save's, into a new data file of its own
             gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
-            recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer)
+            recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer, ph)
         f = None
         pool = _Window(self.threads)
         try:
@@ -213,6 +221,7 @@ class LMCStorageWriter(StorageWriter):
             pos = [len(head)]  # where the next blob goes (counted: a tell() is a system call)
 
             def put(wi, coded):  # in this thread, in the plan's order: the files are written sequentially
+                t0 = time.perf_counter()
                 blob, rec, prev = coded
                 item = Item(name, pos[0], len(blob), **rec)
                 f.write(blob)
@@ -220,18 +229,25 @@ class LMCStorageWriter(StorageWriter):
                 if recoder is not None:
                     item = replace(item, prev=None if prev is None else recoder.put(*prev))
                 results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
+                ph.add("write", time.perf_counter() - t0)
 
             # bytes first, then tensors; each item is coded (and its reference item re-coded) on a worker thread,
             # about two items per worker in flight: memory stays bounded by a few resolved tensors
             order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
             for wi in order:
-                data = planner.resolve_data(wi)  # the planner in this thread only
-                for done in pool.submit(wi, self._code_item, wi, data, recoder, sp.save_id):
-                    put(*done)
+                with ph.time("resolve"):
+                    data = planner.resolve_data(wi)  # the planner in this thread only
+                with ph.time("wait for workers"):
+                    done = pool.submit(wi, self._code_item, wi, data, recoder, sp.save_id)
+                for d in done:
+                    put(*d)
                 del data
-            for done in pool.drain():
-                put(*done)
-            f.commit()
+            with ph.time("wait for workers"):
+                done = pool.drain()
+            for d in done:
+                put(*d)
+            with ph.time("commit (fsync)"):
+                f.commit()
             f = None
             if recoder is not None:
                 if self.is_coordinator and self._all_keys is not None:
@@ -239,7 +255,8 @@ class LMCStorageWriter(StorageWriter):
                     for key in ref.items:
                         if key not in self._all_keys:
                             self._carried[key] = recoder.put(*recoder.carried(key))
-                recoder.commit()
+                with ph.time("commit (fsync)"):
+                    recoder.commit()
                 recoder = None
         finally:
             pool.close()
@@ -247,6 +264,7 @@ class LMCStorageWriter(StorageWriter):
                 f.abort()
             if recoder is not None:
                 recoder.abort()
+        self.last_phases = ph.as_dict()
         fut: Future = Future()
         fut.set_result(results)
         return fut
@@ -256,8 +274,10 @@ class LMCStorageWriter(StorageWriter):
         a worker thread does."""
         if wi.type == WriteItemType.BYTE_IO:
             raw = data.getbuffer() if isinstance(data, io.BytesIO) else memoryview(bytes(data))
-            blob, codec = self._code_bytes(raw)
-            rec = dict(codec=codec, size=len(raw), check=checksum(raw))
+            with self._ph.time("code"):
+                blob, codec = self._code_bytes(raw)
+            with self._ph.time("hash"):
+                rec = dict(codec=codec, size=len(raw), check=checksum(raw))
             cur = None
         else:
             blob, rec, cur = self._code_tensor(wi, data)
@@ -280,17 +300,27 @@ class LMCStorageWriter(StorageWriter):
         if wi.tensor_data is not None and tuple(wi.tensor_data.chunk.sizes) != shape:
             raise ValueError(f"lmc.dcp: {wi.index.fqn}: resolved tensor {shape} is not the chunk "
                              f"{tuple(wi.tensor_data.chunk.sizes)}")
-        u8 = tensor_bytes(t)
-        rec = dict(size=u8.size, check=checksum(u8), dtype=dtype, shape=shape)
+        with self._ph.time("tensor bytes"):
+            u8 = tensor_bytes(t)
+        with self._ph.time("hash"):
+            rec = dict(size=u8.size, check=checksum(u8), dtype=dtype, shape=shape)
         npdt = LMC_DTYPES.get(t.dtype)
         if npdt is None:
-            blob, codec = self._code_bytes(u8)
+            with self._ph.time("code"):
+                blob, codec = self._code_bytes(u8)
             return blob, dict(rec, codec=codec), None
         arr = u8.view(npdt)
-        blob = compress(shaped(arr, shape), threads=_item_threads(self.threads, u8.size), prefer=self.prefer)
+        with self._ph.time("code"):
+            blob = compress(shaped(arr, shape), threads=_item_threads(self.threads, u8.size), prefer=self.prefer)
         return blob, dict(rec, codec="lmc"), arr
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        ph = getattr(self, "_ph", None) or Phases()
+        with ph.time("metadata"):
+            self._finish(metadata, results)
+        self.last_phases = dict(ph.as_dict(), wall=round(time.perf_counter() - getattr(self, "_t0", 0.0), 6))
+
+    def _finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         items, prev = {}, {}
         for rl in results:
             for wr in rl:
