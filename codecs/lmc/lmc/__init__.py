@@ -12,7 +12,8 @@ functions too):
    coder); it imports nothing of what follows, so the codec alone needs numpy and numba only;
 2. :mod:`lmc.storage` (the one atomic write: file fsync, rename, folder fsync; the object-store commit) and
    :mod:`lmc.chains` (the default chain length both writers share: a constant below both, so neither imports
-   the other for it);
+   the other for it), :mod:`lmc.worker` (the per-phase timers and per-thread buffers both writers' worker
+   threads use) and :mod:`lmc.memory`;
 3. :mod:`lmc.formats`: the checkpoint formats, read and written; it takes an LMC DCP reader from its caller
    rather than import :mod:`lmc.dcp`;
 4. :mod:`lmc.archive` and :mod:`lmc.dcp`, two packages side by side that never import each other;
