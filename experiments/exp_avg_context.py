@@ -317,6 +317,14 @@ def _pct(x):
 RANGE_ORDER = ["warm-up", "middle", "decay", "one step: warm-up", "one step: middle", "one step: decay"]
 
 
+def _ranges(part, tens, dtype, order):
+    """(range, its rows of part, its tensors of that dtype) for each range in order that part has rows of."""
+    for rng in order:
+        g = part[part["range"] == rng]
+        if not g.empty:
+            yield rng, g, tens[(tens["dtype"] == dtype) & (tens["range"] == rng)]
+
+
 def summarize(rows: list[dict]) -> tuple[list[str], dict]:
     """Markdown tables from the CSV rows; and per (dtype, range) the savings of each candidate as a fraction of
     LMC alone (the context models' coded bits, the sign-flip's real bytes)."""
@@ -338,11 +346,8 @@ def summarize(rows: list[dict]) -> tuple[list[str], dict]:
                   ("| range | pairs | plane | H | H \\| sign | H \\| mag | H \\| sign+mag | "
                   "coded: none | sign | mag | sign+mag | best |"),
                   "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for rng in order:
-            g = part[part["range"] == rng]
-            if g.empty:
-                continue
-            n = tens[(tens["dtype"] == dtype) & (tens["range"] == rng)]["elements"].sum()
+        for rng, g, t in _ranges(part, tens, dtype, order):
+            n = t["elements"].sum()
             for p in PLANES[dtype]:
                 gp = g[g["plane"] == p]
                 cells = [f"{gp[f'H_{v}'].sum() / n:.4f}" for v in VARIANTS]
@@ -355,11 +360,7 @@ def summarize(rows: list[dict]) -> tuple[list[str], dict]:
                   ("| range | pairs | d != 0 | agree | LMC alone, bits/elt | LMC ref, bits/elt | saved: sign | "
                   "mag | sign+mag | best | best vs ref | flip, alone | flip, ref |"),
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-        for rng in order:
-            g = part[part["range"] == rng]
-            if g.empty:
-                continue
-            t = tens[(tens["dtype"] == dtype) & (tens["range"] == rng)]
+        for rng, g, t in _ranges(part, tens, dtype, order):
             n = t["elements"].sum()
             alone = 8 * t["lmc_alone"].sum()
             tr = t[t["lmc_ref"].notna()]

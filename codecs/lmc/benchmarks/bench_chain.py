@@ -26,6 +26,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import blank_like as blank  # imported before --lmc-path is put first on sys.path
+
 
 def _reset_peak():
     try:
@@ -114,15 +116,6 @@ def worker_dcp(run_dir, out_json, keyframe_every, threads, scratch):
     def state_of(f):
         return {"model": load_file(os.path.join(f, "model.safetensors")),
                 "optim": torch.load(os.path.join(f, "optimizer.pt"), weights_only=True, map_location="cpu")}
-
-    def blank(sd):
-        if isinstance(sd, torch.Tensor):
-            return torch.empty_like(sd)
-        if isinstance(sd, dict):
-            return {k: blank(v) for k, v in sd.items()}
-        if isinstance(sd, list):
-            return [blank(v) for v in sd]
-        return sd
 
     def save(st, path, prev):
         dcp.save(st, storage_writer=LMCStorageWriter(path, reference=prev, max_chain=keyframe_every,

@@ -76,3 +76,11 @@ def load_tensors(folder, min_el):
     for k in ("exp_avg", "exp_avg_sq"):
         kinds[k] = [s[k].numpy() for s in opt["state"].values() if s[k].numel() >= min_el]
     return kinds
+
+
+def blank_like(state):
+    """A state dict's structure (nested dicts, lists and tuples) with an uninitialised tensor of the same dtype
+    and shape in place of each tensor, other leaves kept: what a DCP load fills."""
+    import torch
+    from torch.utils._pytree import tree_map_only
+    return tree_map_only(torch.Tensor, torch.empty_like, state)

@@ -25,9 +25,11 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.utils._pytree import tree_map_only
 
 import lmc
 from lmc.dcp import LMCStorageReader, LMCStorageWriter
+from benchlib import blank_like as blank
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
 
@@ -82,27 +84,7 @@ def gpt_state(vocab, d, layers, steps, seed=0):
 
 def snapshot(model, opt):
     msd, osd = get_state_dict(model, opt)
-
-    def clone(o):
-        if isinstance(o, torch.Tensor):
-            return o.detach().clone()
-        if isinstance(o, dict):
-            return {k: clone(v) for k, v in o.items()}
-        if isinstance(o, list):
-            return [clone(v) for v in o]
-        return o
-
-    return clone({"model": msd, "optim": osd})
-
-
-def blank(o):
-    if isinstance(o, torch.Tensor):
-        return torch.empty_like(o)
-    if isinstance(o, dict):
-        return {k: blank(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [blank(v) for v in o]
-    return o
+    return tree_map_only(torch.Tensor, lambda t: t.detach().clone(), {"model": msd, "optim": osd})
 
 
 def tensors(o, prefix=""):

@@ -45,6 +45,17 @@ def _const_record(rng):
     return bytes([3]) + struct.pack("<I", len(body)) + body
 
 
+def _draw_chunk(b, rng, mode):
+    """(the chunks of mode byte ``mode``, the payloads as a list, one of those chunks drawn with rng, its
+    payload as a bytearray, its element count), or None where the blob has no chunk of that mode."""
+    cs = [c for c, p in enumerate(b.payloads) if p[:1] == bytes([mode])]
+    if not cs:
+        return None
+    pl = list(b.payloads)
+    c = cs[int(rng.integers(len(cs)))]
+    return cs, pl, c, bytearray(pl[c]), b.n_of(c)
+
+
 def _pred_mutation(b, rng, ref):
     """A forgery of the predicted-exponent mode (chunk mode 4: byte 4, u32 row
     length w >= 1, then the stream records of an alone chunk; format v3, float
@@ -136,13 +147,10 @@ def _mctx_mutation(b, rng, ref):
     checksum): another base E, another K or mask that stays valid, the exponent record replaced by a raw
     one of random bytes.  Returns (kind, owner, blob, reference, expected) as mutations() or None if the
     blob has no mode-5 chunk."""
-    mc = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x05"]
-    if not mc:
+    drawn = _draw_chunk(b, rng, 0x05)
+    if drawn is None:
         return None
-    pl = list(b.payloads)
-    c = mc[int(rng.integers(len(mc)))]
-    p = bytearray(pl[c])
-    n = b.n_of(c)
+    mc, pl, c, p, n = drawn
     K = p[2]
     sub = rng.choice(["E", "K_bad", "mask_bad", "K_mask", "exp_raw", "head_cut", "version", "as_f16",
                       "nibble_pad", "nibble_len"],
@@ -214,13 +222,10 @@ def _delta_mutation(b, rng, ref):
     replaced by a raw one of random bytes of its length; a 16-bit float blob relabelled as the other 16-bit
     float (the delta chunk codes units, so its chunks decode to the same bits).  Returns (kind, owner, blob,
     reference, expected) as mutations() or None if the blob has no mode-6 chunk."""
-    dc = [c for c, p in enumerate(b.payloads) if p[:1] == b"\x06"]
-    if not dc:
+    drawn = _draw_chunk(b, rng, 0x06)
+    if drawn is None:
         return None
-    pl = list(b.payloads)
-    c = dc[int(rng.integers(len(dc)))]
-    p = bytearray(pl[c])
-    n = b.n_of(c)
+    dc, pl, c, p, n = drawn
     unit = b.h["unit"]
     W = 8 * unit
     cut, q = p[1], p[2]

@@ -1,3 +1,5 @@
+import os
+
 import ml_dtypes
 import numpy as np
 
@@ -22,3 +24,37 @@ def same_bits(a, b):
     b = np.asarray(b)
     return (a.dtype == b.dtype and a.shape == b.shape
             and a.tobytes() == b.tobytes())
+
+
+def tree_files(folder):
+    """{path below folder, with "/" between its parts: the file's bytes} of every file under folder."""
+    out = {}
+    for d, _, names in os.walk(folder):
+        for n in names:
+            p = os.path.join(d, n)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, folder).replace(os.sep, "/")] = f.read()
+    return out
+
+
+def assert_same(a, b, path="root"):
+    """a and b are the same nested dicts, lists and tuples, of the same types and in the same order: tensors
+    of the same dtype and shape, bit for bit; a float NaN where the other has one; other leaves equal."""
+    import torch
+    assert type(a) is type(b), (path, type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        assert a.contiguous().reshape(-1).view(torch.uint8).equal(b.contiguous().reshape(-1).view(torch.uint8)), \
+            f"{path}: bits differ"
+    elif isinstance(a, dict):
+        assert list(a) == list(b), path
+        for k in a:
+            assert_same(a[k], b[k], f"{path}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and a != a:
+        assert b != b, path
+    else:
+        assert a == b, path

@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
+from helpers import tree_files  # noqa: E402
 from test_archive import make_series  # noqa: E402
 
 import lmc  # noqa: E402
@@ -22,13 +23,8 @@ HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 
 def digests(folder):
-    out = {}
-    for d, _, names in os.walk(folder):
-        for n in names:
-            p = os.path.join(d, n)
-            with open(p, "rb") as f:
-                out[os.path.relpath(p, folder).replace(os.sep, "/")] = hashlib.sha256(f.read()).hexdigest()
-    return dict(sorted(out.items()))
+    """{path below folder: the sha256 of its bytes}, in path order."""
+    return {k: hashlib.sha256(v).hexdigest() for k, v in sorted(tree_files(folder).items())}
 
 
 def main():

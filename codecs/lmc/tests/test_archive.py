@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
+from helpers import assert_same as same_obj  # noqa: E402
 from lmc.archive import Archive, ArchiveError  # noqa: E402
 
 FILES_PLAIN = ("trainer_state.json", "scheduler.pt", "rng_state.pth", "training_args.bin",
@@ -84,26 +85,6 @@ def make_series(root, steps=(2, 4, 6, 8, 10), *, sharded=False, bf16=False, hidd
 def sha(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
-
-
-def same_obj(a, b, path="root"):
-    assert type(a) is type(b), (path, type(a), type(b))
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape, path
-        assert a.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() == \
-            b.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes(), path
-    elif isinstance(a, dict):
-        assert list(a) == list(b), path
-        for k in a:
-            same_obj(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            same_obj(x, y, f"{path}[{i}]")
-    elif isinstance(a, float) and a != a:
-        assert b != b, path
-    else:
-        assert a == b, path
 
 
 TORCH_STRUCTURED = ("optimizer.pt",)

@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from helpers import tree_files as _files  # noqa: E402
 from lmc.archive import Archive, ArchiveError  # noqa: E402
 from lmc.archive import main as archive_main  # noqa: E402
 from lmc.formats import torchzip  # noqa: E402
@@ -46,16 +47,6 @@ def _train(steps, seed=0):
             out[step] = ({k: v.detach().clone() for k, v in m.state_dict().items()},
                          {k: v for k, v in opt.state_dict().items()}, [q.detach().clone() for q in master])
     return out
-
-
-def _files(tree):
-    got = {}
-    for d, _, fs in os.walk(tree):
-        for f in fs:
-            p = os.path.join(d, f)
-            with open(p, "rb") as fh:
-                got[os.path.relpath(p, tree)] = fh.read()
-    return got
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,10 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 from torch.distributed.checkpoint.api import CheckpointException  # noqa: E402
 from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
+from torch.utils._pytree import tree_map_only  # noqa: E402
 
 import lmc  # noqa: E402
+from helpers import assert_same  # noqa: E402
 from lmc.dcp import METADATA_FILE, LMCStorageReader, LMCStorageWriter, is_lmc_checkpoint  # noqa: E402
 
 ERRORS = (Exception, CheckpointException)  # DCP wraps a rank's error in a BaseException
@@ -46,40 +48,13 @@ def snapshot(m, opt, extra=None):
 
 
 def clone(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {k: clone(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [clone(v) for v in obj]
-    return obj
+    """obj with every tensor in it copied."""
+    return tree_map_only(torch.Tensor, lambda t: t.detach().clone(), obj)
 
 
 def blank(obj):
     """The same structure with every tensor zeroed (and other leaves kept), to load into."""
-    if isinstance(obj, torch.Tensor):
-        return torch.zeros_like(obj)
-    if isinstance(obj, dict):
-        return {k: blank(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [blank(v) for v in obj]
-    return obj
-
-
-def assert_same(a, b, path="sd"):
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, path
-        assert a.contiguous().reshape(-1).view(torch.uint8).equal(b.contiguous().reshape(-1).view(torch.uint8)), f"{path}: bits differ"
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), path
-        for k in a:
-            assert_same(a[k], b[k], f"{path}.{k}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), path
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{path}[{i}]")
-    else:
-        assert a == b, path
+    return tree_map_only(torch.Tensor, torch.zeros_like, obj)
 
 
 def save(sd, path, **kw):

@@ -32,12 +32,7 @@ def _planes(x, layout, ns):
 
 
 def _analyze(planes, n, ns, rm, exact):
-    h = np.zeros((ns, 4, 256), np.int64)
-    lens = np.zeros((ns, 256), np.uint8)
-    modes = np.empty(ns, np.int64)
-    sizes = np.empty(ns, np.int64)
-    f = np.zeros(ns * 256, np.int64)
-    cm = np.zeros(ns * 256, np.int64)
+    h, lens, modes, sizes, f, cm = kstreams.analysis_scratch(ns)
     if exact:
         for s in range(ns):
             kstreams.histo4(planes[s], n, h[s])

@@ -1,6 +1,7 @@
 """Where lmc's alone coding spends its bits and time on the exponent stream, per kind of a real checkpoint.
 
-Usage: python codecs/lmc/benchmarks/studies/stream_costs.py CHECKPOINT_DIR [--min-elements N]
+Usage (from codecs/lmc, as a module: it reads the checkpoint with benchmarks/benchlib.py):
+python -m benchmarks.studies.stream_costs CHECKPOINT_DIR [--min-elements N]
 
 CHECKPOINT_DIR: a Hugging Face Trainer checkpoint folder (as for benchmarks/bench_alone.py). For every 128 Ki-element chunk
 of every tensor of at least N elements (with its shape), cast to bf16: the exponent stream's order-0 entropy,
@@ -12,13 +13,12 @@ rANS, to undo the prediction (exp_restore), to compute the residuals (exp_residu
 decode of that chunk (format 2, all streams, checksum included).
 """
 import argparse
-import os
-import time
 
 import ml_dtypes
 import numpy as np
 
 import lmc
+from benchmarks.benchlib import best, load_tensors
 from lmc.kernels.huffman import huffman_lengths
 from lmc.kernels.rans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_decode, rans_encode,
                         rans_normalize)
@@ -52,27 +52,9 @@ def chunk_costs(e, w):
                      entropy_bits(e, ctx, 15), entropy_bits(r)])
 
 
-def load(folder, min_el):
-    """{kind: [arrays]}: the fp32 weights of at least min_el elements of a Trainer checkpoint folder and AdamW's
-    two moments (as benchmarks/bench_alone.py reads them)."""
-    import torch
-    from safetensors.numpy import load_file
-    w = load_file(os.path.join(folder, "model.safetensors"))
-    opt = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True, map_location="cpu")
-    kinds = {"weight": [v for v in w.values() if v.dtype == np.float32 and v.size >= min_el]}
-    for k in ("exp_avg", "exp_avg_sq"):
-        kinds[k] = [s[k].numpy() for s in opt["state"].values() if s[k].numel() >= min_el]
-    return kinds
-
-
 def best_ms(fn, repeat=50):
     """The shortest of ``repeat`` calls of fn(), in ms."""
-    t = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return 1e3 * t
+    return 1e3 * best(fn, repeat)[0]
 
 
 def main():
@@ -80,7 +62,7 @@ def main():
     ap.add_argument("folder")
     ap.add_argument("--min-elements", type=int, default=65536)
     a = ap.parse_args()
-    kinds = load(a.folder, a.min_elements)
+    kinds = load_tensors(a.folder, a.min_elements)
     print(f"{a.folder}: bf16 cast, exponent stream, bits per element over 128 Ki chunks")
     print(f"{'kind':12s} {'entropy':>8s} {'Huffman':>8s} {'rANS':>8s} {'prev ctx':>8s} {'predicted':>9s}")
     for kind, arrs in kinds.items():

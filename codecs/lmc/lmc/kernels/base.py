@@ -433,9 +433,8 @@ def _csum_fill(r, n, v, use_ref):
         if use_ref:
             u = np.uint64(r[i]) ^ v
         s1 += u
-        x = (u ^ ic) * _C1
+        s2 += _mix(u, ic, False)
         ic += _C3
-        s2 += x ^ (x >> _S29)
     return _fold(s1, s2)
 
 

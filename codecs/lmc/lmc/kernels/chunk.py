@@ -36,8 +36,9 @@ from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORE
                      PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, ck_mode,
                      copy_bytes, merge_chunk, merge_units, split_chunk, split_units, xor_into)
 from .huffman import histo4
-from .streams import (_uses_rans, analyze_hist, analyze_planes, check_planes, decode_bf16, decode_planes,
-                        exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes, write_pred)
+from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes, check_planes, decode_bf16,
+                      decode_planes, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes,
+                      write_pred)
 from .delta.encode import (delta_analyze, delta_build, delta_plan, delta_scratch, delta_write, delta_z,
                       stream_estimates)
 from .delta.decode import check_delta, delta_decode
@@ -79,25 +80,9 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     rm = 0 if not v2 else (NO_MARGIN if sf else RANS_MARGIN)
     pm = NO_MARGIN if sf else PRED_MARGIN
     tm = NO_MARGIN if sf else TEMPORAL_MARGIN
-    h = np.zeros((ns, 4, 256), np.int64)
-    lens = np.zeros((ns, 256), np.uint8)
-    modes = np.empty(ns, np.int64)
-    sizes = np.empty(ns, np.int64)
-    f = np.zeros(ns * 256, np.int64)
-    cm = np.zeros(ns * 256, np.int64)
-    h2 = h
-    lens2 = lens
-    modes2 = modes
-    sizes2 = sizes
-    f2 = f
-    cm2 = cm
-    if has_ref:
-        h2 = np.zeros((ns, 4, 256), np.int64)
-        lens2 = np.zeros((ns, 256), np.uint8)
-        modes2 = np.empty(ns, np.int64)
-        sizes2 = np.empty(ns, np.int64)
-        f2 = np.zeros(ns * 256, np.int64)
-        cm2 = np.zeros(ns * 256, np.int64)
+    h, lens, modes, sizes, f, cm = analysis_scratch(ns)
+    # the reference's tables: their own where there is a reference, else the same arrays
+    h2, lens2, modes2, sizes2, f2, cm2 = analysis_scratch(ns) if has_ref else (h, lens, modes, sizes, f, cm)
     E = 0
     cmask = 0
     raw = 0
@@ -302,6 +287,19 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
 
 
 @njit(nogil=True, cache=True)
+def _requires(version, since, layout_ok, ref_ok):
+    """The status of a chunk mode that needs format ``since`` or later, a layout it codes and (ref_ok False)
+    a reference it lacks: checked in that order."""
+    if version < since:
+        return ERR_VERSION
+    if not layout_ok:
+        return ERR_FLAGS
+    if not ref_ok:
+        return ERR_NOREF
+    return OK
+
+
+@njit(nogil=True, cache=True)
 def _chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
     """The mode byte of chunk blob[off:off+clen] and what it requires: a
     temporal chunk format v2, a float layout and a reference, a
@@ -313,40 +311,25 @@ def _chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
     flags = np.int64(blob[off])
     if flags > 6:
         return ERR_FLAGS, 0
+    st = OK
     if flags == CHUNK_DELTA:
-        if version < 6:
-            return ERR_VERSION, 0
-        if layout == LAYOUT_PLANES:
-            return ERR_FLAGS, 0
-        if not has_ref:
-            return ERR_NOREF, 0
+        st = _requires(version, 6, layout != LAYOUT_PLANES, has_ref)
     elif flags == CHUNK_MCTX:
-        if version < 5:
-            return ERR_VERSION, 0
-        if layout != LAYOUT_BF16:
-            return ERR_FLAGS, 0
+        st = _requires(version, 5, layout == LAYOUT_BF16, True)
     elif flags == CHUNK_PRED:
-        if version < 3:
-            return ERR_VERSION, 0
-        if layout == LAYOUT_PLANES:
-            return ERR_FLAGS, 0
-        if clen < 5:
-            return ERR_TRUNC, 0
-        if load_u32(blob, off + 1) == 0:
-            return ERR_PRED, 0
+        st = _requires(version, 3, layout != LAYOUT_PLANES, True)
+        if st == OK and clen < 5:
+            st = ERR_TRUNC
+        elif st == OK and load_u32(blob, off + 1) == 0:
+            st = ERR_PRED
     elif flags == CHUNK_TEMPORAL:
-        if version < 2:
-            return ERR_VERSION, 0
-        if layout == LAYOUT_PLANES:
-            return ERR_FLAGS, 0
-        if not has_ref:
-            return ERR_NOREF, 0
+        st = _requires(version, 2, layout != LAYOUT_PLANES, has_ref)
     elif flags == CHUNK_STORED:
         if clen != 1 + n * unit:
-            return ERR_LEN, 0
+            st = ERR_LEN
     elif flags == CHUNK_XOR and not has_ref:
-        return ERR_NOREF, 0
-    return OK, flags
+        st = ERR_NOREF
+    return st, (flags if st == OK else 0)
 
 
 @njit(nogil=True, cache=True)
@@ -363,60 +346,40 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     if flags == CHUNK_TEMPORAL:
         st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
                              syms)
-        if st != OK:
-            return st
-        if checksum_units(out, start, n, unit, wk) != expected:
-            return ERR_CHECKSUM
-        return OK
-    if flags == CHUNK_DELTA:
+    elif flags == CHUNK_DELTA:
         st = delta_decode(blob, off + 1, end, n, layout, ref, start, out, planes, dec, dec3, dec1, lens, tmp,
                           version, f, cm, dtab)
-        if st != OK:
-            return st
-        if checksum_units(out, start, n, unit, wk) != expected:
-            return ERR_CHECKSUM
-        return OK
-    if flags == CHUNK_MCTX:
+    elif flags == CHUNK_MCTX:
         base = start * 2
         st = mctx_decode(blob, off + 1, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms,
                          out[base:base + 2 * n].view(np.uint16))
-        if st != OK:
-            return st
-        if checksum_units(out, start, n, unit, wk) != expected:
-            return ERR_CHECKSUM
-        return OK
-    if flags == CHUNK_STORED:
+    elif flags == CHUNK_STORED:
         copy_bytes(out, start * unit, blob, off + 1, n * unit)
-        if checksum_units(out, start, n, unit, wk) != expected:
-            return ERR_CHECKSUM
-        return OK
-    delta = flags == CHUNK_XOR
-    pos = off + 1
-    w = 0
-    if flags == CHUNK_PRED:
-        pos = off + 5
-        w = np.int64(load_u32(blob, off + 1))
-    if layout == LAYOUT_BF16:
+    else:
+        delta = flags == CHUNK_XOR
+        pos = off + 1
+        w = 0
+        if flags == CHUNK_PRED:
+            pos = off + 5
+            w = np.int64(load_u32(blob, off + 1))
+        if layout != LAYOUT_BF16:
+            st = decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
+                               dtab)
+            if st != OK:
+                return st
+            if flags == CHUNK_PRED:
+                exp_restore(planes[0], n, w)
+            # the planes' merge computes the checksum as it writes
+            chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout, wk)
+            return OK if chk == expected else ERR_CHECKSUM
         base = start * 2
         st = decode_bf16(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w,
                          out[base:base + 2 * n].view(np.uint16))
-        if st != OK:
-            return st
-        if delta:
+        if st == OK and delta:
             xor_into(out[base:base + 2 * n], out, ref, base, 2 * n)
-        if checksum_units(out, start, n, unit, wk) != expected:
-            return ERR_CHECKSUM
-        return OK
-    st = decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
-                       dtab)
     if st != OK:
         return st
-    if flags == CHUNK_PRED:
-        exp_restore(planes[0], n, w)
-    chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout, wk)
-    if chk != expected:
-        return ERR_CHECKSUM
-    return OK
+    return OK if checksum_units(out, start, n, unit, wk) == expected else ERR_CHECKSUM
 
 
 # ---------------------------------------------------------------------------

@@ -58,12 +58,13 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
     def st(arr, idx, val):
         arr[int(idx)] = val
 
-    load_u16 = _mk_load(2, np.uint16)
-    load_u32 = _mk_load(4, np.uint32)
-    load_u64 = _mk_load(8, np.uint64)
-    store_u16 = _mk_store(2)
-    store_u32 = _mk_store(4)
-    store_u64 = _mk_store(8)
+    def _widths(mk_load, mk_store):
+        """(load_u16, load_u32, load_u64, store_u16, store_u32, store_u64) from mk_load(nbytes, type) and
+        mk_store(nbytes)."""
+        return (mk_load(2, np.uint16), mk_load(4, np.uint32), mk_load(8, np.uint64),
+                mk_store(2), mk_store(4), mk_store(8))
+
+    load_u16, load_u32, load_u64, store_u16, store_u32, store_u64 = _widths(_mk_load, _mk_store)
 
     if CHECKED:
         def _check(arr, idx, width, what):
@@ -92,12 +93,7 @@ if numba.config.DISABLE_JIT:  # pragma: no cover - exercised in a subprocess tes
         def st(arr, idx, val):
             arr[_check(arr, idx, 1, "st")] = val
 
-        load_u16 = _mk_cload(2, np.uint16)
-        load_u32 = _mk_cload(4, np.uint32)
-        load_u64 = _mk_cload(8, np.uint64)
-        store_u16 = _mk_cstore(2)
-        store_u32 = _mk_cstore(4)
-        store_u64 = _mk_cstore(8)
+        load_u16, load_u32, load_u64, store_u16, store_u32, store_u64 = _widths(_mk_cload, _mk_cstore)
 
         class CheckedArray(np.ndarray):
             """An ndarray whose integer indexes must be in range (no negative

@@ -195,14 +195,23 @@ def rans_put_states(buf, p, x0, x1, x2, x3):
 @njit(nogil=True, cache=True)
 def rans_states(blob, pos, end):
     """The 4 initial states at blob[pos:pos + 16], read only if they lie inside the stream blob[pos:end];
-    (ok, x0, x1, x2, x3), ok False where the stream is too short or a state is below 2^16."""
+    (ok, x0, x1, x2, x3, the position of the first word after them), ok False where the stream is too short
+    or a state is below 2^16."""
     if end - pos < 16:
-        return False, np.int64(0), np.int64(0), np.int64(0), np.int64(0)
+        return False, np.int64(0), np.int64(0), np.int64(0), np.int64(0), pos + 16
     x0 = np.int64(load_u32(blob, pos))
     x1 = np.int64(load_u32(blob, pos + 4))
     x2 = np.int64(load_u32(blob, pos + 8))
     x3 = np.int64(load_u32(blob, pos + 12))
-    return x0 >= RANS_L and x1 >= RANS_L and x2 >= RANS_L and x3 >= RANS_L, x0, x1, x2, x3
+    return x0 >= RANS_L and x1 >= RANS_L and x2 >= RANS_L and x3 >= RANS_L, x0, x1, x2, x3, pos + 16
+
+
+@njit(inline="always")
+def _renorm(x, blob, p):
+    """State x renormalised without a branch: below 2^16 it takes the 16-bit word at blob[p] (2 bytes known
+    inside the stream).  Returns (x, the next word's position)."""
+    g = np.int64(x < RANS_L)
+    return (x << (g << 4)) | (np.int64(load_u16(blob, p)) & -g), p + (g << 1)
 
 
 @njit(nogil=True, cache=True)
@@ -211,10 +220,9 @@ def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n):
     (decode table dtab[ctxs[i] * 4096 ...] if use_ctx, else dtab[0:4096]).
     Every word read is checked against end; the stream must be consumed
     exactly and all 4 final states must equal 2^16."""
-    ok, x0, x1, x2, x3 = rans_states(blob, pos, end)
+    ok, x0, x1, x2, x3, p = rans_states(blob, pos, end)
     if not ok:
         return ERR_RANS
-    p = pos + 16
     i = 0
     n4 = n & ~3
     t0 = 0
@@ -241,18 +249,10 @@ def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n):
         x2 = (((e2 >> 8) & 4095) + 1) * (x2 >> 12) + (e2 >> 20)
         x3 = (((e3 >> 8) & 4095) + 1) * (x3 >> 12) + (e3 >> 20)
         # branchless renormalisation (p + 8 <= end: the 4 loads are inside)
-        g0 = np.int64(x0 < RANS_L)
-        x0 = (x0 << (g0 << 4)) | (np.int64(load_u16(blob, p)) & -g0)
-        p += g0 << 1
-        g1 = np.int64(x1 < RANS_L)
-        x1 = (x1 << (g1 << 4)) | (np.int64(load_u16(blob, p)) & -g1)
-        p += g1 << 1
-        g2 = np.int64(x2 < RANS_L)
-        x2 = (x2 << (g2 << 4)) | (np.int64(load_u16(blob, p)) & -g2)
-        p += g2 << 1
-        g3 = np.int64(x3 < RANS_L)
-        x3 = (x3 << (g3 << 4)) | (np.int64(load_u16(blob, p)) & -g3)
-        p += g3 << 1
+        x0, p = _renorm(x0, blob, p)
+        x1, p = _renorm(x1, blob, p)
+        x2, p = _renorm(x2, blob, p)
+        x3, p = _renorm(x3, blob, p)
         i += 4
     return rans_tail(blob, p, end, x0, x1, x2, x3, i, n, dtab, ctxs, use_ctx, PROB_BITS, out)
 
@@ -453,9 +453,7 @@ def _tdstep(x, i, cb, dtab, syms, blob, p):
     e = np.int64(ld(dtab, np.int64(ld(cb, i)) + (x & 4095)))
     put(syms, i, e & 255)
     x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
-    g = np.int64(x < RANS_L)
-    x = (x << (g << 4)) | (np.int64(load_u16(blob, p)) & -g)
-    return x, p + (g << 1)
+    return _renorm(x, blob, p)
 
 
 @njit(nogil=True, cache=True)
@@ -464,10 +462,9 @@ def _tdsyms(blob, pos, end, cb, n, dtab, syms):
     with the context table at dtab[cb[i]:]).  Every word read is checked
     against end; the stream must be consumed exactly and all 4 final
     states must equal 2^16."""
-    ok, x0, x1, x2, x3 = rans_states(blob, pos, end)
+    ok, x0, x1, x2, x3, p = rans_states(blob, pos, end)
     if not ok:
         return ERR_RANS
-    p = pos + 16
     i = 0
     n4 = n & ~3
     while i < n4 and p + 8 <= end:   # <= 4 words per 4 symbols

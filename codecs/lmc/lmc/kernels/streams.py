@@ -23,6 +23,15 @@ from .huffman import _encode4, canonical_codes, check_huff_stream, decode_huff_s
 # histograms: byte-stream counts straight from the units (no split into
 # planes), in 4 partial tables (see kernels.base._inc)
 # ---------------------------------------------------------------------------
+@njit(inline="always")
+def _unit(x, r, i, use_ref):
+    """Unit i of x as an int64, XORed with unit i of r when use_ref."""
+    v = np.int64(ld(x, i))
+    if use_ref:
+        v ^= np.int64(ld(r, i))
+    return v
+
+
 @njit(nogil=True, cache=True)
 def stream_count(data, ref, use_ref, start, n, layout, hs):
     """Byte-stream counts of the units (XOR the reference when use_ref) in 4
@@ -33,9 +42,7 @@ def stream_count(data, ref, use_ref, start, n, layout, hs):
         r = ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x
         for i in range(n):
             hb = (i & 3) << 8
-            v = np.int64(ld(x, i))
-            if use_ref:
-                v ^= np.int64(ld(r, i))
+            v = _unit(x, r, i, use_ref)
             _inc(hs, hb + ((v >> 23) & 0xFF))
             _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
             _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
@@ -46,17 +53,13 @@ def stream_count(data, ref, use_ref, start, n, layout, hs):
     if layout == LAYOUT_BF16:
         for i in range(n):
             hb = (i & 3) << 8
-            v = np.int64(ld(x, i))
-            if use_ref:
-                v ^= np.int64(ld(r, i))
+            v = _unit(x, r, i, use_ref)
             _inc(hs, hb + ((v >> 7) & 0xFF))
             _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
     else:
         for i in range(n):
             hb = (i & 3) << 8
-            v = np.int64(ld(x, i))
-            if use_ref:
-                v ^= np.int64(ld(r, i))
+            v = _unit(x, r, i, use_ref)
             _inc(hs, hb + ((v >> 10) & 0x1F))
             _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
             _inc(hs, 2048 + hb + (v & 0xFF))
@@ -134,6 +137,13 @@ def near_raw(p, n):
             acc += t[c] * np.log2(np.float64(t[c]))
     ent = np.log2(np.float64(m)) - acc / m + (k - 1) / (2.0 * m * np.log(2.0))
     return ent >= 8.0 - NEAR_RAW_BITS
+
+
+@njit(nogil=True, cache=True)
+def analysis_scratch(ns):
+    """The tables analyze_planes and analyze_hist fill for ns planes: (h, lens, modes, sizes, f, cm)."""
+    return (np.zeros((ns, 4, 256), np.int64), np.zeros((ns, 256), np.uint8), np.empty(ns, np.int64),
+            np.empty(ns, np.int64), np.zeros(ns * 256, np.int64), np.zeros(ns * 256, np.int64))
 
 
 @njit(nogil=True, cache=True)

@@ -16,28 +16,28 @@ from ..streams import _read_record, check_records, decode_records
 from .fields import ESC_K, _escape_masks, _escape_positions, delta_rows
 
 @njit(nogil=True, cache=True)
-def _delta_head(blob, pos, end, n, W):
-    """(status, c, q, m) of a delta chunk body blob[pos:end] (after its mode byte)."""
+def _delta_head(blob, pos, end, n, layout):
+    """(status, W, c, q, m, the position after the 6-byte head, and delta_rows(c, q, n, W)) of a delta chunk
+    body blob[pos:end] (after its mode byte)."""
+    W = 32 if layout == LAYOUT_F32 else 16
     if pos + 6 > end:
-        return ERR_TRUNC, 0, 0, 0
+        return ERR_TRUNC, W, 0, 0, 0, pos, (0, False, 0, 0, 0, 0)
     c = np.int64(blob[pos])
     q = np.int64(blob[pos + 1])
     m = np.int64(load_u32(blob, pos + 2))
     if c & 3 or c >= W or (q != 2 and q != 4 and q != 8) or m > n:
-        return ERR_DELTA, 0, 0, 0
-    return OK, c, q, m
+        return ERR_DELTA, W, 0, 0, 0, pos, (0, False, 0, 0, 0, 0)
+    return OK, W, c, q, m, pos + 6, delta_rows(c, q, n, W)
 
 
 @njit(nogil=True, cache=True)
 def check_delta(blob, pos, end, n, layout, version, lens, f, cm, one):
     """Check a delta chunk body blob[pos:end] (after its mode byte) without decoding it: its head and
     stream records (check_records).  Returns a status."""
-    W = 32 if layout == LAYOUT_F32 else 16
-    st, c, q, m = _delta_head(blob, pos, end, n, W)
+    st, W, c, q, m, pos, rows = _delta_head(blob, pos, end, n, layout)
     if st != OK:
         return st
-    pos += 6
-    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
+    nb, nib, pr, npk, er, ne = rows
     st, _, pos = check_records(blob, pos, end, n, nb, version, lens, f, cm, one)
     if st == OK and nib:
         st, _, pos = check_records(blob, pos, end, (n + 1) >> 1, 1, version, lens, f, cm, one)
@@ -55,12 +55,10 @@ def delta_decode(blob, pos, end, n, layout, ref, start, out, planes, dec, dec3, 
                  cm, dtab):
     """Decode a delta chunk body blob[pos:end] (after the mode byte) into out (units from start); planes:
     >= W / 8 + 3 rows of >= n + 16 bytes.  Returns a status (checksum not checked here)."""
-    W = 32 if layout == LAYOUT_F32 else 16
-    st, c, q, m = _delta_head(blob, pos, end, n, W)
+    st, W, c, q, m, pos, rows = _delta_head(blob, pos, end, n, layout)
     if st != OK:
         return st
-    pos += 6
-    nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
+    nb, nib, pr, npk, er, ne = rows
     nr = planes[(W >> 3) + 2]   # the nibble stream, one nibble a byte (zero where there is none)
     # low byte streams all raw (as prefer="fast" writes them): read in place
     raw = np.zeros(3, np.int64)
