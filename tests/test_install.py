@@ -57,6 +57,7 @@ def test_the_wheel_holds_every_package_config_and_renderer(installed):
     want |= {f"lmcbench/experiments/{p.name}" for p in (REPO / "experiments").glob("*.py")}
     assert want - names == set(), "a package missing from [tool.setuptools] packages in pyproject.toml?"
     assert "lmcbench/conf/config.yaml" in names and "lmcbench/experiments/delta_gap.py" in names
+    assert "lmcbench/tinygpt/corpus-v1.txt.xz" in names  # the pinned corpus (package data)
 
 
 def test_installed_copy_is_the_one_imported(installed):
