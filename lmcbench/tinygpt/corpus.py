@@ -5,9 +5,10 @@ package, so every interpreter and every machine trains on the same bytes.
 ``.yaml`` and ``.toml`` file outside ``results/`` and ``notebooks/`` at commit :data:`COMMIT`, concatenated in
 sorted path order: :data:`SIZE` bytes (about 89% Python), SHA-256 :data:`SHA256`, checked on every load. A
 series trains on the first ``corpus_bytes`` of it; a request beyond :data:`SIZE` takes the whole corpus (the
-cap: the default 4,000,000 and the large preset's 8,000,000 both train on all of it; neither run reads more
-than 1.7 MB of its training split). :data:`SHA256` is part of the series' cache key
-(:func:`lmcbench.tinygpt.series.series_folder`) and of every report's header (:func:`corpus_id`).
+cap: the default 4,000,000 and the large preset's 8,000,000 both train on all of it; their random windows
+cover about 1.6 M and 0.5 M bytes, fewer than the 2.18 MB of its training split). :data:`SHA256` is part of
+the series' cache key (:func:`lmcbench.tinygpt.series.series_key`) and of every report's header
+(:func:`corpus_id`).
 
 A new corpus is made with ``python -m lmcbench.tinygpt.corpus freeze COMMIT OUT`` from a checkout: it gets a
 new file name, :data:`NAME`, :data:`SHA256` and :data:`SIZE` here and a line in CHANGELOG.md (every cached
