@@ -136,12 +136,14 @@ def measure(name: str, run: str, kind: str, threads: list[int], scratch: str) ->
 
 def render(df, argv: list[str], note: str | None = None, commit: str = "") -> str:
     from .report.header import cores, cpu_name, library_versions
+    from .tinygpt.corpus import corpus_id
 
     lines = ["# The archive on real training layouts, beside the same tensors in the plain Trainer layout", "",
              "- command: `python -m lmcbench.archive_layouts " + " ".join(argv) + "`",
              f"- machine: {cpu_name()}, {cores()} cores; lmcbench git {commit}; "
              f"run {time.strftime('%Y-%m-%d %H:%M:%S')}",
              "- libraries: " + ", ".join(f"{k} {v}" for k, v in sorted(library_versions().items())),
+             f"- tinygpt corpus: {corpus_id()}",
              *([f"- {note}"] if note else []), "",
              "Per run: bytes of the step folders, the archive of them (each tensor against the previous step), "
              "the opaque share (bytes stored as plain bytes: configs, RNG, pickles, zip directories), the same "

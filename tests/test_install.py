@@ -57,15 +57,17 @@ def test_the_wheel_holds_every_package_config_and_renderer(installed):
     want |= {f"lmcbench/experiments/{p.name}" for p in (REPO / "experiments").glob("*.py")}
     assert want - names == set(), "a package missing from [tool.setuptools] packages in pyproject.toml?"
     assert "lmcbench/conf/config.yaml" in names and "lmcbench/experiments/delta_gap.py" in names
+    assert "lmcbench/tinygpt/corpus-v1.txt.xz" in names  # the pinned corpus (package data)
 
 
 def test_installed_copy_is_the_one_imported(installed):
-    code = ("import lmcbench, lmcbench.cli, lmcbench.paths as p, lmcbench.experiments.delta_gap as d; "
-            "print(lmcbench.__file__); print(p.CONF_DIR); print(d.__file__); print(p.SOURCE_TREE)")
+    code = ("import lmcbench, lmcbench.cli, lmcbench.paths as p, lmcbench.experiments.delta_gap as d, importlib; "
+            "c = importlib.import_module('lmcbench.tinygpt.corpus'); c.corpus(1); "
+            "print(lmcbench.__file__); print(p.CONF_DIR); print(d.__file__); print(c.FILE); print(p.SOURCE_TREE)")
     out = run(installed, sys.executable, "-c", code).stdout.split()
     target = str(installed["target"])
-    assert all(o.startswith(target) for o in out[:3]), out
-    assert out[3] == "None"  # no checkout: results go to ./results
+    assert all(o.startswith(target) for o in out[:4]), out  # the corpus read (and its hash checked) from there
+    assert out[4] == "None"  # no checkout: results go to ./results
 
 
 @pytest.mark.slow

@@ -1,7 +1,8 @@
 """The header above every report, for runs and experiments alike: what made the records.
 
-:func:`collect` gathers the machine (CPU, cores), the git commit, the library versions and the thread counts
-(:func:`threads`); a run writes it, with its command, to ``environment.json``. :func:`load` reads it back and
+:func:`collect` gathers the machine (CPU, cores), the git commit, the library versions, the thread counts
+(:func:`threads`) and the tinygpt corpus (:func:`lmcbench.tinygpt.corpus.corpus_id`: its name and SHA-256); a
+run writes it, with its command, to ``environment.json``. :func:`load` reads it back and
 :func:`lines` writes it above a report (``lmcbench.report.render`` and every ``experiments/*.py``).
 """
 
@@ -15,6 +16,7 @@ import subprocess
 import time
 
 from ..paths import SOURCE_TREE
+from ..tinygpt.corpus import corpus_id
 
 LIBRARIES = ("torch", "numba", "pandas", "ml_dtypes", "hydra", "safetensors")
 
@@ -96,13 +98,15 @@ def threads() -> dict:
 
 def collect(command: str, job_overrides: str = "", source: str = "", versions: dict | None = None) -> dict:
     """The environment of this process: the command (and a sweep job's overrides), the time, the machine, the
-    git commit, the library versions (and ``versions``, e.g. the codecs'), the threads and the source."""
+    git commit, the library versions (and ``versions``, e.g. the codecs'), the threads, the source and the
+    tinygpt corpus."""
     from .. import __version__
 
     return {"command": command, "job_overrides": job_overrides, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
             "lmcbench": __version__, "python": platform.python_version(), "platform": platform.platform(),
             "cpu": cpu_name(), "cores": cores(), "git_commit": git_commit(),
-            "versions": {**library_versions(), **(versions or {})}, "source": source, "threads": threads()}
+            "versions": {**library_versions(), **(versions or {})}, "source": source, "threads": threads(),
+            "corpus": corpus_id()}
 
 
 def _files(run_dirs) -> list[str]:
@@ -155,7 +159,8 @@ def _threads_line(t: dict) -> str:
 
 def lines(title: str, env: dict, what: str = "", runs: list[str] | None = None, more: list[str] = ()) -> list[str]:
     """The header of a report: the title, ``what`` it shows, then the command (or the ``runs`` merged), the
-    machine, the threads, the source and the libraries, and the bullets in ``more``; ends with a blank line."""
+    machine, the threads, the source, the tinygpt corpus (runs made before it was recorded: none) and the
+    libraries, and the bullets in ``more``; ends with a blank line."""
     out = [f"# {title}", ""] + ([what, ""] if what else [])
     if runs is not None and len(runs) > 1:
         out += [f"- merged {len(runs)} runs:"] + [f"  - `{c}`" for c in runs]
@@ -167,6 +172,8 @@ def lines(title: str, env: dict, what: str = "", runs: list[str] | None = None, 
         if env.get("threads"):
             out.append(_threads_line(env["threads"]))
         out.append(f"- source: {env.get('source', '?')}")
+        if env.get("corpus"):
+            out.append(f"- tinygpt corpus: {env['corpus']}")
         if env.get("versions"):
             out.append("- libraries: " + ", ".join(f"{k} {v}" if not str(v).startswith(k) else str(v)
                                                    for k, v in sorted(env["versions"].items())))

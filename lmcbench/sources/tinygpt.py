@@ -1,9 +1,10 @@
 """The embedded default series as a source: the tinygpt run (:mod:`lmcbench.tinygpt`), a Hugging Face Trainer
-folder cached under ``cache_dir`` keyed by a hash of the training options, trained when missing and reused
-when complete (:mod:`lmcbench.tinygpt.series`)."""
+folder cached under ``cache_dir`` keyed by a hash of the training options and the corpus, trained when missing
+and reused when complete (:mod:`lmcbench.tinygpt.series`)."""
 
 from __future__ import annotations
 
+from ..tinygpt.corpus import corpus_id
 from ..tinygpt.series import FORMAT_VERSION, Series, default_cache_dir, ensure_series  # noqa: F401
 from .hf_trainer import HFTrainerSource
 
@@ -17,7 +18,7 @@ class TinyGPTSource(HFTrainerSource):
         super().__init__(path=series.path, **kw)
 
     def describe(self):
-        return f"tinygpt series at {self.path}"
+        return f"tinygpt series at {self.path} (corpus {corpus_id()})"
 
     def _index(self):
         ensure_series(self.path, self.train_opts)

@@ -1,4 +1,5 @@
-"""The cached tinygpt series: a folder keyed by a hash of the training options, trained once and reused.
+"""The cached tinygpt series: a folder keyed by a hash of the training options and the corpus, trained once and
+reused.
 
 Both ``source=tinygpt`` (:class:`lmcbench.sources.tinygpt.TinyGPTSource`) and the ExCP experiment resolve a
 series here, so the experiment needs nothing from the sources layer.
@@ -14,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from lmc.formats.trainer_folder import list_checkpoints, parse_steps
+from .corpus import NAME as CORPUS_NAME
+from .corpus import SHA256 as CORPUS_SHA256
 from .config import TrainConfig
 from .trainer import train
 
@@ -24,9 +27,17 @@ def default_cache_dir() -> str:
     return os.environ.get("LMCBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "lmcbench")
 
 
+def series_key(opts: dict) -> str:
+    """The hash of the (checked) training options, the format version and the corpus' SHA-256
+    (:data:`CORPUS_SHA256`, recorded in :mod:`lmcbench.tinygpt.corpus`): a series trained on another corpus
+    never shares a folder."""
+    key = {**opts, "v": FORMAT_VERSION, "corpus": CORPUS_SHA256}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+
+
 def series_folder(opts: dict, cache_dir=None) -> str:
-    """``<cache>/tinygpt-<hash>``: the hash of the (checked) training options and the format version."""
-    key = hashlib.sha256(json.dumps({**opts, "v": FORMAT_VERSION}, sort_keys=True).encode()).hexdigest()[:12]
+    """``<cache>/tinygpt-<key>``: the folder of :func:`series_key` under the cache."""
+    key = series_key(opts)
     root = os.path.expanduser(str(cache_dir)) if cache_dir else default_cache_dir()
     return os.path.join(root, f"tinygpt-{key}")
 
@@ -48,8 +59,8 @@ def ensure_series(folder: str, opts: dict) -> str:
         try:
             info = train(tmp, opts)
             with open(os.path.join(tmp, "lmcbench_series.json"), "w") as f:
-                json.dump({"options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}, **info},
-                          f, indent=1)
+                json.dump({"options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()},
+                           "corpus": {"name": CORPUS_NAME, "sha256": CORPUS_SHA256}, **info}, f, indent=1)
             if os.path.exists(folder):  # an incomplete earlier attempt
                 shutil.rmtree(folder)
             os.replace(tmp, folder)
