@@ -18,6 +18,9 @@ def test_trains_a_series_into_a_folder(tmp_path, capsys):
     assert sorted(os.listdir(out)) == ["checkpoint-2", "checkpoint-4", "lmcbench_series.json"]
     info = json.loads((out / "lmcbench_series.json").read_text())
     assert info["device"] == "cpu" and info["options"]["max_steps"] == 4 and info["log_history"][-1]["step"] == 4
+    from lmcbench.tinygpt.corpus import SHA256
+
+    assert info["corpus"]["sha256"] == SHA256
     # the same run through the trainer the cache uses writes the same bits (the device path only moves tensors)
     from lmcbench.tinygpt import train
 

@@ -18,6 +18,8 @@ import os
 import sys
 
 from ..errors import LmcbenchError
+from .corpus import NAME as CORPUS_NAME
+from .corpus import SHA256 as CORPUS_SHA256
 
 
 def _options(preset: str | None, sets: list[str]) -> dict:
@@ -64,7 +66,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     with open(os.path.join(a.out, "lmcbench_series.json"), "w") as f:
-        json.dump({"options": opts, "device": a.device, **info}, f, indent=1)
+        json.dump({"options": opts, "device": a.device, "corpus": {"name": CORPUS_NAME, "sha256": CORPUS_SHA256},
+                   **info}, f, indent=1)
     return 0
 
 
