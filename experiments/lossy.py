@@ -76,7 +76,8 @@ def render(run_dir: str, out_dir: str) -> str:
               f"parameters, checkpoints at steps {summary['steps'][0]}..{summary['steps'][-1]} "
               f"({len(summary['steps'])}); held-out loss over {summary['eval_batches']} batches",
               f"- uncompressed final held-out loss: {summary['baseline_losses'][str(summary['steps'][-1])]:.4f}",
-              f"- measured in {summary['seconds'] / 60:.0f} min"]
+              (f"- measured in {summary['seconds'] / 60:.0f} min" if summary.get("complete")
+               else "- **the run did not finish**: the points below are those it measured")]
     for name, why in (summary.get("skipped") or {}).items():
         lines.append(f"- **{name} skipped**: {why}")
     lines.append("")

@@ -105,6 +105,11 @@ def run_frontier(c: dict, out_dir: str, log=print) -> dict:
         base[step] = eval_arrays(opts, weights_of(load_triples(d)), nb)
     log(f"lossy: {len(ckpts)} checkpoints of {source.path}; uncompressed final loss {base[ckpts[-1][0]]:.4f}; "
         f"{len(o['points'])} points x {len(o['judged'])} judgements")
+    summary = {"series": source.path, "train": opts, "steps": [s for s, _ in ckpts],
+               "n_params": int(sum(t["weight"].size for t in load_triples(ckpts[0][1]).values())),
+               "resume_every": K, "eval_batches": nb, "baseline_losses": {str(k): v for k, v in base.items()},
+               "skipped": o["skipped"], "points": 0, "seconds": None, "complete": False}
+    _write_summary(out_dir, summary)  # written again at the end: a cut-short run can still be rendered
     fr = CsvAppender(os.path.join(out_dir, "frontier.csv"), FRONTIER_COLUMNS)
     ck = CsvAppender(os.path.join(out_dir, "lossy_checkpoints.csv"), CKPT_COLUMNS)
     rows = []
@@ -124,10 +129,11 @@ def run_frontier(c: dict, out_dir: str, log=print) -> dict:
                     f"({row['loss_change_pct']:+.2f}%)")
     fr.close()
     ck.close()
-    summary = {"series": source.path, "train": opts, "steps": [s for s, _ in ckpts],
-               "n_params": int(sum(t["weight"].size for t in load_triples(ckpts[0][1]).values())),
-               "resume_every": K, "eval_batches": nb, "baseline_losses": {str(k): v for k, v in base.items()},
-               "skipped": o["skipped"], "points": len(rows), "seconds": round(time.time() - t_start, 1)}
+    summary.update(points=len(rows), seconds=round(time.time() - t_start, 1), complete=True)
+    _write_summary(out_dir, summary)
+    return summary
+
+
+def _write_summary(out_dir: str, summary: dict) -> None:
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    return summary
