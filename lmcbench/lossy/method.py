@@ -75,6 +75,8 @@ class ExCPMethod(Method):
     @property
     def setting(self) -> str:
         c = self.cfg
+        if not self.lossy:
+            return "lossless (control)"
         return f"alpha={c.alpha:g},beta={c.beta:g},bits={c.bits}"
 
     @property
