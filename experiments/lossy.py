@@ -27,7 +27,7 @@ from lmcbench.report.header import collect  # noqa: E402
 from lmcbench.report.header import lines as header_lines  # noqa: E402
 
 BUDGETS = (0.25, 0.5, 1.0, 2.0)  # loss budgets (% final held-out loss) of the targets
-ANCHORS = ("excp", "sz3", "zfp", "8bit", "bitsnap")
+ANCHORS = ("excp", "sz3", "zfp", "adam8bit", "bitsnap")
 OURS = "efq"
 TARGET = (70.0, 1.0)  # ratio, loss change (%)
 

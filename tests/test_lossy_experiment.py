@@ -36,7 +36,7 @@ def test_the_preset_names_every_anchor_and_ours():
     c = OmegaConf.to_container(cfg, resolve=True)
     o = frontier.options(c)
     names = {n for n, _ in o["points"]} | set(o["skipped"])
-    assert {"excp", "sz3", "zfp", "8bit", "bitsnap", "efq"} <= names
+    assert {"excp", "sz3", "zfp", "adam8bit", "bitsnap", "efq"} <= names
     for n in names:  # every method a curve: several settings
         assert len(c["lossy"]["methods"][n]) >= 2, n
     only = frontier.options({**c, "lossy": {**c["lossy"], "only": ["efq"]}})
@@ -83,7 +83,7 @@ def test_the_frontier_and_its_report(tmp_path, monkeypatch):
         monkeypatch.setattr(mod, "load_triples", lambda d: series[d])
         monkeypatch.setattr(mod, "eval_arrays", lambda opts, w, n: 1.0 + float(np.abs(w["a"]).mean()))
     c = {"source": {}, "lossy": {"resume_every": 100, "eval_batches": 1,
-                                 "methods": {"efq": [{"q": 0.5}, {"q": 4.0}], "8bit": [{}],
+                                 "methods": {"efq": [{"q": 0.5}, {"q": 4.0}], "adam8bit": [{}],
                                              "excp": [{"archiver": "none"}]}}}
     summary = frontier.run_frontier(c, str(tmp_path), log=lambda *a: None)
     fr = pd.read_csv(tmp_path / "frontier.csv")
@@ -91,7 +91,7 @@ def test_the_frontier_and_its_report(tmp_path, monkeypatch):
     assert len(fr) == 8 and set(fr["judged"]) == {"resumed", "reconstruction"}
     assert (fr["ratio"] > 1).all() and np.allclose(fr["loss_change_pct"],
                                                    100 * (fr["final_loss"] / fr["baseline_loss"] - 1))
-    e = fr[fr["method"] == "8bit"]
+    e = fr[fr["method"] == "adam8bit"]
     assert (e["loss_change_pct"].abs() < 1e-9).all()  # 8bit keeps the weights
     ck = pd.read_csv(tmp_path / "lossy_checkpoints.csv")
     assert len(ck) == 8 * 3 and ck[ck["step"] == 10]["first"].all()
@@ -115,8 +115,7 @@ def tiny_series(tmp_path_factory):
 
 def test_resumed_judge_on_a_real_run(tiny_series, tmp_path):
     """Training resumes from the reconstruction at every checkpoint but the first and last: the live model
-    then leaves the uncompressed run, the final loss is the reconstruction's; a lossless 8bit-weights run
-    resumed this way differs only through its moments."""
+    then leaves the uncompressed run, the final loss is the reconstruction's."""
     base = {s: judge.eval_arrays(OPTS, judge.weights_of(judge.load_triples(d)), 2) for s, d in tiny_series}
     m = make_method({"method": "efq", "q": 2.0})
     rows = judge_resumed(m, tiny_series, OPTS, 1, 2, str(tmp_path), base, log=lambda *a: None)

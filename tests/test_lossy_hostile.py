@@ -19,7 +19,7 @@ from lmcbench.lossy.methods import missing_package
 HEAD = struct.Struct("<4sBBHIQIII")
 
 
-@pytest.fixture(scope="module", params=["efq", "8bit", "bitsnap", "sz3", "zfp"])
+@pytest.fixture(scope="module", params=["efq", "adam8bit", "bitsnap", "sz3", "zfp"])
 def chain2(request):
     if missing_package(request.param):
         pytest.skip(f"{missing_package(request.param)} is not installed")

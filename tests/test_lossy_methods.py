@@ -13,7 +13,7 @@ from lmcbench.lossy.excp import ExCPConfig, encode_checkpoint
 from lmcbench.lossy.method import ExCPMethod, make_method
 from lmcbench.lossy.methods import METHODS, missing_package
 
-SPECS = [{"method": "8bit"}, {"method": "8bit", "block": 7}, {"method": "sz3", "rel": 0.05},
+SPECS = [{"method": "adam8bit"}, {"method": "adam8bit", "block": 7}, {"method": "sz3", "rel": 0.05},
          {"method": "zfp", "rel": 0.05}, {"method": "bitsnap", "keep": 0.2}, {"method": "efq"},
          {"method": "efq", "alloc": "rms", "m_bits": 4, "v_block": 1}, {"method": "efq", "q": 3.0, "m_bits": 2}]
 
@@ -58,7 +58,7 @@ def test_round_trip_through_a_chain(spec):
 
 def test_8bit_keeps_weights_and_bounds_the_moments():
     cks = series()
-    chain = Chain(make_method({"method": "8bit", "block": 16}))
+    chain = Chain(make_method({"method": "adam8bit", "block": 16}))
     for t in cks:
         _, recon, *_ = chain.add(t)
     for name in ("a", "b"):
@@ -147,7 +147,7 @@ def test_excp_as_a_method_is_excp():
 
 @pytest.mark.parametrize("spec, msg", [({"method": "nope"}, "unknown method"), ({"method": "efq", "qq": 1}, "qq"),
                                        ({"method": "efq", "q": -1}, "q must"), ({"method": "efq", "alloc": "x"}, "alloc"),
-                                       ({"method": "bitsnap", "keep": 2.0}, "keep"), ({"method": "8bit", "block": 0},
+                                       ({"method": "bitsnap", "keep": 2.0}, "keep"), ({"method": "adam8bit", "block": 0},
                                                                                      "block"),
                                        ({"method": "excp", "bits": 1}, "bits"), ("efq", "mapping")])
 def test_bad_method_options(spec, msg):

@@ -10,7 +10,7 @@ first checkpoint of a chain) and decodes it again from the same reconstruction:
   ``kept_fraction``, ``rel_l2``).
 * ``decode(blob, prev) -> recon``: hostile-input safe; a bad blob raises the method's format error with a
   one-line message.
-* ``name`` (e.g. ``excp``, ``8bit``), ``setting`` (a short label of its options, e.g. ``alpha=5e-05``) and
+* ``name`` (e.g. ``excp``, ``adam8bit``), ``setting`` (a short label of its options, e.g. ``alpha=5e-05``) and
   ``lossy`` (False when the method is configured bit-exact).
 
 Because ``prev`` is the previous *reconstruction*, whatever one checkpoint drops is still in the next residual

@@ -1,6 +1,6 @@
 """The lossy methods written in the LMCL container (``LOSSY_FORMAT.md``), beside ExCP (:mod:`.excp`):
 
-* ``8bit`` -- what 8-bit optimizers store: weights lossless (LMC, against the previous weights), ``exp_avg``
+* ``adam8bit`` -- what 8-bit optimizers store: weights lossless (LMC, against the previous weights), ``exp_avg``
   blockwise absmax int8, ``exp_avg_sq`` a blockwise companded (log) 8-bit code.
 * ``sz3`` / ``zfp`` -- the error-bounded compressors of scientific computing (``pysz``, ``zfpy``) on the
   residual of every array against the previous reconstruction; the bound per array is ``rel`` times the
@@ -147,7 +147,7 @@ class Q8Options:
 
 
 class Q8Method(LMCLMethod):
-    name = "8bit"
+    name = "adam8bit"
     Options = Q8Options
 
     def plan(self, name, kind, x, ref, triples):
