@@ -5,6 +5,8 @@ beside it, by the reconstruction alone. Writes frontier.csv, lossy_checkpoints.c
 frontier.png into results/lossy/ (the lossless records.csv is never written).
 
 Re-render an existing result folder:  python experiments/lossy.py RESULTS_DIR [OUT_DIR]
+Merge result folders of the same series (points measured by separate processes) and render them:
+    python experiments/lossy.py --merge OUT_DIR RESULTS_DIR...
 """
 
 from __future__ import annotations
@@ -45,6 +47,34 @@ def run(c: dict, out: str) -> str:
     return render(out, out)
 
 
+def merge(run_dirs: list[str], out: str) -> str:
+    """Concatenate the frontiers of several result folders of one series (same steps, same baseline losses)
+    into ``out`` and render it; the report lists each folder's command."""
+    import shutil
+
+    sums, envs = [], []
+    for d in run_dirs:
+        with open(os.path.join(d, "summary.json")) as f:
+            sums.append(json.load(f))
+        p = os.path.join(d, "environment.json")
+        envs.append(json.load(open(p)) if os.path.exists(p) else {})
+    for s in sums[1:]:
+        if s["steps"] != sums[0]["steps"] or s["baseline_losses"] != sums[0]["baseline_losses"] \
+                or s["resume_every"] != sums[0]["resume_every"]:
+            raise SystemExit("merge: the folders are not of one series, resume_every and evaluation")
+    os.makedirs(out, exist_ok=True)
+    for name in ("frontier.csv", "lossy_checkpoints.csv"):
+        pd.concat([pd.read_csv(os.path.join(d, name)) for d in run_dirs]).to_csv(os.path.join(out, name), index=False)
+    summary = {**sums[0], "points": sum(s["points"] for s in sums), "complete": all(s.get("complete") for s in sums),
+               "seconds": max(s["seconds"] or 0 for s in sums), "commands": [e.get("command", "?") for e in envs],
+               "skipped": {k: v for s in sums for k, v in (s.get("skipped") or {}).items()}}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    if envs[0]:
+        shutil.copy(os.path.join(run_dirs[0], "environment.json"), os.path.join(out, "environment.json"))
+    return render(out, out)
+
+
 def best_under(fr: pd.DataFrame, budget: float) -> pd.Series:
     """Per method, the best ratio among its resumed points within ``budget`` % loss change (NaN: none)."""
     r = fr[(fr["judged"] == "resumed") & (fr["loss_change_pct"] <= budget)]
@@ -62,6 +92,7 @@ def render(run_dir: str, out_dir: str) -> str:
         with open(os.path.join(run_dir, "environment.json")) as f:
             env = json.load(f)
     t = summary["train"]
+    runs = summary.get("commands")
     lines = header_lines(
         "Lossy frontier: ratio against final held-out loss, judged by resumed training (LOSSY)", env,
         "Every result on this page is **lossy** and kept apart from the lossless tables. Each method compresses "
@@ -71,12 +102,14 @@ def render(run_dir: str, out_dir: str) -> str:
         "loss is the held-out loss of the run's last checkpoint as reconstructed. **reconstruction**: the chain "
         "over the uncompressed series, no training after any reconstruction (the last checkpoint's loss). "
         "ratio = full checkpoint (fp32 weights + both Adam moments) / blob, the mean over the chain's checkpoints "
-        "after the first.")
+        "after the first.", runs=runs)
     lines += [f"- series: tinygpt {t['n_layer']} layers x {t['n_embd']}, {summary['n_params'] / 1e6:.2f}M "
               f"parameters, checkpoints at steps {summary['steps'][0]}..{summary['steps'][-1]} "
               f"({len(summary['steps'])}); held-out loss over {summary['eval_batches']} batches",
               f"- uncompressed final held-out loss: {summary['baseline_losses'][str(summary['steps'][-1])]:.4f}",
-              (f"- measured in {summary['seconds'] / 60:.0f} min" if summary.get("complete")
+              (f"- measured in {summary['seconds'] / 60:.0f} min" + (" (the longest of the merged runs, which ran side "
+                                                                    "by side)" if runs else "")
+               if summary.get("complete")
                else "- **the run did not finish**: the points below are those it measured")]
     for name, why in (summary.get("skipped") or {}).items():
         lines.append(f"- **{name} skipped**: {why}")
@@ -105,6 +138,12 @@ def render(run_dir: str, out_dir: str) -> str:
     lines += ["## Every point", "", "rel_l2 = ||x_rec - x|| / ||x|| per tensor, mean over tensors and checkpoints.",
               "", md_table(t.set_index("method"), "method"), ""]
     lines += per_checkpoint(fr, ck)
+    if os.path.abspath(run_dir) != os.path.abspath(out_dir):
+        import shutil
+
+        for name in ("frontier.csv", "lossy_checkpoints.csv", "summary.json", "environment.json"):
+            if os.path.exists(os.path.join(run_dir, name)):
+                shutil.copy(os.path.join(run_dir, name), os.path.join(out_dir, name))
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     return os.path.join(out_dir, "report.md")
@@ -164,6 +203,9 @@ def plot(fr: pd.DataFrame, path: str) -> str:
 
 
 if __name__ == "__main__":
-    from _common import main
+    if len(sys.argv) > 3 and sys.argv[1] == "--merge":
+        print(merge(sys.argv[3:], sys.argv[2]))
+    else:
+        from _common import main
 
-    main(render, "lossy", __doc__)
+        main(render, "lossy", __doc__)

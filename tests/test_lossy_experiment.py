@@ -104,6 +104,9 @@ def test_the_frontier_and_its_report(tmp_path, monkeypatch):
     text = open(report).read()
     assert "LOSSY" in text and "frontier.png" in text and "within a loss budget" in text
     assert (tmp_path / "out" / "frontier.png").exists()
+    merged = lossy.merge([str(tmp_path), str(tmp_path / "out")], str(tmp_path / "merged"))
+    assert "merged 2 runs" in open(merged).read()
+    assert len(pd.read_csv(tmp_path / "merged" / "frontier.csv")) == 16
 
 
 @pytest.fixture(scope="module")
