@@ -138,10 +138,14 @@ def render(run_dir: str, out_dir: str) -> str:
     lines += ["## Every point", "", "rel_l2 = ||x_rec - x|| / ||x|| per tensor, mean over tensors and checkpoints.",
               "", md_table(t.set_index("method"), "method"), ""]
     lines += per_checkpoint(fr, ck)
+    for d in dict.fromkeys([run_dir, out_dir]):  # notes written by hand beside the results, kept on re-rendering
+        if os.path.exists(os.path.join(d, "notes.md")):
+            lines += [open(os.path.join(d, "notes.md")).read().rstrip(), ""]
+            break
     if os.path.abspath(run_dir) != os.path.abspath(out_dir):
         import shutil
 
-        for name in ("frontier.csv", "lossy_checkpoints.csv", "summary.json", "environment.json"):
+        for name in ("frontier.csv", "lossy_checkpoints.csv", "summary.json", "environment.json", "notes.md"):
             if os.path.exists(os.path.join(run_dir, name)):
                 shutil.copy(os.path.join(run_dir, name), os.path.join(out_dir, name))
     with open(os.path.join(out_dir, "report.md"), "w") as f:
