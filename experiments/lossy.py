@@ -32,6 +32,7 @@ BUDGETS = (0.25, 0.5, 1.0, 2.0)  # loss budgets (% final held-out loss) of the i
 ANCHORS = ("excp", "sz3", "zfp", "adam8bit", "bitsnap")
 OURS = "efq"
 TARGET = (70.0, 1.0)  # ratio, loss change (%)
+CAP = 50.0  # the figure's top: a run that diverged is drawn there (^), its value is in the table
 
 
 def run(c: dict, out: str) -> str:
@@ -182,23 +183,38 @@ def per_checkpoint(fr: pd.DataFrame, ck: pd.DataFrame) -> list[str]:
     return out
 
 
+def _curve(r) -> str:
+    """The curve a point belongs to: its method, and for ours the step allocation (two curves)."""
+    alloc = [p for p in str(r["setting"]).split(",") if p.startswith("alloc=")]
+    return r["method"] + (f" {alloc[0]}" if alloc else "")
+
+
 def plot(fr: pd.DataFrame, path: str) -> str:
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, m in enumerate(sorted(set(fr["method"]), key=_order)):
+    fr = fr.assign(curve=[_curve(r) for _, r in fr.iterrows()])
+    ctrl = fr["setting"].astype(str).str.contains("control")
+    for _, r in fr[ctrl].iterrows():
+        ax.plot(r["ratio"], min(r["loss_change_pct"], CAP), "*", color="black", ms=9,
+                label=f"{r['method']} lossless control ({r['judged']})" if r["judged"] == "resumed" else None)
+    fr = fr[~ctrl]
+    for i, m in enumerate(sorted(set(fr["curve"]), key=lambda c: _order(c.split()[0]) + (c,))):
         for judged, style in (("resumed", "-o"), ("reconstruction", ":x")):
-            g = fr[(fr["method"] == m) & (fr["judged"] == judged)].sort_values("ratio")
+            g = fr[(fr["curve"] == m) & (fr["judged"] == judged)].sort_values("ratio")
             if g.empty:
                 continue
-            ax.plot(g["ratio"], g["loss_change_pct"], style, color=colors[i % len(colors)], ms=4,
+            y = g["loss_change_pct"].clip(upper=CAP)
+            ax.plot(g["ratio"], y, style, color=colors[i % len(colors)], ms=4,
                     label=f"{m} ({judged})", alpha=1.0 if judged == "resumed" else 0.6)
+            off = g["loss_change_pct"] > CAP
+            ax.plot(g["ratio"][off], y[off], "^", color=colors[i % len(colors)], ms=8)
     ax.axhline(0, color="black", lw=0.8)
     ax.axvline(TARGET[0], color="grey", lw=0.8, ls="--")
     ax.axhline(TARGET[1], color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.set_xlabel("ratio (full fp32 checkpoint with both Adam moments / compressed)")
-    ax.set_ylabel("final held-out loss change (%)")
+    ax.set_ylabel(f"final held-out loss change (%; ^ = beyond {CAP:g}%)")
     ax.set_yscale("symlog", linthresh=1.0)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, ncol=2)
