@@ -1,8 +1,8 @@
-"""An ExCP *chain*: checkpoints compressed in step order, the first whole and lossless, each later one a
-residual against the *reconstruction* of the previous one; and its decoding, in the same order.
+"""A lossy *chain*: checkpoints compressed in step order, the first whole and lossless, each later one coded
+against the *reconstruction* of the previous one; and its decoding, in the same order.
 
-The chain is a driver over the codec (:mod:`lmcbench.lossy.excp`: one checkpoint in, one container out) and
-the checkpoint formats; the experiment (:mod:`lmcbench.lossy.run`) and ``lmcbench-excp``
+The chain is a driver over a lossy method (:mod:`lmcbench.lossy.method`: one checkpoint and the previous
+reconstruction in, one container out; ExCP, :mod:`lmcbench.lossy.excp`, is one) and the checkpoint formats; the experiment (:mod:`lmcbench.lossy.run`) and ``lmcbench-excp``
 (:mod:`lmcbench.lossy.cli`) both walk their checkpoints through it. A checkpoint here is a dict
 ``name -> {"weight", "exp_avg", "exp_avg_sq"}`` of numpy arrays (a moment may be None).
 """
@@ -13,12 +13,8 @@ import time
 
 import numpy as np
 
-from .excp import ExCPConfig, decode_checkpoint, encode_checkpoint
-
-
-def weights_of(triples: dict) -> dict:
-    """``name -> weight`` of a checkpoint: what the next checkpoint of a chain is a residual against."""
-    return {n: t["weight"] for n, t in triples.items()}
+from .excp import ExCPConfig
+from .method import as_method, weights_of  # noqa: F401 - weights_of: imported from here too
 
 
 def full_bytes(triples: dict) -> int:
@@ -26,9 +22,9 @@ def full_bytes(triples: dict) -> int:
     return sum(a.nbytes for t in triples.values() for a in t.values() if a is not None)
 
 
-def is_lossy(cfg: ExCPConfig) -> bool:
-    """A residual is lossy unless pruning and quantisation are all off (then it is bit-exact)."""
-    return bool(cfg.prune_weights or cfg.prune_moments or cfg.quantize)
+def is_lossy(cfg) -> bool:
+    """A residual is lossy unless the method is configured bit-exact (ExCP: pruning and quantisation all off)."""
+    return as_method(cfg).lossy
 
 
 def summarize(stats: list[dict]) -> dict:
@@ -69,43 +65,62 @@ def same_checkpoint(a: dict, b: dict) -> bool:
 
 
 class Chain:
-    """One ExCP chain being written: each checkpoint a residual against the previous reconstruction.
+    """One chain being written by a lossy method (an :class:`ExCPConfig` is taken as the ExCP method): each
+    checkpoint coded against the previous reconstruction.
 
-    ``ref`` is the previous reconstruction's weights (None before the first checkpoint); :meth:`follow`
-    continues the chain from a checkpoint reconstructed elsewhere.
+    ``prev`` is the previous reconstruction (None before the first checkpoint), ``ref`` its weights;
+    :meth:`follow` continues the chain from a checkpoint reconstructed elsewhere.
     """
 
-    def __init__(self, cfg: ExCPConfig):
-        self.cfg = cfg
-        self.ref = None
+    def __init__(self, method):
+        self.method = as_method(method)
+        self.prev = None
+
+    @property
+    def cfg(self):
+        """The ExCP configuration of an ExCP chain (None for another method)."""
+        return getattr(self.method, "cfg", None)
+
+    @property
+    def ref(self) -> dict | None:
+        return weights_of(self.prev)
+
+    @property
+    def lossy(self) -> bool:
+        return self.method.lossy
 
     def follow(self, triples: dict) -> None:
         """Make ``triples`` (a reconstruction, or an original for a lossless residual) the reference."""
-        self.ref = weights_of(triples)
+        self.prev = triples
 
     def add(self, triples: dict):
         """Encode one checkpoint, decode the container again and check it gives the encoder's reconstruction;
         returns ``(blob, recon, stats, compress_s, decompress_s, first)``."""
         t0 = time.perf_counter()
-        blob, recon, stats = encode_checkpoint(triples, self.ref, self.cfg)
+        blob, recon, stats = self.method.encode(triples, self.prev)
         ct = time.perf_counter() - t0
         t0 = time.perf_counter()
-        dec = decode_checkpoint(blob, self.ref)
+        dec = self.method.decode(blob, self.prev)
         dt = time.perf_counter() - t0
         if not same_checkpoint(dec, recon):
-            raise RuntimeError("excp: the decoded checkpoint differs from the encoder's reconstruction")
-        first = self.ref is None
+            raise RuntimeError(f"{self.method.name}: the decoded checkpoint differs from the encoder's reconstruction")
+        first = self.prev is None
         self.follow(recon)
         return blob, recon, stats, ct, dt, first
 
 
 class ChainDecoder:
-    """One ExCP chain being read: each container decoded against the previous reconstruction."""
+    """One chain being read: each container decoded against the previous reconstruction (ExCP by default)."""
 
-    def __init__(self):
-        self.ref = None
+    def __init__(self, method=None):
+        self.method = as_method(ExCPConfig() if method is None else method)
+        self.prev = None
+
+    @property
+    def ref(self) -> dict | None:
+        return weights_of(self.prev)
 
     def decode(self, blob: bytes) -> dict:
-        recon = decode_checkpoint(blob, self.ref)
-        self.ref = weights_of(recon)
+        recon = self.method.decode(blob, self.prev)
+        self.prev = recon
         return recon

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,6 +39,9 @@ from .chain import is_lossy as _is_lossy
 from .chain import same_checkpoint as _same  # noqa: F401 - the name tests import from here
 from .chain import summarize as _summ
 from .excp import ExCPConfig, encode_checkpoint
+from .judge import ResumedRun
+from .judge import eval_arrays as _eval_arrays
+from .judge import resume_from as _resume
 
 
 @dataclass
@@ -93,23 +95,6 @@ def _opts(c: dict) -> tuple[ExCPConfig, dict]:
     if isinstance(s, bool) or not isinstance(s, int) or s < 1:
         raise ConfigError(f"excp.sweep.steps: expected a positive integer (compressed checkpoints), got {s!r}")
     return ExCPConfig.from_dict(ex), merged
-
-
-def _eval_arrays(opts: dict, weights: dict, n_batches: int) -> float:
-    """Held-out loss of a model given as name -> weight array."""
-    import torch
-
-    from ..tinygpt import build_model, evaluate
-
-    state = torch.random.get_rng_state()
-    try:
-        model = build_model(opts)
-    finally:
-        torch.random.set_rng_state(state)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(np.ascontiguousarray(weights[name])))
-    return float(evaluate(model, opts, n_batches=n_batches))
 
 
 def open_series(source: dict) -> Series:
@@ -186,13 +171,11 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
             f"(recon eval {row['eval_loss_recon']:.4f})")
         del triples
 
-    # 2. the compressed run: stop every K checkpoints and resume from the reconstruction
-    work = os.path.join(out_dir, "compressed_run")
+    # 2. the compressed run: stop every K checkpoints and resume from the reconstruction (lossy.judge)
     chain = Chain(excp_cfg)
-    trainer = None
     comp_rows = []
-    for i, (step, d) in enumerate(ckpts):
-        resume = i > 0 and i % K == 0 and i < len(ckpts) - 1
+    for stop in ResumedRun(ckpts, opts, K, out_dir, keep=ro["keep_checkpoints"], resume=_resume):
+        i, step, resume = stop.i, stop.step, stop.resume
         if i < K or (i == K and resume):
             # identical to the baseline run until the first resume: its rows and reconstruction are reused
             row = {**early_rows[i], "run": "compressed", "resumed_here": resume}
@@ -202,27 +185,18 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
                 chain.follow(early[i])
             if resume:
                 log(f"excp: compressed run step {step}: as the baseline run; resuming from the reconstruction")
-                trainer = _resume(d, early[i], out_dir, opts)
+                stop.recon = early[i]
             early.pop(i, None)
             continue
-        if trainer is None:
-            src_dir = d
-        else:
-            trainer.train_until(step, out_dir=work, save=True)
-            src_dir = os.path.join(work, f"checkpoint-{step}")
-        triples = load_triples(src_dir)
+        triples = load_triples(stop.path)
         ev = _eval_arrays(opts, weights_of(triples), nb)
         recon, row = record("compressed", step, "excp", triples, chain, ev, resumed=resume)
         comp_rows.append(row)
         log(f"excp: compressed run step {step}: eval {ev:.4f}, recon eval {row['eval_loss_recon']:.4f}, "
             f"ExCP {row['ratio']:.1f}x" + (" -> resuming from the reconstruction" if resume else ""))
         if resume:
-            trainer = _resume(src_dir, recon, out_dir, opts)
-        if src_dir.startswith(work) and not ro["keep_checkpoints"]:
-            shutil.rmtree(src_dir, ignore_errors=True)
+            stop.recon = recon
         del triples, recon
-    if not ro["keep_checkpoints"]:
-        shutil.rmtree(os.path.join(out_dir, "reconstructed"), ignore_errors=True)
     ck_out.close()
     t_out.close()
 
@@ -287,20 +261,6 @@ def _archivers(triples: dict, ref: dict, cfg: ExCPConfig, step: int, out_dir: st
                    "ratio": fb / n, "seconds": round(sec, 3)}])
         log(f"excp archiver {name}{'' if level is None else '-' + str(level)}: {fb / n:.1f}x in {sec:.1f} s")
     out.close()
-
-
-def _resume(src_dir: str, recon: dict, out_dir: str, opts: dict):
-    """Write the reconstruction as a checkpoint folder the trainer reads (the original's scheduler, step and
-    data position; the reconstructed weights and moments), and resume training from that folder."""
-    from ..tinygpt import Trainer
-
-    live = Trainer.from_checkpoint(src_dir, opts)
-    live.load_state(weights_of(recon), {n: r["exp_avg"] for n, r in recon.items()},
-                    {n: r["exp_avg_sq"] for n, r in recon.items()})
-    path = live.save_checkpoint(os.path.join(out_dir, "reconstructed"))
-    del live
-    return Trainer.from_checkpoint(path, opts)
-
 
 
 def _sweep(ckpts, base_cfg: ExCPConfig, ro: dict, opts: dict, nb: int, out_dir: str, log) -> list[dict]:
