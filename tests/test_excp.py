@@ -455,7 +455,7 @@ def test_experiment_rows_are_lossy_only_when_the_config_is(tmp_path, monkeypatch
             return [(s, f"ckpt-{s}") for s in steps]
 
     monkeypatch.setattr(run, "open_series", lambda c: Series())
-    monkeypatch.setattr(run, "ensure_series", lambda *a: None)
+    monkeypatch.setattr(run.judge, "ensure_series", lambda *a: None)
     monkeypatch.setattr(run, "load_triples", lambda d: series[d])
     monkeypatch.setattr(run, "_eval_arrays", lambda opts, weights, n: 1.0)
     monkeypatch.setattr(run, "_archivers", lambda *a: None)

@@ -78,7 +78,7 @@ def test_the_frontier_and_its_report(tmp_path, monkeypatch):
             return [(s, f"ckpt-{s}") for s in steps]
 
     monkeypatch.setattr(frontier, "open_series", lambda c: Series())
-    monkeypatch.setattr(frontier, "ensure_series", lambda *a: None)
+    monkeypatch.setattr(judge, "ensure_series", lambda *a: None)
     for mod in (frontier, judge):
         monkeypatch.setattr(mod, "load_triples", lambda d: series[d])
         monkeypatch.setattr(mod, "eval_arrays", lambda opts, w, n: 1.0 + float(np.abs(w["a"]).mean()))

@@ -19,8 +19,11 @@ LOG_CODES = 255  # a log code k in 1..255 is max * 2**(-(255 - k) / steps_per_oc
 
 
 def encode_array(mode: str, x: np.ndarray, ref, **kw):
-    """Dispatch to the mode's encoder; returns ``(entry fields, [(coding, stored bytes)...], recon)``."""
-    m, args, secs, recon = _ENCODERS[mode](x, ref, **kw)
+    """Dispatch to the mode's encoder; returns ``(entry fields, [(coding, stored bytes)...], recon)``. A lossy
+    mode's reconstruction is its decoder's output on the sections it made: what a reader will get."""
+    out = _ENCODERS[mode](x, ref, **kw)
+    m, args, secs = out[:3]
+    recon = out[3] if len(out) == 4 else _DECODERS[m](args, [a for a, _ in secs], x.shape, ref)
     descs, stored = [], []
     for arr, coding in secs:
         d, b = code_section(arr, coding)
@@ -65,9 +68,7 @@ def enc_absmax(x, ref, block=256, bits=8, residual=False, **_):
     scale = np.abs(b).max(axis=1).astype(F32)
     safe = np.where(scale > 0, scale, np.float32(1))
     codes = np.clip(np.rint(b / safe[:, None] * qmax), -qmax, qmax).astype(np.int8).reshape(-1)[:x.size]
-    args = {"block": block, "bits": bits, "residual": residual}
-    recon = _dec_absmax(args, [scale, codes], x.shape, ref)
-    return "absmax", args, [(scale, "auto"), (codes, "auto")], recon
+    return "absmax", {"block": block, "bits": bits, "residual": residual}, [(scale, "auto"), (codes, "auto")]
 
 
 def _dec_absmax(args, secs, shape, ref):
@@ -116,9 +117,7 @@ def enc_logblock(x, ref, block=256, spo=8, per_element=True, **_):
         gm = np.where(pos.any(axis=1), np.exp2(lg), 0)
         vmax = np.array([gm.max(initial=0)], F32)
         codes = _log_codes(gm, vmax.astype(np.float64), spo)
-    args = {"block": block, "spo": spo, "per_element": per_element}
-    recon = _dec_logblock(args, [vmax, codes], x.shape, ref)
-    return "logblock", args, [(vmax, "auto"), (codes, "auto")], recon
+    return "logblock", {"block": block, "spo": spo, "per_element": per_element}, [(vmax, "auto"), (codes, "auto")]
 
 
 def _dec_logblock(args, secs, shape, ref):
@@ -156,7 +155,7 @@ def enc_uniform(x, ref, step=1e-3, **_):
     big = np.abs(d).max(initial=0) >= 127.5
     codes = np.rint(np.clip(d, -32767, 32767)).astype(np.int16 if big else np.int8).reshape(-1)
     args = {"step": step, "residual": True}
-    return "uniform", args, [(codes, "auto")], _dec_uniform(args, [codes], x.shape, ref)
+    return "uniform", args, [(codes, "auto")]
 
 
 def _dec_uniform(args, secs, shape, ref):
@@ -182,7 +181,7 @@ def enc_bitmask(x, ref, keep=0.1, **_):
     vals = x.reshape(-1)[mask].astype(F32)
     bits = np.packbits(mask)
     args = {"count": int(mask.sum())}
-    return "bitmask", args, [(bits, "auto"), (vals, "auto")], _dec_bitmask(args, [bits, vals], x.shape, ref)
+    return "bitmask", args, [(bits, "auto"), (vals, "auto")]
 
 
 def _dec_bitmask(args, secs, shape, ref):
@@ -225,7 +224,7 @@ def enc_cluster(x, ref, bits=4, log=False, iters=12, sample=16384, seed=0, **_):
         pos = np.searchsorted(mids, flat)
         idx = np.where(flat != 0, pos + 1, 0).astype(np.uint8)
     args = {"bits": bits}
-    return "cluster", args, [(cent, "raw"), (idx, "auto")], _dec_cluster(args, [cent, idx], x.shape, ref)
+    return "cluster", args, [(cent, "raw"), (idx, "auto")]
 
 
 def _dec_cluster(args, secs, shape, ref):
@@ -252,7 +251,7 @@ def enc_sz3(x, ref, eb=1e-3, floor0=False, **_):
     cfg.absErrorBound = eb
     blob, _ = pysz.sz.compress(d, cfg)
     args = {"eb": eb, "residual": ref is not None, "floor0": floor0}
-    return "sz3", args, [(np.asarray(blob, np.uint8), "raw")], _dec_sz3(args, [blob], x.shape, ref)
+    return "sz3", args, [(np.asarray(blob, np.uint8), "raw")]
 
 
 def _dec_sz3(args, secs, shape, ref):
@@ -280,7 +279,7 @@ def enc_zfp(x, ref, tol=1e-3, floor0=False, **_):
     blob = zfpy.compress_numpy(d, tolerance=tol)
     args = {"tol": tol, "residual": ref is not None, "floor0": floor0}
     arr = np.frombuffer(blob, np.uint8)
-    return "zfp", args, [(arr, "raw")], _dec_zfp(args, [arr], x.shape, ref)
+    return "zfp", args, [(arr, "raw")]
 
 
 def _dec_zfp(args, secs, shape, ref):
@@ -340,9 +339,7 @@ def decode_array(entry: dict, secs: list, ref) -> np.ndarray:
         return _dec_lmc(args, secs[0], shape, ref)
     if mode in ("absmax", "uniform", "sz3", "zfp") and args.get("residual") and ref is None:
         raise LossyFormatError(f"mode {mode}: a residual array without its previous reconstruction")
-    dec = {"absmax": _dec_absmax, "logblock": _dec_logblock, "uniform": _dec_uniform, "bitmask": _dec_bitmask,
-           "cluster": _dec_cluster, "sz3": _dec_sz3, "zfp": _dec_zfp}[mode]
-    return dec(args, secs, shape, ref)
+    return _DECODERS[mode](args, secs, shape, ref)
 
 
 def _np_dtype(name: str) -> np.dtype:
@@ -371,3 +368,7 @@ def _dec_lmc(args, blob, shape, ref):
         raise LossyFormatError(f"lmc array is corrupt ({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
             from None
     return np.asarray(out, F32).reshape(shape)
+
+
+_DECODERS = {"absmax": _dec_absmax, "logblock": _dec_logblock, "uniform": _dec_uniform, "bitmask": _dec_bitmask,
+             "cluster": _dec_cluster, "sz3": _dec_sz3, "zfp": _dec_zfp}

@@ -20,7 +20,8 @@ from lmc.formats.trainer_folder import load_triples
 
 from ..bench.records import CsvAppender
 from ..errors import ConfigError
-from ..tinygpt.series import Series, ensure_series
+from ..tinygpt.series import Series
+from . import judge
 from .judge import eval_arrays, frontier_row, judge_reconstruction, judge_resumed
 from .method import make_method
 from .methods import missing_package
@@ -77,10 +78,7 @@ def options(c: dict) -> dict:
 
 
 def open_series(source: dict) -> Series:
-    if source.get("type") != "tinygpt":
-        raise ConfigError("experiment=lossy resumes training, so it needs a tinygpt source (source=tinygpt or "
-                          "tinygpt_large)")
-    return Series.from_options(**{k: source.get(k) for k in ("cache_dir", "train", "path", "steps")})
+    return judge.open_series(source, "lossy")
 
 
 def run_frontier(c: dict, out_dir: str, log=print) -> dict:
@@ -90,10 +88,7 @@ def run_frontier(c: dict, out_dir: str, log=print) -> dict:
         log(f"lossy: {msg}")
     source = open_series(c["source"])
     opts = source.train_opts
-    ensure_series(source.path, opts)
-    ckpts = [(s, d) for s, d in source.checkpoints() if source.steps is None or s in source.steps]
-    if len(ckpts) < 2:
-        raise ConfigError("experiment=lossy needs a series of at least 2 checkpoints")
+    ckpts = judge.checkpoints_of(source, "lossy")
     os.makedirs(out_dir, exist_ok=True)
     for name in ("frontier.csv", "lossy_checkpoints.csv"):
         if os.path.exists(os.path.join(out_dir, name)):

@@ -23,6 +23,9 @@ import numpy as np
 
 from lmc.formats.trainer_folder import load_triples
 
+from ..errors import ConfigError
+from ..tinygpt.series import Series, ensure_series
+
 from .chain import Chain, full_bytes, summarize, weights_of
 
 
@@ -168,3 +171,23 @@ def frontier_row(rows: list[dict]) -> dict:
             "weight_rel_l2": float(np.mean([r["weight_rel_l2"] for r in later])),
             "exp_avg_rel_l2": float(np.mean([r["exp_avg_rel_l2"] for r in later])),
             "exp_avg_sq_rel_l2": float(np.mean([r["exp_avg_sq_rel_l2"] for r in later]))}
+
+
+def open_series(source: dict, experiment: str, hint: str = "") -> Series:
+    """The tinygpt series a ``source`` config names (``cache_dir``, ``train``, ``path``, ``steps``; the
+    selection options do not apply to a whole-checkpoint method); another source type is refused: a lossy
+    experiment resumes training from its reconstructions."""
+    if source.get("type") != "tinygpt":
+        raise ConfigError(f"experiment={experiment} resumes training, so it needs a tinygpt source "
+                          f"(source=tinygpt or tinygpt_large){hint}")
+    return Series.from_options(**{k: source.get(k) for k in ("cache_dir", "train", "path", "steps")})
+
+
+def checkpoints_of(source: Series, experiment: str) -> list:
+    """The series' (step, folder) pairs it selects, trained first if it is not cached; at least two."""
+    ensure_series(source.path, source.train_opts)
+    ckpts = [(s, d) for s, d in source.checkpoints() if source.steps is None or s in source.steps]
+    if len(ckpts) < 2:
+        raise ConfigError(f"experiment={experiment} needs a series of at least 2 checkpoints")
+    return ckpts
+

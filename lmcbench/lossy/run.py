@@ -33,12 +33,13 @@ import numpy as np
 from ..bench.records import CsvAppender
 from lmc.formats.trainer_folder import load_triples
 from ..errors import ConfigError
-from ..tinygpt.series import Series, ensure_series
+from ..tinygpt.series import Series
 from .chain import Chain, full_bytes, weights_of
 from .chain import is_lossy as _is_lossy
 from .chain import same_checkpoint as _same  # noqa: F401 - the name tests import from here
 from .chain import summarize as _summ
 from .excp import ExCPConfig, encode_checkpoint
+from . import judge
 from .judge import ResumedRun
 from .judge import eval_arrays as _eval_arrays
 from .judge import resume_from as _resume
@@ -98,12 +99,7 @@ def _opts(c: dict) -> tuple[ExCPConfig, dict]:
 
 
 def open_series(source: dict) -> Series:
-    """The tinygpt series a ``source`` config names (``cache_dir``, ``train``, ``path``, ``steps``; the
-    selection options do not apply to a whole-checkpoint codec); another source type is refused."""
-    if source.get("type") != "tinygpt":
-        raise ConfigError("experiment=excp resumes training, so it needs a tinygpt source (source=tinygpt or "
-                          "tinygpt_large); compress any Trainer folder with lmcbench-excp compress")
-    return Series.from_options(**{k: source.get(k) for k in ("cache_dir", "train", "path", "steps")})
+    return judge.open_series(source, "excp", "; compress any Trainer folder with lmcbench-excp compress")
 
 
 def run_excp(cfg, out_dir: str, log=print) -> dict:
@@ -117,10 +113,7 @@ def run_excp(cfg, out_dir: str, log=print) -> dict:
                                          "quantize": False})
     source = open_series(c["source"])
     opts = source.train_opts
-    ensure_series(source.path, opts)
-    ckpts = [(s, d) for s, d in source.checkpoints() if source.steps is None or s in source.steps]
-    if len(ckpts) < 2:
-        raise ConfigError("experiment=excp needs a series of at least 2 checkpoints")
+    ckpts = judge.checkpoints_of(source, "excp")
     os.makedirs(out_dir, exist_ok=True)
     K, nb = ro["resume_every"], ro["eval_batches"]
     ck_out = CsvAppender(os.path.join(out_dir, "excp_checkpoints.csv"), CKPT_COLUMNS)
