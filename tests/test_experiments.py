@@ -19,12 +19,12 @@ from lmcbench.transforms import Pipeline
 
 from lmcbench_testlib import REPO, load_experiment, make_trainer_folder
 
-# renderers of lossless grid runs (excp renders its own lossy run: tests/test_excp_experiment.py; checkpoint_store
-# its own task's files: tests/test_checkpoint_store.py; sampling its task's runs: tests/test_sampling.py;
-# peak_memory and exp_avg_context measure by themselves (task: experiment): tests/test_config.py,
-# tests/test_exp_avg_context.py)
+# renderers of lossless grid runs (excp and lossy render their own lossy runs: tests/test_excp_experiment.py,
+# tests/test_lossy_experiment.py; checkpoint_store its own task's files: tests/test_checkpoint_store.py; sampling
+# its task's runs: tests/test_sampling.py; peak_memory and exp_avg_context measure by themselves (task:
+# experiment): tests/test_config.py, tests/test_exp_avg_context.py)
 RENDERERS = sorted(p[:-3] for p in os.listdir(REPO / "experiments") if p.endswith(".py") and not p.startswith("_")
-                   and p not in ("peak_memory.py", "exp_avg_context.py", "excp.py", "checkpoint_store.py",
+                   and p not in ("peak_memory.py", "exp_avg_context.py", "excp.py", "lossy.py", "checkpoint_store.py",
                                  "sampling.py"))
 GiB = 2**30
 
