@@ -81,7 +81,7 @@ def test_header(chain2):
     blob, m, prev = chain2["blob"], chain2["m"], chain2["prev"]
     assert "magic" in fails(m, b"XXXX" + blob[4:], prev)
     assert "header checksum" in fails(m, blob[:4] + b"\x02" + blob[5:], prev)  # a flipped header byte
-    assert "version" in fails(m, reheader(blob, version=2), prev)  # a forged header, checksum made right
+    assert "version" in fails(m, reheader(blob, version=3), prev)  # a forged header, checksum made right
     assert "method" in fails(m, reheader(blob, method=99), prev)
     other = 1 if blob[5] != 1 else 2
     assert "not" in fails(m, reheader(blob, method=other), prev)  # another method's blob
