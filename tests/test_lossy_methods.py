@@ -74,13 +74,15 @@ def test_8bit_keeps_weights_and_bounds_the_moments():
         assert np.max(np.abs(rv / v - 1)) < 2 ** (1 / 16) - 1 + 1e-3
 
 
-def test_efq_error_is_bounded_and_fed_back():
-    """Each weight's error is at most half its tensor's step, and a drift smaller than a step is not lost:
-    it accumulates in the residual against the reconstruction until it is coded."""
+@pytest.mark.parametrize("coder, bound", [("generic", 0.5), ("ctx", 1.0)])
+def test_efq_error_is_bounded_and_fed_back(coder, bound):
+    """Each weight's error is at most half its tensor's step (generic: the middle of a code's bin; ctx: the mean
+    of the bin, inside it, so less than a step), and a drift smaller than a step is not lost: it accumulates in
+    the residual against the reconstruction until it is coded."""
     w0 = np.zeros(1000, np.float32)
     rng = np.random.default_rng(1)
     base = rng.standard_normal(1000).astype(np.float32) * 1e-2
-    m = make_method({"method": "efq", "q": 1.0, "alloc": "rms"})
+    m = make_method({"method": "efq", "q": 1.0, "alloc": "rms", "coder": coder})
     chain = Chain(m)
     recs = []
     for k in range(6):
@@ -90,7 +92,7 @@ def test_efq_error_is_bounded_and_fed_back():
         recs.append(recon)
         if k:
             step = m.decode.__self__ and _step_of(blob)
-            assert np.max(np.abs(recon["p"]["weight"] - w)) <= step / 2 * 1.001 + 1e-7
+            assert np.max(np.abs(recon["p"]["weight"] - w)) <= step * bound * 1.001 + 1e-7
     assert np.mean(recs[-1]["p"]["weight"] - (base * 5)) == pytest.approx(5 * 3e-4, rel=0.2)
 
 
