@@ -150,12 +150,14 @@ def _rows(shape) -> int:
     return int(shape[0]) if len(shape) >= 2 and math.prod(shape) else 1
 
 
-def enc_uniform(x, ref, step=1e-3, ctx=False, **_):
+def enc_uniform(x, ref, step=1e-3, ctx=False, table="mid", **_):
     """Uniform scalar quantisation of the residual against ``ref``: ``code = rint((x - ref) / step)`` (int8,
     int16 when a code passes 127), decoded ``ref + code * step`` (float32). ``step`` is stored as float32.
     ``ctx``: mode ``ctxq`` (LMCL version 2) instead: the same codes coded by the context coder
-    (:mod:`.ctxcode`), decoded to the mean residual of their bin (:func:`_centroids`) rather than its middle;
-    ``uniform`` only where the context coder would need more than 2 bytes a code."""
+    (:mod:`.ctxcode`), decoded as ``uniform`` decodes them (``table="mid"``: an empty table), to the mean
+    residual of their bin (``"mean"``, :func:`_centroids`) or to ``s * code * step`` with the gain ``s`` that
+    keeps the residual's component along itself (``"gain"``, :func:`_gained`); ``uniform`` only where the
+    context coder would need more than 2 bytes a code."""
     step = float(np.float32(step))
     if not step > 0 or not math.isfinite(step):
         raise LossyError(f"uniform: step must be a positive float32, got {step}")
@@ -169,7 +171,9 @@ def enc_uniform(x, ref, step=1e-3, ctx=False, **_):
         rows = _rows(x.shape)
         stream = ctxcode.encode(codes.astype(np.int32), rows, codes.size // rows)
         if stream.size:
-            return "ctxq", {"step": step, "rows": rows}, [(stream, "raw"), (_centroids(codes, x - ref, step), "raw")]
+            t = {"mid": lambda: np.zeros(0, F32), "mean": lambda: _centroids(codes, x - ref, step),
+                 "gain": lambda: _gained(codes, x - ref, step)}[table]()
+            return "ctxq", {"step": step, "rows": rows}, [(stream, "raw"), (t, "raw")]
     return "uniform", args, [(codes, "auto")]
 
 
@@ -188,6 +192,20 @@ def _centroids(codes, d, step) -> np.ndarray:
     cnts = np.bincount(np.minimum(a, k + 1), minlength=k + 2)[1:k + 1]
     lev = np.arange(1, k + 1, dtype=np.float64) * step
     return np.where(cnts > 0, sums / np.maximum(cnts, 1), lev).astype(F32)
+
+
+def _gained(codes, d, step) -> np.ndarray:
+    """The ``ctxq`` table ``s * k * step`` (k = 1 .. min(max |code|, 16)) with ``s = <d, d> / <d, code * step>``:
+    the reconstructed residual r = s * code * step then has ``<r, d> = <d, d>``: the update a checkpoint made
+    is kept along its own direction (a descent direction, so what the zero codes drop costs loss to first
+    order; a bin's mean keeps the squared error least but shrinks the update, and costs more loss once
+    training resumes). ``s`` is kept in [1, 2]."""
+    a = np.abs(codes.astype(np.int64))
+    k = int(min(a.max(initial=0), CENTROIDS))
+    dd = d.astype(np.float64).reshape(-1)
+    dot = float(np.dot(codes.astype(np.float64), dd)) * step
+    s = min(2.0, max(1.0, float(np.dot(dd, dd)) / dot)) if dot > 0 else 1.0
+    return (np.arange(1, k + 1, dtype=np.float64) * step * s).astype(F32)
 
 
 def _dec_ctxq(args, secs, shape, ref):

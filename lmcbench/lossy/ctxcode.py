@@ -34,7 +34,8 @@ TOP = 1 << 24
 UNARY = 16
 GAMMA = 16           # at most this many gamma prefix bits (|c| < 16 + 2**16 covers int16)
 # context table layout
-Z0, NZ = 0, 27
+NLEV = 5             # activity levels of a row's and a column's running mean |code|
+Z0, NZ = 0, NLEV * NLEV * 3
 S0, NS = Z0 + NZ, 9
 U0, NU = S0 + NS, 4 * 4
 G0, NG = U0 + NU, GAMMA + 1
@@ -59,6 +60,20 @@ def _ctx(codes, i, j, cols):
 
 
 @njit(cache=True, nogil=True)
+def _lev(a):
+    """The level of a running mean |code| (fixed point, 1.0 = 4096): below 0.1, 0.2, 0.4, 0.8, or above."""
+    if a < 410:
+        return 0
+    if a < 819:
+        return 1
+    if a < 1638:
+        return 2
+    if a < 3277:
+        return 3
+    return 4
+
+
+@njit(cache=True, nogil=True)
 def _sgn(v):
     return 0 if v == 0 else (1 if v > 0 else 2)
 
@@ -79,15 +94,22 @@ def encode(codes, rows, cols):
     overflow = False
     bits = np.zeros(2 + UNARY + 2 * GAMMA + 2, np.int32)
     ctxs = np.zeros(2 + UNARY + 2 * GAMMA + 2, np.int32)
+    colm = np.zeros(cols, np.int64)
+    rowm = 0
     for idx in range(n):
         nbits = 0
         # the decisions of this code, as (context, bit) pairs
         if True:
             i = idx // cols
             j = idx - i * cols
+            if j == 0:
+                rowm = 0
             c = codes[idx]
             left, up, diag = _ctx(codes, i, j, cols)
-            zc = Z0 + min(abs(left), 2) * 9 + min(abs(up), 2) * 3 + min(diag, 2)
+            zc = Z0 + (_lev(rowm) * NLEV + _lev(colm[j])) * 3 + min(abs(left) + abs(up), 2)
+            a = min(abs(c), 8) << 12
+            rowm += (a - rowm) >> 4
+            colm[j] += (a - colm[j]) >> 2
             ctxs[nbits] = zc
             bits[nbits] = 1 if c != 0 else 0
             nbits += 1
@@ -205,6 +227,8 @@ def decode(data, rows, cols):
     probs = np.full(NCTX, PONE // 2, np.int32)
     st = np.zeros(3, np.uint64)
     st[0] = np.uint64(0xFFFFFFFF)
+    colm = np.zeros(cols, np.int64)
+    rowm = 0
     for _ in range(5):
         nxt = np.uint64(data[st[2]]) if st[2] < data.size else np.uint64(0)
         st[1] = ((st[1] << np.uint64(8)) | nxt) & np.uint64(0xFFFFFFFF)
@@ -212,9 +236,13 @@ def decode(data, rows, cols):
     for idx in range(n):
         i = idx // cols
         j = idx - i * cols
+        if j == 0:
+            rowm = 0
         left, up, diag = _ctx(codes, i, j, cols)
-        zc = Z0 + min(abs(left), 2) * 9 + min(abs(up), 2) * 3 + min(diag, 2)
+        zc = Z0 + (_lev(rowm) * NLEV + _lev(colm[j])) * 3 + min(abs(left) + abs(up), 2)
         if _bit(probs, zc, st, data) == 0:
+            rowm += (0 - rowm) >> 4
+            colm[j] += (0 - colm[j]) >> 2
             continue
         neg = _bit(probs, S0 + _sgn(left) * 3 + _sgn(up), st, data)
         nb = min(max(abs(left), abs(up)), 3)
@@ -232,4 +260,7 @@ def decode(data, rows, cols):
                 v = (v << 1) | _bit(probs, B0 + g, st, data)
             m = UNARY + v - 1
         codes[idx] = -m if neg else m
+        a = min(m, 8) << 12
+        rowm += (a - rowm) >> 4
+        colm[j] += (a - colm[j]) >> 2
     return codes, int(st[2])
