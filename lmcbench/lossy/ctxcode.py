@@ -3,12 +3,12 @@ of ``LOSSY_FORMAT.md`` version 2).
 
 The codes of one array are read as a matrix of ``rows`` x ``cols`` (row-major; a 1-D array is one row) and
 coded element by element in that order. Each code ``c`` is split into binary decisions, each coded with an
-adaptive probability chosen by a context made of already coded neighbours (left ``L``, above ``A``, above-left
-and above-right): a parameter's residual is not white noise: its magnitude goes by rows and columns (Adam's
-step per input feature and per output unit), so the neighbours predict whether a code is zero and how large
-it is. The decisions:
+adaptive probability chosen by a context made of what is already coded (the left ``L`` and above ``A``
+neighbours, running means of |code| along the row and down the column): a parameter's residual is not white
+noise: its magnitude goes by rows and columns (Adam's step per input feature and per output unit), so they
+predict whether a code is zero and how large it is. The decisions:
 
-* ``c != 0``, context ``(min(|L|, 2), min(|A|, 2), min(|AL| + |AR|, 2))``;
+* ``c != 0``, context ``(level of the row's running mean |code|, level of the column's, min(|L| + |A|, 2))``;
 * the sign (``c < 0``), context ``(sign L, sign A)`` (each -1, 0, 1);
 * ``|c| > k`` for ``k = 1, 2, ..., 15`` while true (unary), context ``(min(k, 4) - 1,
   min(max(|L|, |A|), 3))``;
