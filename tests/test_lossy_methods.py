@@ -161,3 +161,34 @@ def test_every_method_has_a_name_and_setting():
     for name, cls in METHODS.items():
         m = cls.from_dict({})
         assert m.name == name and m.setting and m.lossy and name in m.label
+
+
+@pytest.mark.parametrize("recon", ["mid", "mean", "gain"])
+def test_efq_ctx_reconstructions(recon):
+    """coder=ctx: mid decodes bit for bit as the generic coder does; mean lowers the squared error; gain keeps
+    each tensor's update along itself (<r, d> >= <d, d> where r and d are the reconstructed and true residual)."""
+    cks = series(4, seed=7)
+    gen = Chain(make_method({"method": "efq", "q": 2.0, "alloc": "rms", "coder": "generic"}))
+    ctx = Chain(make_method({"method": "efq", "q": 2.0, "alloc": "rms", "recon": recon}))
+    for k, t in enumerate(cks):
+        pg, pc = gen.prev, ctx.prev
+        _, rg, *_ = gen.add(t)
+        _, rc, *_ = ctx.add(t)
+        if not k:
+            continue
+        for n in t:
+            if recon == "mid":
+                assert np.array_equal(rg[n]["weight"], rc[n]["weight"])
+                continue
+            d = t[n]["weight"].astype(np.float64) - pc[n]["weight"]
+            r = rc[n]["weight"].astype(np.float64) - pc[n]["weight"]
+            if recon == "gain" and np.dot(d.ravel(), d.ravel()) > 0:
+                assert np.dot(r.ravel(), d.ravel()) >= np.dot(d.ravel(), d.ravel()) * 0.999
+            if recon == "mean" and k == 1:
+                rm = rg[n]["weight"].astype(np.float64) - pg[n]["weight"]
+                assert np.sum((r - d) ** 2) <= np.sum((rm - d) ** 2) * 1.0001
+
+
+def test_efq_recon_needs_ctx():
+    with pytest.raises(Exception, match="recon"):
+        make_method({"method": "efq", "coder": "generic", "recon": "gain"})
