@@ -184,9 +184,11 @@ def per_checkpoint(fr: pd.DataFrame, ck: pd.DataFrame) -> list[str]:
 
 
 def _curve(r) -> str:
-    """The curve a point belongs to: its method, and for ours the step allocation (two curves)."""
-    alloc = [p for p in str(r["setting"]).split(",") if p.startswith("alloc=")]
-    return r["method"] + (f" {alloc[0]}" if alloc else "")
+    """The curve a point belongs to: its method, and for ours the step allocation, the coder and the
+    reconstruction of the codes."""
+    keys = ("alloc=", "coder=", "recon=")
+    opts = [p for p in str(r["setting"]).split(",") if p.startswith(keys)]
+    return r["method"] + (f" {' '.join(opts)}" if opts else "")
 
 
 def plot(fr: pd.DataFrame, path: str) -> str:

@@ -57,7 +57,7 @@ def forge(blob: bytes, edit) -> bytes:
     toc = json.loads(blob[HEADER_SIZE:HEADER_SIZE + toc_len])
     new = json.dumps(edit(toc)).encode()
     data = blob[HEADER_SIZE + toc_len:]
-    return reheader(HEAD.pack(b"LMCL", 1, 0, 0, 0, 0, 0, 0, 0) + new + data, method=blob[5], toc_len=len(new),
+    return reheader(HEAD.pack(b"LMCL", 1, 0, 0, 0, 0, 0, 0, 0) + new + data, version=blob[4], method=blob[5], toc_len=len(new),
                     data_len=len(data), toc_crc=zlib.crc32(new), data_crc=zlib.crc32(data))
 
 
@@ -80,8 +80,8 @@ def test_truncations(chain2):
 def test_header(chain2):
     blob, m, prev = chain2["blob"], chain2["m"], chain2["prev"]
     assert "magic" in fails(m, b"XXXX" + blob[4:], prev)
-    assert "header checksum" in fails(m, blob[:4] + b"\x02" + blob[5:], prev)  # a flipped header byte
-    assert "version" in fails(m, reheader(blob, version=2), prev)  # a forged header, checksum made right
+    assert "header checksum" in fails(m, blob[:4] + bytes([blob[4] ^ 0x40]) + blob[5:], prev)  # a flipped header byte
+    assert "version" in fails(m, reheader(blob, version=3), prev)  # a forged header, checksum made right
     assert "method" in fails(m, reheader(blob, method=99), prev)
     other = 1 if blob[5] != 1 else 2
     assert "not" in fails(m, reheader(blob, method=other), prev)  # another method's blob
@@ -178,3 +178,97 @@ def test_index_past_the_table():
         return toc
 
     assert "bitmask" in fails(m, forge(blob, miscount), prev)
+
+
+@pytest.fixture(scope="module")
+def ctxq_chain():
+    rng = np.random.default_rng(5)
+    t1 = make_checkpoint(rng)
+    t2 = make_checkpoint(rng, base=t1)
+    m = make_method({"method": "efq", "q": 1.0, "alloc": "rms"})
+    chain = Chain(m)
+    chain.add(t1)
+    prev = chain.prev
+    blob, recon, *_ = chain.add(t2)
+    toc, _ = unpack(blob, "efq")
+    assert blob[4] == 2 and any(e["mode"] == "ctxq" for e in toc["arrays"])
+    return m, blob, prev
+
+
+def _ctxq_edit(edit_entry):
+    def edit(toc):
+        edit_entry([a for a in toc["arrays"] if a["mode"] == "ctxq"][0])
+        return toc
+    return edit
+
+
+def _section_bytes(blob, which, new):
+    """The blob with the bytes of section ``which`` (counting all sections of the data region) replaced by
+    ``new``, its descriptor and every checksum made right again."""
+    toc_len = HEAD.unpack(blob[:HEADER_SIZE])[4]
+    toc = json.loads(blob[HEADER_SIZE:HEADER_SIZE + toc_len])
+    data = blob[HEADER_SIZE + toc_len:]
+    out, pos, k = [], 0, 0
+    for e in toc["arrays"]:
+        for s in e["sections"]:
+            b = data[pos:pos + s[1]]
+            pos += s[1]
+            if k == which:
+                b = new(b)
+                s[1] = s[2] = len(b)
+            out.append(b)
+            k += 1
+    new_toc = json.dumps(toc).encode()
+    data = b"".join(out)
+    return reheader(HEAD.pack(b"LMCL", 1, 0, 0, 0, 0, 0, 0, 0) + new_toc + data, version=blob[4], method=blob[5],
+                    toc_len=len(new_toc), data_len=len(data), toc_crc=zlib.crc32(new_toc), data_crc=zlib.crc32(data))
+
+
+def _ctxq_sections(blob):
+    toc_len = HEAD.unpack(blob[:HEADER_SIZE])[4]
+    toc = json.loads(blob[HEADER_SIZE:HEADER_SIZE + toc_len])
+    k, found = 0, []
+    for e in toc["arrays"]:
+        if e["mode"] == "ctxq":
+            found.append((k, k + 1))
+        k += len(e["sections"])
+    return found[0]
+
+
+def test_ctxq_needs_version_2(ctxq_chain):
+    m, blob, prev = ctxq_chain
+    assert "version 2" in fails(m, reheader(blob, version=1), prev)
+
+
+@pytest.mark.parametrize("edit, msg", [
+    (_ctxq_edit(lambda e: e["args"].update(rows=e["args"]["rows"] + 1)), "ctxq"),
+    (_ctxq_edit(lambda e: e["args"].update(rows=True)), "ctxq"),
+    (_ctxq_edit(lambda e: e["args"].update(step="x")), "ctxq"),
+    (_ctxq_edit(lambda e: e.update(shape=[1 << 30, 1 << 9])), ""),
+    (_ctxq_edit(lambda e: e["sections"][1].__setitem__(3, "int8")), "ctxq"),
+])
+def test_ctxq_forged_tables(ctxq_chain, edit, msg):
+    m, blob, prev = ctxq_chain
+    assert msg in fails(m, forge(blob, edit), prev)
+
+
+def test_ctxq_forged_streams(ctxq_chain):
+    """A stream cut short, grown, or with a byte changed (checksums made right) is refused in one line, and so
+    are a centroid table too long or not finite."""
+    m, blob, prev = ctxq_chain
+    s_stream, s_table = _ctxq_sections(blob)
+    assert "ctxq" in fails(m, _section_bytes(blob, s_stream, lambda b: b[:-1]), prev)
+    assert "ctxq" in fails(m, _section_bytes(blob, s_stream, lambda b: b + b"\0"), prev)
+    assert "ctxq" in fails(m, _section_bytes(blob, s_stream, lambda b: b"\1" + b[1:]), prev)
+    assert "ctxq" in fails(m, _section_bytes(blob, s_stream, lambda b: b[:3]), prev)
+    assert "ctxq" in fails(m, _section_bytes(blob, s_table, lambda b: np.full(17, 1, np.float32).tobytes()), prev)
+    assert "ctxq" in fails(m, _section_bytes(blob, s_table, lambda b: np.float32([np.nan]).tobytes()), prev)
+    for pos in range(1, 12):  # a changed byte: refused or decoded to other codes, never a crash
+        def flip(b, pos=pos):
+            b = bytearray(b)
+            b[min(pos, len(b) - 1)] ^= 0x5A
+            return bytes(b)
+        try:
+            m.decode(_section_bytes(blob, s_stream, flip), prev)
+        except LossyFormatError as e:
+            assert "\n" not in str(e)

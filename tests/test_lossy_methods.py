@@ -74,13 +74,15 @@ def test_8bit_keeps_weights_and_bounds_the_moments():
         assert np.max(np.abs(rv / v - 1)) < 2 ** (1 / 16) - 1 + 1e-3
 
 
-def test_efq_error_is_bounded_and_fed_back():
-    """Each weight's error is at most half its tensor's step, and a drift smaller than a step is not lost:
-    it accumulates in the residual against the reconstruction until it is coded."""
+@pytest.mark.parametrize("coder, bound", [("generic", 0.5), ("ctx", 1.0)])
+def test_efq_error_is_bounded_and_fed_back(coder, bound):
+    """Each weight's error is at most half its tensor's step (generic: the middle of a code's bin; ctx: the mean
+    of the bin, inside it, so less than a step), and a drift smaller than a step is not lost: it accumulates in
+    the residual against the reconstruction until it is coded."""
     w0 = np.zeros(1000, np.float32)
     rng = np.random.default_rng(1)
     base = rng.standard_normal(1000).astype(np.float32) * 1e-2
-    m = make_method({"method": "efq", "q": 1.0, "alloc": "rms"})
+    m = make_method({"method": "efq", "q": 1.0, "alloc": "rms", "coder": coder})
     chain = Chain(m)
     recs = []
     for k in range(6):
@@ -90,7 +92,7 @@ def test_efq_error_is_bounded_and_fed_back():
         recs.append(recon)
         if k:
             step = m.decode.__self__ and _step_of(blob)
-            assert np.max(np.abs(recon["p"]["weight"] - w)) <= step / 2 * 1.001 + 1e-7
+            assert np.max(np.abs(recon["p"]["weight"] - w)) <= step * bound * 1.001 + 1e-7
     assert np.mean(recs[-1]["p"]["weight"] - (base * 5)) == pytest.approx(5 * 3e-4, rel=0.2)
 
 
@@ -159,3 +161,34 @@ def test_every_method_has_a_name_and_setting():
     for name, cls in METHODS.items():
         m = cls.from_dict({})
         assert m.name == name and m.setting and m.lossy and name in m.label
+
+
+@pytest.mark.parametrize("recon", ["mid", "mean", "gain"])
+def test_efq_ctx_reconstructions(recon):
+    """coder=ctx: mid decodes bit for bit as the generic coder does; mean lowers the squared error; gain keeps
+    each tensor's update along itself (<r, d> >= <d, d> where r and d are the reconstructed and true residual)."""
+    cks = series(4, seed=7)
+    gen = Chain(make_method({"method": "efq", "q": 2.0, "alloc": "rms", "coder": "generic"}))
+    ctx = Chain(make_method({"method": "efq", "q": 2.0, "alloc": "rms", "recon": recon}))
+    for k, t in enumerate(cks):
+        pg, pc = gen.prev, ctx.prev
+        _, rg, *_ = gen.add(t)
+        _, rc, *_ = ctx.add(t)
+        if not k:
+            continue
+        for n in t:
+            if recon == "mid":
+                assert np.array_equal(rg[n]["weight"], rc[n]["weight"])
+                continue
+            d = t[n]["weight"].astype(np.float64) - pc[n]["weight"]
+            r = rc[n]["weight"].astype(np.float64) - pc[n]["weight"]
+            if recon == "gain" and np.dot(d.ravel(), d.ravel()) > 0:
+                assert np.dot(r.ravel(), d.ravel()) >= np.dot(d.ravel(), d.ravel()) * 0.999
+            if recon == "mean" and k == 1:
+                rm = rg[n]["weight"].astype(np.float64) - pg[n]["weight"]
+                assert np.sum((r - d) ** 2) <= np.sum((rm - d) ** 2) * 1.0001
+
+
+def test_efq_recon_needs_ctx():
+    with pytest.raises(Exception, match="recon"):
+        make_method({"method": "efq", "coder": "generic", "recon": "gain"})

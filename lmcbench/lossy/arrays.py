@@ -145,9 +145,19 @@ def _add_ref(d, ref, residual):
         return (ref + d).astype(F32)
 
 
-def enc_uniform(x, ref, step=1e-3, **_):
+def _rows(shape) -> int:
+    """The rows the ``ctxq`` coder reads an array as: its first dimension (1 for a 0-D or 1-D array)."""
+    return int(shape[0]) if len(shape) >= 2 and math.prod(shape) else 1
+
+
+def enc_uniform(x, ref, step=1e-3, ctx=False, table="mid", **_):
     """Uniform scalar quantisation of the residual against ``ref``: ``code = rint((x - ref) / step)`` (int8,
-    int16 when a code passes 127), decoded ``ref + code * step`` (float32). ``step`` is stored as float32."""
+    int16 when a code passes 127), decoded ``ref + code * step`` (float32). ``step`` is stored as float32.
+    ``ctx``: mode ``ctxq`` (LMCL version 2) instead: the same codes coded by the context coder
+    (:mod:`.ctxcode`), decoded as ``uniform`` decodes them (``table="mid"``: an empty table), to the mean
+    residual of their bin (``"mean"``, :func:`_centroids`) or to ``s * code * step`` with the gain ``s`` that
+    keeps the residual's component along itself (``"gain"``, :func:`_gained`); ``uniform`` only where the
+    context coder would need more than 2 bytes a code."""
     step = float(np.float32(step))
     if not step > 0 or not math.isfinite(step):
         raise LossyError(f"uniform: step must be a positive float32, got {step}")
@@ -155,7 +165,77 @@ def enc_uniform(x, ref, step=1e-3, **_):
     big = np.abs(d).max(initial=0) >= 127.5
     codes = np.rint(np.clip(d, -32767, 32767)).astype(np.int16 if big else np.int8).reshape(-1)
     args = {"step": step, "residual": True}
+    if ctx and codes.size:
+        from . import ctxcode
+
+        rows = _rows(x.shape)
+        stream = ctxcode.encode(codes.astype(np.int32), rows, codes.size // rows)
+        if stream.size:
+            t = {"mid": lambda: np.zeros(0, F32), "mean": lambda: _centroids(codes, x - ref, step),
+                 "gain": lambda: _gained(codes, x - ref, step)}[table]()
+            return "ctxq", {"step": step, "rows": rows}, [(stream, "raw"), (t, "raw")]
     return "uniform", args, [(codes, "auto")]
+
+
+CENTROIDS = 16  # ctxq: a decoded magnitude per |code| 1..16 at most; larger codes decode to code * step
+
+
+def _centroids(codes, d, step) -> np.ndarray:
+    """The ``ctxq`` table: for |code| = 1 .. min(max |code|, 16), the mean |residual| of the elements with that
+    code (float32), ``|code| * step`` where no element has it: the decoder's value for a code is the
+    conditional mean of its bin (the least squares reconstruction; a residual is peaked at 0, so the mean of
+    a bin lies nearer 0 than its middle)."""
+    a = np.abs(codes.astype(np.int64))
+    k = int(min(a.max(initial=0), CENTROIDS))
+    mag = np.abs(d.astype(np.float64).reshape(-1))
+    sums = np.bincount(np.minimum(a, k + 1), weights=mag, minlength=k + 2)[1:k + 1]
+    cnts = np.bincount(np.minimum(a, k + 1), minlength=k + 2)[1:k + 1]
+    lev = np.arange(1, k + 1, dtype=np.float64) * step
+    return np.where(cnts > 0, sums / np.maximum(cnts, 1), lev).astype(F32)
+
+
+def _gained(codes, d, step) -> np.ndarray:
+    """The ``ctxq`` table ``s * k * step`` (k = 1 .. min(max |code|, 16)) with ``s = <d, d> / <d, code * step>``:
+    the reconstructed residual r = s * code * step then has ``<r, d> = <d, d>``: the update a checkpoint made
+    is kept along its own direction (a descent direction, so what the zero codes drop costs loss to first
+    order; a bin's mean keeps the squared error least but shrinks the update, and costs more loss once
+    training resumes). ``s`` is kept in [1, 2]."""
+    a = np.abs(codes.astype(np.int64))
+    k = int(min(a.max(initial=0), CENTROIDS))
+    dd = d.astype(np.float64).reshape(-1)
+    dot = float(np.dot(codes.astype(np.float64), dd)) * step
+    s = min(2.0, max(1.0, float(np.dot(dd, dd)) / dot)) if dot > 0 else 1.0
+    return (np.arange(1, k + 1, dtype=np.float64) * step * s).astype(F32)
+
+
+def _dec_ctxq(args, secs, shape, ref):
+    from . import ctxcode
+
+    stream, table = secs
+    n = math.prod(shape)
+    rows = args["rows"]
+    if table.dtype != F32 or table.size > CENTROIDS or not np.all(np.isfinite(table)):
+        raise LossyFormatError("ctxq centroid table is not at most 16 finite float32 values")
+    if stream.dtype != np.uint8 or not isinstance(args["step"], float) or not isinstance(rows, int) \
+            or isinstance(rows, bool) or rows != _rows(shape) or n == 0:
+        raise LossyFormatError("ctxq sections do not fit the array")
+    if n > 1024 * stream.size:  # a code costs at least 1/91 bit: more codes than that is a forged shape
+        raise LossyFormatError(f"ctxq stream of {stream.size} bytes cannot hold {n} codes")
+    if stream.size < 5 or stream[0] != 0:
+        raise LossyFormatError("ctxq stream does not start with its zero byte")
+    codes, used = ctxcode.decode(np.ascontiguousarray(stream), rows, n // rows)
+    if used != stream.size:
+        raise LossyFormatError(f"ctxq stream of {stream.size} bytes, its codes need {used}")
+    if codes.size and int(np.abs(codes).max()) > 32767:
+        raise LossyFormatError("ctxq code past the int16 range")
+    a = np.abs(codes)
+    mag = codes.astype(F32) * np.float32(args["step"])
+    if table.size:
+        lut = np.concatenate([np.zeros(1, F32), table])
+        inside = a <= table.size
+        mag = np.where(inside, np.where(codes < 0, -lut[np.minimum(a, table.size)], lut[np.minimum(a, table.size)]),
+                       mag).astype(F32)
+    return _add_ref(mag.reshape(shape), ref, True)
 
 
 def _dec_uniform(args, secs, shape, ref):
@@ -301,9 +381,9 @@ def _dec_zfp(args, secs, shape, ref):
 _ENCODERS = {"lossless": enc_lossless, "zero": enc_zero, "absmax": enc_absmax, "logblock": enc_logblock,
              "uniform": enc_uniform, "bitmask": enc_bitmask, "cluster": enc_cluster, "sz3": enc_sz3, "zfp": enc_zfp}
 _ARGS = {"raw": set(), "lmc": {"ref"}, "zero": set(), "absmax": {"block", "bits", "residual"},
-         "logblock": {"block", "spo", "per_element"}, "uniform": {"step", "residual"}, "bitmask": {"count"},
+         "logblock": {"block", "spo", "per_element"}, "uniform": {"step", "residual"}, "ctxq": {"step", "rows"}, "bitmask": {"count"},
          "cluster": {"bits"}, "sz3": {"eb", "residual", "floor0"}, "zfp": {"tol", "residual", "floor0"}}
-_NSECT = {"raw": 1, "lmc": 1, "zero": 0, "absmax": 2, "logblock": 2, "uniform": 1, "bitmask": 2, "cluster": 2,
+_NSECT = {"raw": 1, "lmc": 1, "zero": 0, "absmax": 2, "logblock": 2, "uniform": 1, "ctxq": 2, "bitmask": 2, "cluster": 2,
           "sz3": 1, "zfp": 1}
 
 
@@ -337,7 +417,7 @@ def decode_array(entry: dict, secs: list, ref) -> np.ndarray:
         return np.zeros(shape, F32)
     if mode == "lmc":
         return _dec_lmc(args, secs[0], shape, ref)
-    if mode in ("absmax", "uniform", "sz3", "zfp") and args.get("residual") and ref is None:
+    if (mode in ("absmax", "uniform", "sz3", "zfp") and args.get("residual") or mode == "ctxq") and ref is None:
         raise LossyFormatError(f"mode {mode}: a residual array without its previous reconstruction")
     return _DECODERS[mode](args, secs, shape, ref)
 
@@ -370,5 +450,5 @@ def _dec_lmc(args, blob, shape, ref):
     return np.asarray(out, F32).reshape(shape)
 
 
-_DECODERS = {"absmax": _dec_absmax, "logblock": _dec_logblock, "uniform": _dec_uniform, "bitmask": _dec_bitmask,
+_DECODERS = {"absmax": _dec_absmax, "logblock": _dec_logblock, "uniform": _dec_uniform, "ctxq": _dec_ctxq, "bitmask": _dec_bitmask,
              "cluster": _dec_cluster, "sz3": _dec_sz3, "zfp": _dec_zfp}

@@ -19,7 +19,9 @@ import numpy as np
 from ..errors import LmcbenchError
 
 MAGIC = b"LMCL"
-VERSION = 1
+VERSION = 2            # the newest version this module writes and reads
+VERSIONS = (1, 2)      # the versions it reads
+V2_MODES = ("ctxq",)   # modes version 2 adds; a blob using none of them is written as version 1, byte for byte
 _HEADER = struct.Struct("<4sBBHIQIII")
 HEADER_SIZE = _HEADER.size  # 32
 MAX_TOC_BYTES = 64 << 20
@@ -120,7 +122,8 @@ def pack(method: str, setting: str, entries: list[dict], sections: list[bytes]) 
     toc = {"method": method, "setting": setting, "arrays": entries}
     tb = json.dumps(toc, separators=(",", ":"), allow_nan=False).encode()
     data = b"".join(sections)
-    head = _HEADER.pack(MAGIC, VERSION, METHOD_IDS[method], 0, len(tb), len(data), zlib.crc32(tb), zlib.crc32(data), 0)
+    version = 2 if any(e.get("mode") in V2_MODES for e in entries) else 1
+    head = _HEADER.pack(MAGIC, version, METHOD_IDS[method], 0, len(tb), len(data), zlib.crc32(tb), zlib.crc32(data), 0)
     head = head[:-4] + struct.pack("<I", zlib.crc32(head[:-4]))
     return head + tb + data
 
@@ -138,8 +141,8 @@ def unpack(blob, method: str, max_payload_bytes: int = MAX_PAYLOAD_BYTES):
         raise LossyFormatError(f"not an LMCL lossy blob (magic {bytes(magic)!r}, expected {MAGIC!r})")
     if zlib.crc32(mv[:HEADER_SIZE - 4]) != head_crc:
         raise LossyFormatError("header checksum mismatch (corrupt or forged header)")
-    if version != VERSION:
-        raise LossyFormatError(f"unsupported LMCL version {version} (this reader knows {VERSION})")
+    if version not in VERSIONS:
+        raise LossyFormatError(f"unsupported LMCL version {version} (this reader knows {', '.join(map(str, VERSIONS))})")
     if mid not in METHOD_NAMES:
         raise LossyFormatError(f"unknown method id {mid}")
     if METHOD_NAMES[mid] != method:
@@ -169,6 +172,8 @@ def unpack(blob, method: str, max_payload_bytes: int = MAX_PAYLOAD_BYTES):
     for k, e in enumerate(toc["arrays"]):
         where = f"array {k}"
         _check_entry(e, where)
+        if version < 2 and e["mode"] in V2_MODES:
+            raise LossyFormatError(f"{where}: mode {e['mode']} in a version {version} blob (it needs version 2)")
         key = (e["name"], e["kind"])
         if key in seen:
             raise LossyFormatError(f"{where}: {e['name']} {e['kind']} stored twice")

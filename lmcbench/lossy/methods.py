@@ -10,7 +10,8 @@
 * ``efq`` -- ours: the weights' residual against the previous *reconstruction* uniformly quantised (what a
   checkpoint drops is still in the next residual: error feedback), the step per tensor set by Adam's second
   moment (a Fisher estimate: ``alloc=fisher``) or by the residual's RMS (``alloc=rms``); the codes coded by
-  LMC's entropy coder or zstd, whichever is smaller; ``exp_avg`` at ``m_bits`` (0: dropped, a resumed run
+  a context-adaptive binary range coder whose contexts are the neighbouring codes (``coder=ctx``, mode
+  ``ctxq``) or by LMC's entropy coder or zstd (``coder=generic``), whichever is smallest; ``exp_avg`` at ``m_bits`` (0: dropped, a resumed run
   rebuilds it within ~1/(1-beta1) steps) and ``exp_avg_sq`` as one log code per block of ``v_block``.
 
 Each is a :class:`~lmcbench.lossy.method.Method`: the first checkpoint of a chain (and any parameter the
@@ -218,10 +219,17 @@ class EFQOptions:
     alloc: str = "fisher"   # fisher: step per tensor ~ 1/sqrt(mean exp_avg_sq), clipped to 8x either way; rms
     m_bits: int = 0         # exp_avg: 0 dropped, else blockwise absmax at this many bits (2..8)
     v_block: int = 64       # exp_avg_sq: one log code per block of this many elements (1: per element)
+    coder: str = "ctx"      # the weights' codes: ctx (context coder, LMCL version 2) or generic (lmc / zstd)
+    recon: str = "mid"      # ctx: a code decodes to its bin's middle (mid: as generic), its bin's mean (mean), or
+    #                         the middle times the gain that keeps the residual along itself (gain)
 
     def __post_init__(self):
         _positive("q", self.q)
         _positive("v_block", self.v_block, True)
+        if self.coder not in ("ctx", "generic"):
+            raise ValueError(f"coder must be ctx or generic, got {self.coder!r}")
+        if self.recon not in ("mid", "mean", "gain") or (self.recon != "mid" and self.coder != "ctx"):
+            raise ValueError(f"recon must be mid, mean or gain (mean and gain need coder=ctx), got {self.recon!r}")
         if self.alloc not in ("fisher", "rms"):
             raise ValueError(f"alloc must be fisher or rms, got {self.alloc!r}")
         if isinstance(self.m_bits, bool) or not isinstance(self.m_bits, int) or self.m_bits not in (0, *range(2, 9)):
@@ -261,7 +269,7 @@ class EFQMethod(LMCLMethod):
                 step = o.q * self._rms * f
             else:
                 step = o.q * rms
-            return "uniform", {"step": step}
+            return "uniform", {"step": step, "ctx": o.coder == "ctx", "table": o.recon}
         if kind == "exp_avg":
             return ("zero", {}) if o.m_bits == 0 else ("absmax", {"block": 256, "bits": o.m_bits})
         return "logblock", {"block": o.v_block, "spo": 8, "per_element": o.v_block == 1}
