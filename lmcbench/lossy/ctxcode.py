@@ -157,43 +157,39 @@ def encode(codes, rows, cols):
                 probs[ctxs[q]] = p - (p >> MOVE)
             while rng < np.uint64(TOP):
                 rng = (rng << np.uint64(8)) & np.uint64(0xFFFFFFFF)
-                # shift the low register out a byte
-                if low < np.uint64(0xFF000000) or low >= np.uint64(1 << 32):
-                    carry = low >> np.uint64(32)
-                    temp = cache
-                    while True:
-                        if pos >= cap:
-                            overflow = True
-                            break
-                        out[pos] = np.uint8((temp + carry) & np.uint64(0xFF))
-                        pos += 1
-                        temp = np.uint64(0xFF)
-                        csize -= 1
-                        if csize == 0:
-                            break
-                    cache = (low >> np.uint64(24)) & np.uint64(0xFF)
-                csize += 1
-                low = (low & np.uint64(0x00FFFFFF)) << np.uint64(8)
+                low, cache, csize, pos, full = _shift_low(low, cache, csize, out, pos, cap)
+                overflow = overflow or full
             if overflow:
                 return np.zeros(0, np.uint8)
     # flush: 5 shifts
     for _ in range(5):
-        if low < np.uint64(0xFF000000) or low >= np.uint64(1 << 32):
-            carry = low >> np.uint64(32)
-            temp = cache
-            while True:
-                if pos >= cap:
-                    return np.zeros(0, np.uint8)
-                out[pos] = np.uint8((temp + carry) & np.uint64(0xFF))
-                pos += 1
-                temp = np.uint64(0xFF)
-                csize -= 1
-                if csize == 0:
-                    break
-            cache = (low >> np.uint64(24)) & np.uint64(0xFF)
-        csize += 1
-        low = (low & np.uint64(0x00FFFFFF)) << np.uint64(8)
+        low, cache, csize, pos, full = _shift_low(low, cache, csize, out, pos, cap)
+        if full:
+            return np.zeros(0, np.uint8)
     return out[:pos].copy()
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _shift_low(low, cache, csize, out, pos, cap):
+    """Shift the low register out a byte (with the pending carry bytes); ``full``: ``out`` has no room."""
+    full = False
+    if low < np.uint64(0xFF000000) or low >= np.uint64(1 << 32):
+        carry = low >> np.uint64(32)
+        temp = cache
+        while True:
+            if pos >= cap:
+                full = True
+                break
+            out[pos] = np.uint8((temp + carry) & np.uint64(0xFF))
+            pos += 1
+            temp = np.uint64(0xFF)
+            csize -= 1
+            if csize == 0:
+                break
+        cache = (low >> np.uint64(24)) & np.uint64(0xFF)
+    csize += 1
+    low = (low & np.uint64(0x00FFFFFF)) << np.uint64(8)
+    return low, cache, csize, pos, full
 
 
 @njit(cache=True, nogil=True)
