@@ -49,7 +49,9 @@ def test_the_preset_names_every_anchor_and_ours():
                                       ({"methods": {"efq": [{"q": 0}]}}, "q must"),
                                       ({"methods": {"efq": {"q": 1}}}, "list of settings"),
                                       ({"methods": {"efq": [{}]}, "only": ["sz3"]}, "lossy.only"),
-                                      ({"methods": {}}, "no method")])
+                                      ({"methods": {}}, "no method"),
+                                      ({"methods": {"efq": [{}]}, "device": "gpu-please"}, "lossy.device"),
+                                      ({"methods": {"efq": [{}]}, "device": 3}, "lossy.device")])
 def test_options_are_checked(bad, msg):
     with pytest.raises(ConfigError, match=msg):
         frontier.options({"lossy": bad})
@@ -135,3 +137,19 @@ def test_resumed_run_needs_the_reconstruction(tiny_series, tmp_path):
     with pytest.raises(RuntimeError, match="no reconstruction"):
         for stop in run:
             pass
+
+
+def test_the_device_reaches_the_resumed_trainer(tiny_series, tmp_path, monkeypatch):
+    """``lossy.device`` moves the training between checkpoints (here to ``cpu:0``, a name a CPU machine has)."""
+    seen, real = [], judge.resume_from
+
+    def spy(src, recon, out, opts, device="cpu"):
+        t = real(src, recon, out, opts, device)
+        seen.append((device, str(next(t.model.parameters()).device)))
+        return t
+
+    monkeypatch.setattr(judge, "resume_from", spy)
+    base = {s: judge.eval_arrays(OPTS, judge.weights_of(judge.load_triples(d)), 2) for s, d in tiny_series}
+    rows = judge_resumed(make_method({"method": "efq", "q": 2.0}), tiny_series, OPTS, 1, 2, str(tmp_path), base,
+                         log=lambda *a: None, device="cpu:0")
+    assert seen == [("cpu:0", "cpu")] and rows[1]["resumed_here"]

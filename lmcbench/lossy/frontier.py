@@ -34,7 +34,7 @@ CKPT_COLUMNS = ["method", "setting", "judged", "step", "first", "lossy", "full_b
                 "exp_avg_sq_rel_l2", "weight_kept", "moment_kept", "compress_s", "decompress_s"]
 JUDGEMENTS = ("resumed", "reconstruction")
 DEFAULTS = {"resume_every": 2, "eval_batches": 16, "judged": list(JUDGEMENTS), "methods": {}, "common": {},
-            "only": None}
+            "only": None, "device": "cpu"}
 
 
 def options(c: dict) -> dict:
@@ -48,6 +48,7 @@ def options(c: dict) -> dict:
         v = o[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"lossy.{k}: expected a positive integer, got {v!r}")
+    o["device"] = _device(o["device"])
     if not o["judged"] or any(j not in JUDGEMENTS for j in o["judged"]):
         raise ConfigError(f"lossy.judged: a non-empty list of {', '.join(JUDGEMENTS)}, got {o['judged']!r}")
     if not isinstance(o["methods"], dict) or not isinstance(o["common"], dict):
@@ -77,6 +78,21 @@ def options(c: dict) -> dict:
     return o
 
 
+def _device(v) -> str:
+    """``lossy.device``: the torch device the resumed runs train on (``cpu``, ``cuda``, ``cuda:1``, ...). The
+    methods and the held-out losses stay on the CPU; only the training between checkpoints moves."""
+    import torch
+
+    try:
+        if not isinstance(v, str):
+            raise TypeError("not a string")
+        torch.device(v)
+    except (TypeError, RuntimeError) as e:
+        raise ConfigError(f"lossy.device: expected a torch device name such as cpu or cuda, got {v!r} ({e})") \
+            from None
+    return v
+
+
 def open_series(source: dict) -> Series:
     return judge.open_series(source, "lossy")
 
@@ -102,7 +118,7 @@ def run_frontier(c: dict, out_dir: str, log=print) -> dict:
         f"{len(o['points'])} points x {len(o['judged'])} judgements")
     summary = {"series": source.path, "train": opts, "steps": [s for s, _ in ckpts],
                "n_params": int(sum(t["weight"].size for t in load_triples(ckpts[0][1]).values())),
-               "resume_every": K, "eval_batches": nb, "baseline_losses": {str(k): v for k, v in base.items()},
+               "resume_every": K, "eval_batches": nb, "device": o["device"], "baseline_losses": {str(k): v for k, v in base.items()},
                "skipped": o["skipped"], "points": 0, "seconds": None, "complete": False}
     _write_summary(out_dir, summary)  # written again at the end: a cut-short run can still be rendered
     fr = CsvAppender(os.path.join(out_dir, "frontier.csv"), FRONTIER_COLUMNS)
@@ -113,7 +129,7 @@ def run_frontier(c: dict, out_dir: str, log=print) -> dict:
             for judged in o["judged"]:
                 t0 = time.time()
                 if judged == "resumed":
-                    per = judge_resumed(method, ckpts, opts, K, nb, work, base, log=log)
+                    per = judge_resumed(method, ckpts, opts, K, nb, work, base, log=log, device=o["device"])
                 else:
                     per = judge_reconstruction(method, ckpts, opts, nb, base, log=log)
                 row = {**frontier_row(per), "seconds": round(time.time() - t0, 1)}

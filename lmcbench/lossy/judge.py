@@ -46,10 +46,10 @@ def eval_arrays(opts: dict, weights: dict, n_batches: int) -> float:
     return float(evaluate(model, opts, n_batches=n_batches))
 
 
-def resume_from(src_dir: str, recon: dict, out_dir: str, opts: dict):
+def resume_from(src_dir: str, recon: dict, out_dir: str, opts: dict, device: str = "cpu"):
     """Write the reconstruction as a checkpoint folder the trainer reads (the original's scheduler, step and
     data position; the reconstructed weights and moments) under ``out_dir/reconstructed`` and return a trainer
-    resumed from that folder."""
+    resumed from that folder, its arithmetic on ``device``."""
     from ..tinygpt import Trainer
 
     live = Trainer.from_checkpoint(src_dir, opts)
@@ -57,7 +57,7 @@ def resume_from(src_dir: str, recon: dict, out_dir: str, opts: dict):
                     {n: r["exp_avg_sq"] for n, r in recon.items()})
     path = live.save_checkpoint(os.path.join(out_dir, "reconstructed"))
     del live
-    return Trainer.from_checkpoint(path, opts)
+    return Trainer.from_checkpoint(path, opts, device=device)
 
 
 @dataclass
@@ -79,10 +79,10 @@ class ResumedRun:
     go to ``out_dir/compressed_run`` and are removed once passed unless ``keep``."""
 
     def __init__(self, ckpts: list, opts: dict, resume_every: int, out_dir: str, keep: bool = False,
-                 resume=None):
+                 resume=None, device: str = "cpu"):
         self.ckpts, self.opts, self.K, self.out_dir, self.keep = ckpts, opts, resume_every, out_dir, keep
         self.work = os.path.join(out_dir, "compressed_run")
-        self._resume = resume or resume_from
+        self._resume = resume or (lambda src, recon, out, opts: resume_from(src, recon, out, opts, device))
 
     def resumes_at(self, i: int) -> bool:
         return i > 0 and i % self.K == 0 and i < len(self.ckpts) - 1
@@ -119,11 +119,11 @@ def _row(method, judged, step, triples, out, resumed, ev, recon_ev, base_ev):
 
 
 def judge_resumed(method, ckpts: list, opts: dict, resume_every: int, n_batches: int, out_dir: str,
-                  base_evals: dict, log=print, eval_every: bool = False) -> list[dict]:
+                  base_evals: dict, log=print, eval_every: bool = False, device: str = "cpu") -> list[dict]:
     """One method judged by resumed training: one row per checkpoint of the compressed run (``judged`` =
     ``resumed``). The held-out loss of the reconstruction is measured at the last checkpoint and at every
     resume (at every checkpoint with ``eval_every``); the live model's wherever the run left the series."""
-    chain, rows, run = Chain(method), [], ResumedRun(ckpts, opts, resume_every, out_dir)
+    chain, rows, run = Chain(method), [], ResumedRun(ckpts, opts, resume_every, out_dir, device=device)
     t0 = time.time()
     for stop in run:
         triples = load_triples(stop.path)

@@ -120,8 +120,9 @@ class Trainer:
 
     # ----------------------------------------------------------------------------------------- restoring
     @classmethod
-    def from_checkpoint(cls, ckpt_dir: str, opts: dict) -> "Trainer":
-        """Restore weights, AdamW state, scheduler, step, log and data-generator state from ``ckpt_dir``.
+    def from_checkpoint(cls, ckpt_dir: str, opts: dict, device: str = "cpu") -> "Trainer":
+        """Restore weights, AdamW state, scheduler, step, log and data-generator state from ``ckpt_dir``;
+        ``device`` says where the resumed run's arithmetic goes (as for :func:`train`).
 
         Only tensors and plain values are loaded (``weights_only=True``); ``rng_state.pth`` is not read (the
         training run draws nothing from the global RNGs after initialising the model).
@@ -138,7 +139,7 @@ class Trainer:
             log = list(tstate.get("log_history", []))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise SourceError(f"{state_path}: cannot read the trainer state ({type(e).__name__}: {e})") from None
-        self = cls(opts)
+        self = cls(opts, device=device)
         opts = self.opts
         for k in ("max_steps", "save_steps"):
             if k in tstate and tstate[k] != opts[k]:
