@@ -166,7 +166,7 @@ def main(argv=None):
           f"lmc {lmc.__version__}, {cores} cores, lmc threads {a.threads or 'all'}, DCP thread_count {a.dcp_threads}, "
           f"prefer {a.prefer}")
     root = tempfile.mkdtemp(prefix="dcp_speed-", dir=a.dir)
-    rows, save_phases = [], []
+    rows, save_phases = [], {}  # label -> [(seconds, LMCStorageWriter.last_phases)] of each repeat
     try:
         for r in range(a.repeats):
             row = {}
@@ -183,17 +183,17 @@ def main(argv=None):
                 row["zstd load"] = timed(lambda: dcp.load(blank(s2), storage_reader=dcp.FileSystemReader(zs)),
                                          "zstd load")
                 row["zstd MiB"] = folder_mib(zs)
-            row["lmc save alone"] = timed(lambda: dcp.save(
-                s1, storage_writer=LMCStorageWriter(f"{d}/step-1", threads=a.threads, prefer=a.prefer)), "lmc save alone")
-            w = LMCStorageWriter(f"{d}/step-2", reference=f"{d}/step-1", threads=a.threads, prefer=a.prefer)
-            row["lmc save vs ref"] = timed(lambda: dcp.save(s2, storage_writer=w), "lmc save vs ref")
-            save_phases.append((row["lmc save vs ref"], w.last_phases))
+            def lmc_save(label, sd, path, **kw):
+                w = LMCStorageWriter(path, threads=a.threads, prefer=a.prefer, **kw)
+                row[label] = timed(lambda: dcp.save(sd, storage_writer=w), label)
+                save_phases.setdefault(label, []).append((row[label], w.last_phases))
+
+            lmc_save("lmc save alone", s1, f"{d}/step-1")
+            lmc_save("lmc save vs ref", s2, f"{d}/step-2", reference=f"{d}/step-1")
             if a.background:  # the same save with the re-coding of the reference behind the call
                 dcp.save(s1, storage_writer=LMCStorageWriter(f"{d}/bg-1", threads=a.threads, prefer=a.prefer))
                 t0 = time.perf_counter()
-                row["lmc bg save blocked"] = timed(lambda: dcp.save(
-                    s2, storage_writer=LMCStorageWriter(f"{d}/bg-2", reference=f"{d}/bg-1", threads=a.threads,
-                                                      prefer=a.prefer, background=True)), "lmc bg save blocked")
+                lmc_save("lmc bg save blocked", s2, f"{d}/bg-2", reference=f"{d}/bg-1", background=True)
                 lmc.dcp.wait()
                 row["lmc bg save done"] = time.perf_counter() - t0
                 row["lmc bg MiB older"] = folder_mib(f"{d}/bg-1")
@@ -214,11 +214,14 @@ def main(argv=None):
         if zstd is not None:
             print(f"  lmc save vs ref / zstd save: {best['lmc save vs ref'] / best['zstd save']:.2f}x; "
                   f"lmc load newest / zstd load: {best['lmc load newest'] / best['zstd load']:.2f}x")
-        wall, best_phases = min(save_phases, key=lambda x: x[0])
-        print(f"\nthe best LMC save against the reference ({wall:.2f} s), its phases (LMCStorageWriter.last_phases: "
-              "seconds; the workers' summed over threads):")
-        for k, v in best_phases.items():
-            print(f"  {k:36s} {v:6.2f}")
+        best_ph = {label: min(runs, key=lambda x: x[0]) for label, runs in save_phases.items()}
+        print("\nthe phases of the best of each LMC save (LMCStorageWriter.last_phases, seconds; 'code', 'hash' and "
+              "the like are the workers' summed over threads, 'resolve', 'write', 'wait for workers', 'commit' and "
+              "'metadata' the calling thread's):")
+        labels = list(best_ph)
+        print(f"  {'':36s} " + " ".join(f"{x[4:]:>17s}" for x in labels))
+        for k in sorted({k for _, ph in best_ph.values() for k in ph}):
+            print(f"  {k:36s} " + " ".join(f"{best_ph[x][1].get(k, 0.0):17.3f}" for x in labels))
         workers = a.threads or cores
         ph = phases(s1, s2, workers)
         print(f"\nphases ({workers} worker threads, one lmc thread each; seconds of wall time):")
