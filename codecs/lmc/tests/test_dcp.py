@@ -84,6 +84,19 @@ def folder_bytes(path):
     return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path))
 
 
+def data_files(path):
+    """The LMC data files in a checkpoint folder (one per worker thread that wrote)."""
+    return sorted(n for n in os.listdir(path) if re.fullmatch(r"__\d+_\d+\.lmc", n))
+
+
+def listing(path):
+    """A checkpoint folder's names with its data files as one ``DATA`` entry, after checking that the items
+    name exactly those files."""
+    files = data_files(path)
+    assert files and {i["file"] for i in meta(path)["items"]} == set(files), (files, path)
+    return sorted([n for n in os.listdir(path) if n not in files] + ["DATA"])
+
+
 def meta(path):
     with open(os.path.join(path, METADATA_FILE)) as f:
         return json.load(f)
@@ -109,7 +122,8 @@ def test_every_dtype_round_trip(tmp_path):
     sd = every_dtype()
     save(sd, tmp_path / "c")
     assert is_lmc_checkpoint(tmp_path / "c") and not is_lmc_checkpoint(tmp_path)
-    assert sorted(os.listdir(tmp_path / "c")) == [".metadata", "__0_0.lmc", METADATA_FILE]
+    assert listing(tmp_path / "c") == [".metadata", "DATA", METADATA_FILE]
+    assert 1 <= len(data_files(tmp_path / "c")) <= (os.cpu_count() or 1)  # at most one per worker thread
     got = load(sd, tmp_path / "c")
     assert_same(sd, got)
     items = {i["fqn"]: i for i in meta(tmp_path / "c")["items"]}
@@ -134,7 +148,9 @@ def test_training_state_and_reference(tmp_path):
     assert md1["reference"]["path"] == "../step-2" and md1["reference"]["save_id"] == md2["save_id"]
     assert md1["save_id"] == meta(tmp_path / "step-1")["save_id"] and any(i["ref"] for i in md1["items"])
     assert folder_bytes(tmp_path / "step-1") < folder_bytes(tmp_path / "key-1")
-    assert sorted(os.listdir(tmp_path / "step-1")) == [".metadata", "__0_1.lmc", "lmc-metadata.json"]
+    # its items now live in one new data file (the files it had when coded alone are gone)
+    assert listing(tmp_path / "step-1") == [".metadata", "DATA", "lmc-metadata.json"]
+    assert len(data_files(tmp_path / "step-1")) == 1
     assert_same(s2, load(s2, tmp_path / "step-2"))
     assert_same(s1, load(s1, tmp_path / "step-1"))
     # a chain: step 1 against step 2 against step 3, moved elsewhere as a whole (the relative path is used)
@@ -197,7 +213,7 @@ def test_save_over_a_plain_dcp_checkpoint_removes_its_metadata(tmp_path):
     dcp.save(s1, storage_writer=dcp.FileSystemWriter(str(tmp_path / "c")))
     assert (tmp_path / "c" / ".metadata").exists()
     save(s1, tmp_path / "c")
-    assert sorted(os.listdir(tmp_path / "c")) == [".metadata", "__0_0.lmc", "lmc-metadata.json"]
+    assert listing(tmp_path / "c") == [".metadata", "DATA", "lmc-metadata.json"]
     assert (tmp_path / "c" / ".metadata").stat().st_size < 1000  # the signpost, not the old metadata
 
 
@@ -327,7 +343,8 @@ def test_interrupted_save_is_not_complete(tmp_path, monkeypatch):
     monkeypatch.setattr(LMCStorageWriter, "_code_tensor", boom)
     with pytest.raises(ERRORS, match="disk full"):
         save(sd, tmp_path / "c")  # over the complete one
-    assert os.listdir(tmp_path / "c") == ["__0_0.lmc"]  # the old file, no metadata, no temporary file
+    # the replaced checkpoint's files (its metadata first) are gone, and the failed save left no file
+    assert os.listdir(tmp_path / "c") == []
     with pytest.raises(ERRORS, match="not a complete LMC DCP checkpoint"):
         load(sd, tmp_path / "c")
     monkeypatch.undo()

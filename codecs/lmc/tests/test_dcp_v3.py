@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 from lmc.dcp import LMCStorageReader  # noqa: E402
-from test_dcp import assert_same, blank, every_dtype, load, meta, save, snapshot, train_state  # noqa: E402
+from test_dcp import ERRORS, assert_same, blank, data_files, every_dtype, load, meta, save, snapshot, train_state  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -44,9 +44,10 @@ def test_frozen_format_2_folders_still_load_and_recode(tmp_path):
 
 
 def test_items_on_worker_threads(tmp_path):
-    """Saves and loads spread items over worker threads (threads=3: more items in flight than workers); the
-    files are the same as a one-thread save's, and a load decodes straight into whole contiguous targets and
-    copies into the others (a transposed view, another dtype)."""
+    """Saves and loads spread items over worker threads (threads=3: more items in flight than workers), each
+    worker appending to a data file of its own; every item's blob is the same as a one-thread save's (which
+    writes one file), and a load decodes straight into whole contiguous targets and copies into the others (a
+    transposed view, another dtype)."""
     m, opt, step = train_state()
     s1 = snapshot(m, opt, every_dtype())
     step()
@@ -54,13 +55,23 @@ def test_items_on_worker_threads(tmp_path):
     for th in (1, 3):
         save(s1, tmp_path / f"a{th}", threads=th)
         save(s2, tmp_path / f"b{th}", reference=tmp_path / f"a{th}", threads=th)
+    assert len(data_files(tmp_path / "b1")) == 1 and 1 <= len(data_files(tmp_path / "b3")) <= 3
+
+    def blobs(path):
+        out = {}
+        for i in meta(path)["items"]:
+            with open(path / i["file"], "rb") as f:
+                f.seek(i["pos"])
+                out[(i["fqn"], str(i["offset"]))] = f.read(i["length"])
+        return out
+
     for name in ("a", "b"):
         m1, m3 = meta(tmp_path / f"{name}1"), meta(tmp_path / f"{name}3")
-        strip = lambda md: [{k: v for k, v in i.items() if k != "ref"} for i in md["items"]]  # noqa: E731
+        strip = lambda md: sorted(  # noqa: E731
+            ({k: v for k, v in i.items() if k not in ("ref", "file", "pos")} for i in md["items"]),
+            key=lambda i: (i["fqn"], str(i["offset"])))
         assert strip(m1) == strip(m3)
-        files = sorted({i["file"] for i in m1["items"]})
-        for f in files:  # the same blobs (after the header, which holds the save id)
-            assert (tmp_path / f"{name}1" / f).read_bytes()[44:] == (tmp_path / f"{name}3" / f).read_bytes()[44:]
+        assert blobs(tmp_path / f"{name}1") == blobs(tmp_path / f"{name}3")
     for path, want in ((tmp_path / "a3", s1), (tmp_path / "b3", s2)):
         got = blank(want)
         got["model"]["0.weight"] = torch.zeros(96, 64).t().contiguous().t()  # a non-contiguous target
@@ -72,3 +83,38 @@ def test_items_on_worker_threads(tmp_path):
         got["model"]["0.weight"] = got["model"]["0.weight"].contiguous()
         got["t"]["f32"] = got["t"]["f32"].float()
         assert_same(want, got)
+
+
+def test_fewer_workers_later_leave_no_stale_data_files(tmp_path):
+    """A save over a checkpoint written by more worker threads removes that one's data files (the new save may
+    write fewer): the folder then holds exactly the files its metadata names."""
+    sd = every_dtype()
+    save(sd, tmp_path / "c", threads=3)
+    save(sd, tmp_path / "c", threads=1)
+    assert data_files(tmp_path / "c") == ["__0_0.lmc"]
+    assert {i["file"] for i in meta(tmp_path / "c")["items"]} == {"__0_0.lmc"}
+    assert_same(sd, load(sd, tmp_path / "c"))
+
+
+def test_a_worker_that_cannot_write_leaves_nothing(tmp_path, monkeypatch):
+    """A write that fails on one worker's data file (a full disk) fails the save with that error; no data file,
+    temporary file or metadata is left, and the next save writes a complete checkpoint."""
+    from lmc.dcp import _pool
+
+    m, opt, _ = train_state()
+    sd = snapshot(m, opt, every_dtype())
+    real, calls = _pool._Lanes.write, []
+
+    def full(self, blob):
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError(28, "No space left on device")
+        return real(self, blob)
+
+    monkeypatch.setattr(_pool._Lanes, "write", full)
+    with pytest.raises(ERRORS, match="No space left"):
+        save(sd, tmp_path / "c", threads=3)
+    assert os.listdir(tmp_path / "c") == []
+    monkeypatch.undo()
+    save(sd, tmp_path / "c", threads=3)
+    assert_same(sd, load(sd, tmp_path / "c"))

@@ -37,6 +37,11 @@ SUFFIX = ".lmc"
 MAGIC = b"LMCDCP\x00\x01"
 _HEADER_LEN = len(MAGIC) + 36  # + the save id (a UUID, 36 ASCII characters)
 _FILE_RE = re.compile(r"^__\d{1,9}_\d{1,9}\.lmc$")
+
+
+def is_data_file(name: str) -> bool:
+    """Whether ``name`` is an LMC DCP data file's name (``__<rank>_<k>.lmc``)."""
+    return _FILE_RE.match(name) is not None
 _MAX_METADATA = 1 << 30
 _CODECS = ("lmc", "raw", "zlib")
 

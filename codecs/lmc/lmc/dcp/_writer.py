@@ -23,12 +23,12 @@ from ..worker import Phases
 from ..storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._folder import (  # the folder's format and its validated reader
     LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, CheckpointFolder, Item, Plan, checksum, dtype_name, item_json,
-    item_key, metadata_json, tensor_bytes,
+    is_data_file, item_key, metadata_json, tensor_bytes,
 )
 from ._recode import (  # re-coding the reference in place (or behind the save)
     _location, _metadata_field, _Recoder, _remove_unnamed, finish_left_behind, start_behind, wait,
 )
-from ._pool import _Window, _item_threads  # items coded on worker threads
+from ._pool import _Lanes, _Window, _item_threads  # items coded and written on worker threads
 from ._signpost import PLAIN_METADATA, signpost
 
 
@@ -186,7 +186,8 @@ class LMCStorageWriter(StorageWriter):
             # dcp.load(checkpoint_id=...), and a killed save's temporary files are garbage: removed
             names = fs.listdir()
             for name in sorted(names, key=lambda n: n != METADATA_FILE):
-                if name in (METADATA_FILE, PLAIN_METADATA) or name.endswith(".distcp") or name.startswith(TMP_PREFIX):
+                if name in (METADATA_FILE, PLAIN_METADATA) or name.endswith(".distcp") or name.startswith(TMP_PREFIX) \
+                        or is_data_file(name):  # the replaced checkpoint's data (it may have had more files)
                     fs.remove(name)
             if ref is not None:  # leftovers of an interrupted re-coding of the reference
                 named = {it.file for _, it in ref.items.values()}
@@ -204,41 +205,35 @@ class LMCStorageWriter(StorageWriter):
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         ph = self._ph = getattr(self, "_ph", None) or Phases()
         sp: Plan = plan.storage_data
-        name = f"{sp.prefix}0{SUFFIX}"
         ref = self._reference_checkpoint()
         results = []
         recoder = None
         if ref is not None and not self.background:  # the reference's items re-coded against this save's, into a new data file of its own
             gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
             recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer, ph)
-        f = None
+        # a local file appears by a rename when complete; an object when its upload completes
+        lanes = _Lanes(backend(self.path, FormatError), sp.prefix, SUFFIX, MAGIC + sp.save_id.encode("ascii"),
+                       self.sync_files, ph)
         pool = _Window(self.threads)
         try:
-            # a local file appears by a rename when complete; an object when its upload completes
-            f = backend(self.path, FormatError).open_write(name, sync=self.sync_files)
-            head = MAGIC + sp.save_id.encode("ascii")
-            f.write(head)
-            pos = [len(head)]  # where the next blob goes (counted: a tell() is a system call)
-
-            def put(wi, coded):  # in this thread, in the plan's order: the files are written sequentially
-                t0 = time.perf_counter()
-                blob, rec, prev = coded
-                item = Item(name, pos[0], len(blob), **rec)
-                f.write(blob)
-                pos[0] += len(blob)
+            def put(wi, coded):  # in this thread, in the plan's order: DCP's results and the reference's re-coding
+                name, pos, size, rec, prev = coded
+                item = Item(name, pos, size, **rec)
                 if recoder is not None:
+                    t0 = time.perf_counter()
                     item = replace(item, prev=None if prev is None else recoder.put(*prev))
-                results.append(WriteResult(index=wi.index, size_in_bytes=len(blob), storage_data=item))
-                ph.add("write", time.perf_counter() - t0)
+                    ph.add("write reference", time.perf_counter() - t0)
+                results.append(WriteResult(index=wi.index, size_in_bytes=size, storage_data=item))
 
-            # bytes first, then tensors; each item is coded (and its reference item re-coded) on a worker thread,
-            # about two items per worker in flight: memory stays bounded by a few resolved tensors
+            # bytes first, then tensors; each item is coded (and its reference item re-coded) and written to its
+            # worker's data file on a worker thread, about two items per worker in flight: memory stays bounded
+            # by a few resolved tensors
             order = sorted(plan.items, key=lambda w: w.type != WriteItemType.BYTE_IO)
             for wi in order:
                 with ph.time("resolve"):
                     data = planner.resolve_data(wi)  # the planner in this thread only
                 with ph.time("wait for workers"):
-                    done = pool.submit(wi, self._code_item, wi, data, recoder, sp.save_id)
+                    done = pool.submit(wi, self._code_and_write, wi, data, recoder, sp.save_id, lanes)
                 for d in done:
                     put(*d)
                 del data
@@ -247,8 +242,7 @@ class LMCStorageWriter(StorageWriter):
             for d in done:
                 put(*d)
             with ph.time("commit (fsync)"):
-                f.commit()
-            f = None
+                lanes.commit()
             if recoder is not None:
                 if self.is_coordinator and self._all_keys is not None:
                     # the reference's items this save has not (a tensor dropped since): carried over as they are
@@ -259,15 +253,21 @@ class LMCStorageWriter(StorageWriter):
                     recoder.commit()
                 recoder = None
         finally:
-            pool.close()
-            if f is not None:
-                f.abort()
+            pool.close()  # first: no worker writes to a lane after this
+            lanes.abort()
             if recoder is not None:
                 recoder.abort()
         self.last_phases = ph.as_dict()
         fut: Future = Future()
         fut.set_result(results)
         return fut
+
+    def _code_and_write(self, wi, data, recoder, save_id, lanes):
+        """(data file, offset, size, record, the reference's item re-coded or None) of one write item, coded and
+        appended to this worker's data file: what a worker thread does."""
+        blob, rec, prev = self._code_item(wi, data, recoder, save_id)
+        name, pos = lanes.write(blob)
+        return name, pos, len(blob), rec, prev
 
     def _code_item(self, wi, data, recoder, save_id):
         """(blob, record, the reference's same item re-coded as (blob, record) or None) of one write item: what
