@@ -191,6 +191,16 @@ def _curve(r) -> str:
     return r["method"] + (f" {' '.join(opts)}" if opts else "")
 
 
+def pareto(g: pd.DataFrame) -> pd.Series:
+    """Which points of one curve are on its frontier: no other point has a ratio at least as high and a smaller
+    loss change."""
+    keep, best = pd.Series(False, index=g.index), float("inf")
+    for idx, r in g.sort_values(["ratio", "loss_change_pct"], ascending=[False, True]).iterrows():
+        if r["loss_change_pct"] < best:
+            keep[idx], best = True, r["loss_change_pct"]
+    return keep
+
+
 def plot(fr: pd.DataFrame, path: str) -> str:
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -206,7 +216,12 @@ def plot(fr: pd.DataFrame, path: str) -> str:
             if g.empty:
                 continue
             y = g["loss_change_pct"].clip(upper=CAP)
-            ax.plot(g["ratio"], y, style, color=colors[i % len(colors)], ms=4,
+            # every setting a marker; the line joins the curve's frontier (no other setting of it is both
+            # smaller and better), so settings that differ in more than one knob do not zigzag
+            front = pareto(g)
+            ax.plot(g["ratio"], y, style[-1], color=colors[i % len(colors)], ms=4,
+                    alpha=1.0 if judged == "resumed" else 0.6)
+            ax.plot(g["ratio"][front], y[front], style, color=colors[i % len(colors)], ms=4,
                     label=f"{m} ({judged})", alpha=1.0 if judged == "resumed" else 0.6)
             off = g["loss_change_pct"] > CAP
             ax.plot(g["ratio"][off], y[off], "^", color=colors[i % len(colors)], ms=8)

@@ -3,7 +3,7 @@
 # trains the tinygpt_large series (24M parameters, 1,000 steps, a checkpoint every 50) on the GPU unless SERIES
 # holds one, then runs each point below as its own `lmcbench experiment=lossy` process (2 CPU threads each, all
 # at once), the resumed runs' training on the GPU (lossy.device=cuda), resuming every 5 checkpoints (at steps
-# 250, 500, 750). The methods code on the CPU exactly as on a CPU-only machine.
+# 300, 550, 800). The methods code on the CPU exactly as on a CPU-only machine.
 #
 #   results/lossy/confirm_24m/run.sh OUT [SERIES]        # then: python experiments/lossy.py --merge MERGED OUT/*/lossy
 #
