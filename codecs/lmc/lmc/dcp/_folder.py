@@ -42,6 +42,12 @@ _FILE_RE = re.compile(r"^__\d{1,9}_\d{1,9}\.lmc$")
 def is_data_file(name: str) -> bool:
     """Whether ``name`` is an LMC DCP data file's name (``__<rank>_<k>.lmc``)."""
     return _FILE_RE.match(name) is not None
+
+
+def next_generation(items) -> int:
+    """The first data-file number ``k`` above every ``__<rank>_<k>.lmc`` a checkpoint's items name: where its
+    re-coded items go, beside files a save wrote one per worker."""
+    return 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in items.values())
 _MAX_METADATA = 1 << 30
 _CODECS = ("lmc", "raw", "zlib")
 

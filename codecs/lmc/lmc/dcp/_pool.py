@@ -102,9 +102,6 @@ class _Lanes:
             self.ph.add("write", time.perf_counter() - t0)
         return lane[0], off
 
-    def names(self) -> list[str]:
-        return [lane[0] for lane in self._files]
-
     def commit(self) -> None:
         """Every file flushed, fsynced and renamed into place (a save with no item still gets its first file)."""
         if not self._files:

@@ -14,7 +14,7 @@ import numpy as np
 from ..api import FormatError, check_prefer, compress, info, shaped
 from ._folder import (
     FORMAT_VERSION, LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, TORCH_DTYPES, CheckpointFolder, Item, is_lmc_checkpoint,
-    item_json,
+    item_json, next_generation,
 )
 from ..worker import Phases, scratch
 from ._pool import _Window, _item_threads
@@ -187,7 +187,7 @@ def _recode_against(ck: CheckpointFolder, target, threads, prefer="speed"):
     file of its folder, then replace its metadata atomically and remove the data files it no longer names.
     Items are coded on worker threads (as a save's), written in order by this thread."""
     _remove_unnamed(ck, {it.file for _, it in ck.items.values()}, temporary=True)  # an interrupted try's
-    gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ck.items.values())
+    gen = next_generation(ck.items)
     rec = _Recoder(ck, f"__0_{gen}{SUFFIX}", threads, True, prefer)
 
     def one(key, old):  # on a worker thread: (blob, record) of one item

@@ -23,7 +23,7 @@ from ..worker import Phases
 from ..storage import TMP_PREFIX, backend, canonical, is_url, join, parent, relpath
 from ._folder import (  # the folder's format and its validated reader
     LMC_DTYPES, MAGIC, METADATA_FILE, SUFFIX, CheckpointFolder, Item, Plan, checksum, dtype_name, item_json,
-    is_data_file, item_key, metadata_json, tensor_bytes,
+    is_data_file, item_key, metadata_json, next_generation, tensor_bytes,
 )
 from ._recode import (  # re-coding the reference in place (or behind the save)
     _location, _metadata_field, _Recoder, _remove_unnamed, finish_left_behind, start_behind, wait,
@@ -209,7 +209,7 @@ class LMCStorageWriter(StorageWriter):
         results = []
         recoder = None
         if ref is not None and not self.background:  # the reference's items re-coded against this save's, into a new data file of its own
-            gen = 1 + max(int(it.file[:-len(SUFFIX)].rsplit("_", 1)[1]) for _, it in ref.items.values())
+            gen = next_generation(ref.items)
             recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer, ph)
         # a local file appears by a rename when complete; an object when its upload completes
         lanes = _Lanes(backend(self.path, FormatError), sp.prefix, SUFFIX, MAGIC + sp.save_id.encode("ascii"),
