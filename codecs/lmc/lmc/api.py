@@ -15,8 +15,8 @@ from .kernels.base import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYO
 from .kernels.chunk import check_range, checksum_range, decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
-VERSIONS = (1, 2, 3, 4, 5, 6)   # 4-6: checksums over words (5: the strong mix, the mantissa-context mode;
-                                # 6, the default: the delta mode);
+VERSIONS = (1, 2, 3, 4, 5, 6, 7)   # 4-7: checksums over words (5: the strong mix, the mantissa-context mode;
+                                   # 6: the delta mode; 7: 32-state rANS streams);
                              # up to 3 the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27

@@ -225,7 +225,11 @@ def build_corpus(seed=0, small=False):
             + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="fast"))
                for nm, x, r, c in delta_specs(small)]
             + [dict(name=nm + "_v3", x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=3))
-               for nm, x, r, c in specs if nm in v3])
+               for nm, x, r, c in specs if nm in v3]
+            # format 7: chunks of at least 8192 elements, whose rANS streams have 32 states
+            + [dict(name=nm + "_v7", x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=max(c, 8192),
+                                                                 format_version=7, prefer=p))
+               for nm, x, r, c in specs + mctx_specs() for p in ("speed", "size") if x.size >= 8192])
 
 
 def save_corpus(corpus, path):

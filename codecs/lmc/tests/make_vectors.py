@@ -14,7 +14,9 @@ NAME_v5.lmc with format_version=5 (the strong word checksums) and a
 bfloat16 input a fourth time, NAME_v5s.lmc with prefer="size" (where its
 chunks take the mantissa-context mode); NAME_v6.lmc with format_version=6
 and a float input with a reference once more, NAME_v6f.lmc with
-prefer="fast" (its chunks in the delta mode).
+prefer="fast" (its chunks in the delta mode).  Format 7 (32-state rANS streams) has inputs of its own, whose
+chunks are long enough for them: `python tests/make_vectors.py --v7` writes only those (NAME_v7.lmc with
+prefer="speed" and NAME_v7s.lmc with prefer="size"), leaving the older vectors as they are.
 """
 import json
 import os
@@ -138,6 +140,38 @@ def vectors():
         yield name, x, r, 1501
 
 
+def vectors_v7():
+    """Inputs for format 7: chunks of at least 8192 elements (rANS streams with 32 states), the last chunk of
+    each shorter (and below 8192: 4 states), with and without a reference."""
+    x, r = train_pair(ml_dtypes.bfloat16, 2 * 16384 + 9001, 19)
+    yield "bf16_lanes", x, r, 16384
+    x, r = train_pair(np.float32, 16384 + 12001, 20)
+    yield "f32_lanes", x, r, 16384
+    yield "f32_sq_lanes", second_moment(np.float32, 160, 128, 21, steps=40), None, 10240
+    yield "bf16_mctx_lanes", weights(ml_dtypes.bfloat16, 2 * 32768 + 8200, 22), None, 32768
+    sk = np.zeros(20000, np.int8)
+    sk[np.random.default_rng(23).random(20000) < 0.05] = 3
+    yield "i8_rans_lanes", sk, None, 20000
+
+
+def main_v7():
+    with open(os.path.join(OUT, "manifest.json")) as f:
+        manifest = json.load(f)
+    for name, x, ref, chunk in vectors_v7():
+        np.save(os.path.join(OUT, name + ".npy"), _savable(x))
+        if ref is not None:
+            np.save(os.path.join(OUT, name + ".ref.npy"), _savable(ref))
+        for out, prefer in ((name + "_v7", "speed"), (name + "_v7s", "size")):
+            blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=7, prefer=prefer)
+            with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
+                f.write(blob)
+            manifest[out] = {"dtype": str(x.dtype), "chunk_size": chunk, "input": name, "format_version": 7,
+                             "prefer": prefer, "reference": ref is not None, "size": len(blob)}
+            print(f"{out:17s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     manifest = {}
@@ -177,4 +211,6 @@ def load(name, entry, suffix=".npy"):
 
 
 if __name__ == "__main__":
-    main()
+    if "--v7" not in sys.argv[1:]:
+        main()
+    main_v7()

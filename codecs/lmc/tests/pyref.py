@@ -163,18 +163,24 @@ def freq_table(b, pos, end, maxsym):
     return (f, cum, slots), pos
 
 
-def rans(b, pos, end, tables, n):
-    """tables[i] = (f, cum, slots) for symbol i."""
-    if end - pos < 16:
+def states(n, version):
+    """The interleaved states of a rANS stream of n symbols (FORMAT.md, "rANS"): 32 from format 7 for
+    n >= 8192, else 4."""
+    return 32 if version >= 7 and n >= 8192 else 4
+
+
+def rans(b, pos, end, tables, n, S=4):
+    """tables[i] = (f, cum, slots) for symbol i; S interleaved states (symbol i with state i mod S)."""
+    if end - pos < 4 * S:
         raise ValueError("rans trunc")
-    x = list(struct.unpack_from("<IIII", b, pos))
+    x = list(struct.unpack_from(f"<{S}I", b, pos))
     if min(x) < 1 << 16:
         raise ValueError("rans state")
-    p = pos + 16
+    p = pos + 4 * S
     out = []
     for i in range(n):
         f, cum, slots = tables[i]
-        k = i & 3
+        k = i % S
         slot = x[k] & 4095
         s = slots[slot]
         x[k] = f[s] * (x[k] >> 12) + slot - cum[s]
@@ -184,12 +190,12 @@ def rans(b, pos, end, tables, n):
             x[k] = (x[k] << 16) | b[p] | b[p + 1] << 8
             p += 2
         out.append(s)
-    if p != end or x != [1 << 16] * 4:
+    if p != end or x != [1 << 16] * S:
         raise ValueError("rans final")
     return out
 
 
-def temporal(b, pos, end, n, lay, ref_units):
+def temporal(b, pos, end, n, lay, ref_units, version):
     W, mb, em = FLOAT[lay]
     sb, mask = 1 << (W - 1), (1 << W) - 1
     E = b[pos]
@@ -209,7 +215,7 @@ def temporal(b, pos, end, n, lay, ref_units):
     pos += 4
     if R > end - pos:
         raise ValueError("R")
-    syms = rans(b, pos, pos + R, [tabs[c] for c in ctx], n)
+    syms = rans(b, pos, pos + R, [tabs[c] for c in ctx], n, states(n, version))
     br = Bits(b, pos + R, end)
     out = []
     for s, r in zip(syms, ref_units):
@@ -241,7 +247,7 @@ def stream_record(b, q, end, n, version, smodes):
         plane = huffman(b, q, q + L, n)
     elif sm == 3 and version >= 2:
         t, r0 = freq_table(b, q, q + L, 255)
-        plane = rans(b, r0, q + L, [t] * n, n)
+        plane = rans(b, r0, q + L, [t] * n, n, states(n, version))
     else:
         raise ValueError("stream mode")
     return plane, q + L
@@ -270,7 +276,7 @@ def mantissa_context(b, pos, end, n, version, smodes):
     q += 4
     if R > end - q:
         raise ValueError("R")
-    syms = rans(b, q, q + R, [tabs[c] for c in ctx], n)
+    syms = rans(b, q, q + R, [tabs[c] for c in ctx], n, states(n, version))
     nib = b[q + R:end]
     if len(nib) != (n + 1) // 2 or (n % 2 and nib[-1] >> 4):
         raise ValueError("nibbles")
@@ -377,7 +383,7 @@ def decode(blob, ref=None):
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if version not in (1, 2, 3, 4, 5, 6) or code not in UNIT or flags & ~1 or ndim > 32:
+    if version not in (1, 2, 3, 4, 5, 6, 7) or code not in UNIT or flags & ~1 or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
@@ -415,7 +421,7 @@ def decode(blob, ref=None):
         elif mode == 3:
             if version < 2 or lay == "planes" or refu is None:
                 raise ValueError("temporal not allowed")
-            units = temporal(b, pos + 1, end, n, lay, refu)
+            units = temporal(b, pos + 1, end, n, lay, refu, version)
         elif mode == 6:
             if version < 6 or lay == "planes" or refu is None:
                 raise ValueError("delta not allowed")

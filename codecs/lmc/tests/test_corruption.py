@@ -79,21 +79,21 @@ def test_rans_final_state_checked():
     krans.cum_freqs(f, 0, cm)
     seq = np.random.default_rng(0).integers(0, 2, 1000).astype(np.uint8)
     buf = np.zeros(2016, np.uint8)
-    p = krans.rans_encode(seq, seq, False, 1000, f, cm, buf)
+    p = krans.rans_encode(seq, seq, False, 1000, f, cm, buf, 4)
     s = buf[p:].copy()
     dt = np.zeros(4096, np.uint32)
     krans.build_rans_dtab(f, cm, 0, dt, 0)
     out = np.zeros(1000, np.uint8)
-    assert krans.rans_decode(s, 0, s.size, dt, out, False, out, 1000) == kbase.OK
+    assert krans.rans_decode(s, 0, s.size, dt, out, False, out, 1000, 4) == kbase.OK
     assert np.array_equal(out, seq)
     for bad in (s[:-2], np.concatenate([s, [0, 0]]).astype(np.uint8)):
-        assert krans.rans_decode(bad, 0, bad.size, dt, out, False, out, 1000) != kbase.OK
+        assert krans.rans_decode(bad, 0, bad.size, dt, out, False, out, 1000, 4) != kbase.OK
     s2 = s.copy()
     s2[0] ^= 1  # initial state changed: final state no longer 2^16 (or overrun)
-    assert krans.rans_decode(s2, 0, s2.size, dt, out, False, out, 1000) != kbase.OK
+    assert krans.rans_decode(s2, 0, s2.size, dt, out, False, out, 1000, 4) != kbase.OK
     s3 = s.copy()
     s3[:4] = 0  # state below 2^16
-    assert krans.rans_decode(s3, 0, s3.size, dt, out, False, out, 1000) == kbase.ERR_RANS
+    assert krans.rans_decode(s3, 0, s3.size, dt, out, False, out, 1000, 4) == kbase.ERR_RANS
 
 
 def _refix_crc(b):
@@ -117,7 +117,7 @@ def test_v2_modes_rejected_in_v1_blob():
     blob[4] = 1
     with pytest.raises(lmc.FormatError, match="newer than the blob's format version"):
         lmc.decompress(bytes(_refix_crc(blob)), reference=r)
-    blob[4] = 7
+    blob[4] = 8
     with pytest.raises(lmc.FormatError, match="version"):
         lmc.decompress(bytes(_refix_crc(blob)), reference=r)
     y = np.zeros(10000, np.int8)

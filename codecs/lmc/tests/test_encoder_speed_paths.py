@@ -36,9 +36,9 @@ def _analyze(planes, n, ns, rm, exact):
     if exact:
         for s in range(ns):
             kstreams.histo4(planes[s], n, h[s])
-        cost = kstreams.analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0)
+        cost = kstreams.analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0, 6)
     else:
-        cost = kstreams.analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
+        cost = kstreams.analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, 6)
     return cost, modes.copy(), h
 
 

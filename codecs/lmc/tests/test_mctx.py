@@ -49,7 +49,7 @@ def test_speed_and_other_dtypes_never_take_it():
         y = x.astype(np.float32).astype(dt)
         assert 5 not in _modes(lmc.compress(y, prefer="size", chunk_size=16384))
     with pytest.raises(ValueError, match="format_version"):
-        lmc.compress(x, format_version=7)
+        lmc.compress(x, format_version=8)
 
 
 def test_alone_option_in_a_blob_with_a_reference():
@@ -84,7 +84,7 @@ def test_plan_estimate_matches_the_written_chunk():
     mf = np.zeros(8 * 256, np.int64)
     mcm = np.zeros(8 * 256, np.int64)
     (plen,) = struct.unpack_from("<I", b.payloads[0], 5)
-    est, E, K, mask = kmctx.mctx_plan(e, sm, e.size, 5 + plen, np.empty(4096, np.int64), mf, mcm)
+    est, E, K, mask = kmctx.mctx_plan(e, sm, e.size, 5 + plen, np.empty(4096, np.int64), mf, mcm, 6)
     p = b.payloads[0]
     assert (p[1], p[2], p[3]) == (E, K, mask)
     assert abs(len(p) - 1 - est) <= 16 + 8    # the rANS estimate (ideal bits of the quantised tables); 1: mode byte

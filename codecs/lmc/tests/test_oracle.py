@@ -181,7 +181,7 @@ def test_rans_normalize_and_roundtrip(seed):
     krans.cum_freqs(f, 0, cm)
     n = seq.size
     buf = np.zeros(2 * n + 16, np.uint8)
-    p = krans.rans_encode(seq, seq, False, n, f, cm, buf)
+    p = krans.rans_encode(seq, seq, False, n, f, cm, buf, 4)
     stream = bytes(buf[p:])
     tab = bytearray(krans.freq_table_bytes(f, 0, 256))
     tarr = np.zeros(len(tab), np.uint8)
@@ -236,11 +236,11 @@ def test_temporal_estimate_matches_actual():
     kstreams.stream_count(xb, rb, False, 0, n, kbase.LAYOUT_BF16, ha)
     kstreams.stream_count(xb, rb, True, 0, n, kbase.LAYOUT_BF16, hx)
     ktemporal.temporal_hist(th, 16, hist)
-    est, cmask = ktemporal.temporal_estimate(hist, f, cm, 16)
+    est, cmask = ktemporal.temporal_estimate(hist, f, cm, 16, n, 6)
     out = np.zeros(4 * n, np.uint8)
     end = ktemporal.temporal_write(E, cmask, jb, low, n, 16, f, cm, raw, out, 0, out.size,
                            np.zeros(2 * n + 16, np.uint8), np.zeros(16 * 65, np.uint8),
-                           np.zeros(2 * 16 * 65, np.uint64))
+                           np.zeros(2 * 16 * 65, np.uint64), 6)
     est_total = 4 + est + 4 + (raw + 7) // 8
     assert abs(end - est_total) <= 16, (end, est_total)
     # the stream counts of the units and of the units XOR the reference

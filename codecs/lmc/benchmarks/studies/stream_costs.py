@@ -86,7 +86,7 @@ def main():
     cm = np.zeros(256, np.int64)
     cum_freqs(f, 0, cm)
     buf = np.empty(2 * n + 32, np.uint8)
-    q = rans_encode(e, e, False, n, f, cm, buf)
+    q = rans_encode(e, e, False, n, f, cm, buf, 4)
     dtab = np.empty(4096, np.uint32)
     build_rans_dtab(f, cm, 0, dtab, 0)
     out = np.empty(n + 16, np.uint8)
@@ -95,7 +95,7 @@ def main():
     work = r.copy()
     blob = lmc.compress(xb, threads=1, format_version=2)
     print(f"\none chunk of {n} elements (rows of {w}), ms: rANS decode of the exponent stream "
-          f"{best_ms(lambda: rans_decode(buf, q, buf.size, dtab, out, False, out, n)):.3f}, "
+          f"{best_ms(lambda: rans_decode(buf, q, buf.size, dtab, out, False, out, n, 4)):.3f}, "
           f"exp_restore {best_ms(lambda: (work.__setitem__(slice(None), r), exp_restore(work, n, w))):.3f} "
           f"(with a copy of the residuals), exp_residuals {best_ms(lambda: exp_residuals(e, n, w, r)):.3f}, "
           f"lmc.decompress of the chunk (format 2) {best_ms(lambda: lmc.decompress(blob, threads=1)):.3f}")

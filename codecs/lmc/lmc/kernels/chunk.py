@@ -36,6 +36,7 @@ from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORE
                      PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, ck_mode,
                      copy_bytes, merge_chunk, merge_units, split_chunk, split_units, xor_into)
 from .huffman import histo4
+from .simd import LANES
 from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes, check_planes, decode_bf16,
                       decode_planes, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes,
                       write_pred)
@@ -126,19 +127,19 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         if do_d:
             delta_z(data, ref, start, n, layout, dz)
             dm = delta_build(dz, n, 8 * unit, db, dq, dpl, dpos, dmk)
-            cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast)
+            cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast, fv)
             if fast:
                 # where the delta mode is clearly smaller than the alone and
                 # XOR codings' estimates, the alone coding is not counted (and
                 # no other mode tried)
                 if cost_d + cost_d // 16 < est_a and cost_d < nbytes:
                     e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
-                                    o + nbytes, tbuf)
+                                    o + nbytes, tbuf, fv)
                     if e >= 0 and e - o < est_a:
                         return e - o, chk, 6
         stream_count(data, ref, False, start, n, layout, ha)
         stream_hist(ha, ns, h)
-        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0)
+        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0, fv)
         best_e = cost_a
         if do_d:
             best_e = min(best_e, cost_d)
@@ -151,7 +152,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         if do_t:
             raw = temporal_count(data, ref, start, n, layout, E, jb, low, th)
             temporal_hist(th, W, thist)
-            trans, cmask = temporal_estimate(thist, tf, tcm, W)
+            trans, cmask = temporal_estimate(thist, tf, tcm, W, n, fv)
             cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
         # (fast: small chunks, not estimated, count the XOR coding exactly)
         do_x = (fast and est_a < 0) or (not fast and est_x - est_x // 16
@@ -160,14 +161,14 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         if do_x:
             stream_count(data, ref, True, start, n, layout, hx)
             stream_hist(hx, ns, h2)
-            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, 0)
+            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, 0, fv)
     else:
         chk = split_chunk(data, ref, False, start, n, unit, layout, planes, wk)
-        cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm)
+        cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
         cost_x = cost_a
         if has_ref and (fast_x or not fast):
             split_chunk(data, ref, True, start, n, unit, layout, planes2, wk)
-            cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm)
+            cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, fv)
     best = CHUNK_ALONE
     score = cost_a
     cost = cost_a
@@ -190,7 +191,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / pm):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
-        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm, 0) + 4
+        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm, 0, fv) + 4
         every_const = mr[0] == MODE_CONST
         for s in range(1, ns):
             every_const = every_const and modes[s] == MODE_CONST
@@ -204,7 +205,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     mK = 1
     mmask = 1
     if sf and fv >= 5 and layout == LAYOUT_BF16 and n >= MCTX_MIN:
-        cost_m, mE, mK, mmask = mctx_plan(planes[0], planes[1], n, 5 + sizes[0], mh, mf, mcm)
+        cost_m, mE, mK, mmask = mctx_plan(planes[0], planes[1], n, 5 + sizes[0], mh, mf, mcm, fv)
         if cost_m < score:
             best = CHUNK_MCTX
             score = cost_m
@@ -238,34 +239,34 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     e = -1
     if cost < nbytes:
         if best == CHUNK_TEMPORAL:
-            e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, kbt, et)
+            e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, kbt, et, fv)
         elif best == CHUNK_XOR:
             if temporal:
                 xor_into(rbuf, data, ref, base, nbytes)
                 split_units(rbuf, n, unit, layout, planes2)
             e = write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,
-                              out, o, lim, tbuf)
+                              out, o, lim, tbuf, fv)
         elif best == CHUNK_DELTA:
-            e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o, lim, tbuf)
+            e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o, lim, tbuf, fv)
         # never larger than the alone encoding (exact unless it uses rANS)
         if best != alone and (e < 0 or e - o0 > alone_cost) and alone_cost <= nbytes:
             best = alone
             e = -1
         if best == CHUNK_MCTX:
             e = mctx_write(mE, mK, mmask, planes[0], planes[1], n, modes[0], sizes[0], h[0], lens[0], f[0:256],
-                           cm[0:256], out, o, lim, mf, mcm, jb, et, tbuf)
+                           cm[0:256], out, o, lim, mf, mcm, jb, et, tbuf, fv)
             if e < 0 and cost_a < nbytes:  # (its rANS estimate was short: the plain alone coding)
                 best = CHUNK_ALONE
         if best == CHUNK_PRED:
             e = write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr,
-                           out, o, lim, tbuf)
+                           out, o, lim, tbuf, fv)
             if e < 0 and cost_a < nbytes:  # (its rANS estimate was short: the plain alone coding)
                 best = CHUNK_ALONE
         if best == CHUNK_ALONE:
             if not split:
                 split_units(data[base:base + nbytes], n, unit, layout, planes)
             e = write_planes(CHUNK_ALONE, planes, n, ns, modes, sizes, h, lens, f, cm,
-                              out, o, lim, tbuf)
+                              out, o, lim, tbuf, fv)
     if e < 0:
         # stored chunk: the original units verbatim (never larger than input)
         out[o] = CHUNK_STORED
@@ -345,7 +346,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     end = off + clen
     if flags == CHUNK_TEMPORAL:
         st = temporal_decode(blob, off + 1, end, n, layout, ref, start, out, f, cm, dtab, cb,
-                             syms)
+                             syms, version)
     elif flags == CHUNK_DELTA:
         st = delta_decode(blob, off + 1, end, n, layout, ref, start, out, planes, dec, dec3, dec1, lens, tmp,
                           version, f, cm, dtab)
@@ -409,7 +410,7 @@ def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns
     tcm = np.zeros(NCTX * 256, np.int64)
     et = np.zeros(2 * NCTX * 65, np.uint64)
     kbt = np.zeros(NCTX * 65, np.uint8)
-    tbuf = np.empty(2 * m + 32, np.uint8)
+    tbuf = np.empty(2 * m + 4 * LANES + 32, np.uint8)
     rbuf = np.empty(unit * tm + 16, np.uint8)
     mh = np.empty(4096 if mc else 1, np.int64)
     mf = np.zeros(MCTX_K * 256 if mc else 1, np.int64)
@@ -419,7 +420,7 @@ def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns
         n = min(chunk, total - start)
         sz, ck, u = encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, scratch,
                                  c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
-                                 tbuf[:2 * n + 16], rbuf, kbt, et, rplane, mh, mf, mcm, dsc)
+                                 tbuf[:2 * n + 4 * LANES + 16], rbuf, kbt, et, rplane, mh, mf, mcm, dsc)
         sizes[c] = sz
         chks[c] = ck
         used[c] = u
@@ -488,7 +489,7 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
         return st
     end = off + clen
     if flags == CHUNK_TEMPORAL:
-        return check_temporal(blob, off + 1, end, layout, f, cm)
+        return check_temporal(blob, off + 1, end, layout, f, cm, n, version)
     if flags == CHUNK_DELTA:
         return check_delta(blob, off + 1, end, n, layout, version, lens, f, cm, one)
     if flags == CHUNK_MCTX:

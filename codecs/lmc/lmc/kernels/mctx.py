@@ -16,7 +16,7 @@ from numba import njit
 from .intrinsics import ld
 from .intrinsics import st as put
 from .base import CHUNK_MCTX, ERR_CTX, ERR_FREQ, ERR_LEN, ERR_MCTX, ERR_PAD, ERR_TRUNC, OK, PROB_BITS
-from .rans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize
+from .rans import cum_freqs, freq_table_bytes, rans_cost_bits, rans_normalize, rans_states_for
 from .streams import _decode_stream, _read_record, _write_stream, check_planes
 from .rans import check_ctx_stream, decode_ctx_stream, put_ctx_tables, put_rans, read_ctx_tables
 
@@ -76,11 +76,11 @@ def _plan_cost(jh, P, E, K, row, fq):
 
 
 @njit(nogil=True, cache=True)
-def mctx_plan(p0, p1, n, exp_bytes, jh, mf, mcm):
+def mctx_plan(p0, p1, n, exp_bytes, jh, mf, mcm, fv):
     """Plan a mantissa-context chunk: the base E and context count K (the smallest estimate over every
     exponent of the chunk as E and K = 1..8), its tables (mf, mcm: int64[MCTX_K * 256], context c at
     c * 256) and its estimated size after the mode byte, given exp_bytes, the exponent's stream record (5 +
-    payload).
+    payload); fv: the format version written.
     Returns (size, E, K, mask)."""
     mctx_hist(p0, p1, n, jh)
     P = np.zeros(257 << 4, np.int64)
@@ -112,6 +112,7 @@ def mctx_plan(p0, p1, n, exp_bytes, jh, mf, mcm):
                 mf[(c << 8) + s] = fq[s]
             cum_freqs(mf, c << 8, mcm)
     # (E, K and the mask; the mode byte is left out, as the other modes' estimates leave it out)
+    best += 4 * (rans_states_for(n, fv) - 4)   # (_plan_cost counts 4 states)
     return 3 + exp_bytes + best + 4 + ((n + 1) >> 1), bE, bK, bmask
 
 
@@ -129,18 +130,18 @@ def _ctx(e, E, K):
 
 
 @njit(nogil=True, cache=True)
-def mctx_write(E, K, mask, p0, p1, n, mode0, size0, h0, lens0, f0, cm0, out, o, lim, mf, mcm, jb, et, tbuf):
+def mctx_write(E, K, mask, p0, p1, n, mode0, size0, h0, lens0, f0, cm0, out, o, lim, mf, mcm, jb, et, tbuf, fv):
     """Write a mantissa-context chunk at out[o:]: header, the exponent's stream record (mode0, size0, h0,
     lens0, f0, cm0: its coding as analyze_hist chose it), the context tables (mf, mcm), the rANS stream and
     the nibbles.  Returns the end position, or -1 if it would pass lim.  jb: uint16[>= n], et:
-    uint64[>= 2 * 128] scratch; tbuf: >= 2n + 16 bytes."""
+    uint64[>= 2 * 128] scratch; tbuf: >= 2n + 128 bytes; fv: the format version written."""
     if o + 4 > lim:
         return -1
     out[o] = CHUNK_MCTX
     out[o + 1] = E
     out[o + 2] = K
     out[o + 3] = mask
-    q = _write_stream(p0, n, mode0, size0, h0, lens0, f0, cm0, out, o + 4, lim, tbuf)
+    q = _write_stream(p0, n, mode0, size0, h0, lens0, f0, cm0, out, o + 4, lim, tbuf, fv)
     if q < 0:
         return -1
     q = put_ctx_tables(mf, mcm, mask, K, MCTX_NSYM, out, q, lim, et, np.zeros(1, np.uint8), False)
@@ -150,7 +151,7 @@ def mctx_write(E, K, mask, p0, p1, n, mode0, size0, h0, lens0, f0, cm0, out, o, 
         e = np.int64(ld(p0, i))
         put(jb, i, np.uint16(_ctx(e, E, K) * MCTX_NSYM + _sym(np.int64(ld(p1, i)))))
     nb = (n + 1) >> 1
-    q = put_rans(jb, n, et, tbuf, out, q, lim, nb)
+    q = put_rans(jb, n, et, tbuf, out, q, lim, nb, rans_states_for(n, fv))
     if q < 0:
         return -1
     for j in range(n >> 1):
@@ -197,7 +198,7 @@ def check_mctx(blob, pos, end, n, version, lens, f, cm, one):
     st, _c = check_planes(blob, pos, pos + 5 + l0, n, 1, version, lens, f, cm, one)
     if st != OK:
         return st
-    st, q = check_ctx_stream(blob, pos + 5 + l0, end, mask, K, MCTX_NSYM - 1, f, cm)
+    st, q = check_ctx_stream(blob, pos + 5 + l0, end, mask, K, MCTX_NSYM - 1, f, cm, rans_states_for(n, version))
     if st != OK:
         return st
     return _tail_checks(blob, q, end, n)
@@ -241,7 +242,7 @@ def mctx_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, 
     if st != OK:
         return st
     pos += 3
-    st = _decode_stream(blob, pos + 5, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+    st = _decode_stream(blob, pos + 5, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
     if st != OK:
         return st
     pos += 5 + l0
@@ -250,7 +251,7 @@ def mctx_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, 
     pos = read_ctx_tables(blob, pos, end, mask, K, MCTX_NSYM - 1, f, cm, dtab)
     if pos < 0:
         return ERR_FREQ
-    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms)
+    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms, rans_states_for(n, version))
     if st != OK:
         return st
     st = _tail_checks(blob, q, end, n)    # (the nibbles' bounds, before _merge reads them)

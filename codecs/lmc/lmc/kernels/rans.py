@@ -7,6 +7,7 @@ from numba import njit
 
 from .intrinsics import ld, load_u16, load_u32, mulhi64, store_u16, store_u32
 from .intrinsics import st as put
+from .simd import LANES, rounds32
 from .base import (ERR_FREQ, ERR_RANS, ERR_TRUNC, OK, PROB_BITS, PROB_SCALE, RANS_L, _S32, _i4, copy_bytes,
                      nonzero_range)
 
@@ -162,22 +163,36 @@ def build_rans_dtab(f, cm, c0, dtab, t0):
                 dtab[t0 + base + j] = hi | np.uint32(j << 20)
 
 
+# Format 7: a stream of at least LANES_MIN symbols has LANES (32) states, which a round of 32 symbols steps as
+# vectors (kernels.simd); a shorter one keeps 4 (32 states cost 112 bytes more).
+LANES_MIN = 8192
+
+
 @njit(nogil=True, cache=True)
-def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf):
-    """Encode syms[0:n] (table ctxs[i] if use_ctx else 0) backwards; the
-    stream (4 u32 final states, then the 16-bit words in decoding order) is
-    placed at the end of buf (len >= 2n + 16).  Returns its start.  (The
-    context coder's encoder, _tenc, with an entry per symbol of f's tables.)"""
+def rans_states_for(n, version):
+    """The number of interleaved states of a rANS stream of n symbols in a blob of format `version`."""
+    if version >= 7 and n >= LANES_MIN:
+        return LANES
+    return 4
+
+
+@njit(nogil=True, cache=True)
+def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf, S):
+    """Encode syms[0:n] (table ctxs[i] if use_ctx else 0) backwards with S
+    (4 or 32) states; the stream (S u32 final states, then the 16-bit words
+    in decoding order) is placed at the end of buf (len >= 2n + 4S).
+    Returns its start.  (The context coder's encoder, _tenc, with an entry
+    per symbol of f's tables.)"""
     et = np.zeros(2 * f.size, np.uint64)
     for j in range(f.size):
         if f[j] > 0:
             _enc_entry(f[j], cm[j], 0, et, j)
     if not use_ctx:
-        return _tenc(syms, n, et, buf)
+        return _tenc(syms, n, et, buf, S)
     jb = np.empty(n, np.int64)
     for i in range(n):
         jb[i] = (np.int64(ctxs[i]) << 8) + np.int64(syms[i])
-    return _tenc(jb, n, et, buf)
+    return _tenc(jb, n, et, buf, S)
 
 
 @njit(nogil=True, cache=True)
@@ -206,6 +221,17 @@ def rans_states(blob, pos, end):
     return x0 >= RANS_L and x1 >= RANS_L and x2 >= RANS_L and x3 >= RANS_L, x0, x1, x2, x3, pos + 16
 
 
+@njit(nogil=True, cache=True)
+def states_ok(blob, pos, end, S):
+    """Whether the S initial states at blob[pos:] lie inside the stream blob[pos:end] and are each >= 2^16."""
+    if end - pos < 4 * S:
+        return False
+    for k in range(S):
+        if np.int64(load_u32(blob, pos + 4 * k)) < RANS_L:
+            return False
+    return True
+
+
 @njit(inline="always")
 def _renorm(x, blob, p):
     """State x renormalised without a branch: below 2^16 it takes the 16-bit word at blob[p] (2 bytes known
@@ -215,11 +241,69 @@ def _renorm(x, blob, p):
 
 
 @njit(nogil=True, cache=True)
-def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n):
-    """Decode n symbols from the rANS stream blob[pos:end] into out[0:n]
+def lanes_decode(blob, pos, end, dtab, cb, out, n):
+    """Decode n symbols from the 32-state rANS stream blob[pos:end] into out[0:n] (symbol i with the table at
+    dtab[cb[i]:], or dtab[0:4096] where cb is empty).  Full rounds of 32 symbols go to kernels.simd.rounds32 in
+    blocks whose words certainly lie inside the stream (a round reads at most 32 words; a vector reads 16 bytes
+    at the pointer); the rest one symbol at a time, every word checked against end.  The stream must be
+    consumed exactly and all 32 final states must equal 2^16."""
+    if end - pos < 4 * LANES:
+        return ERR_RANS
+    xs = np.empty(LANES, np.uint32)
+    for k in range(LANES):
+        x = load_u32(blob, pos + 4 * k)
+        if np.int64(x) < RANS_L:
+            return ERR_RANS
+        xs[k] = x
+    p = pos + 4 * LANES
+    use_cb = cb.size > 0
+    full = n // LANES
+    g = 0
+    while g < full:
+        r = min(full - g, (end - p - 16) // (2 * LANES))
+        if r <= 0:
+            break
+        p = rounds32(blob, p, dtab, cb, out, xs, g * LANES, r)
+        g += r
+    for i in range(g * LANES, n):
+        k = i & (LANES - 1)
+        x = np.int64(xs[k])
+        t = np.int64(0)
+        if use_cb:
+            t = np.int64(cb[i])
+        e = np.int64(dtab[t + (x & 4095)])
+        out[i] = e & 255
+        x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
+        if x < RANS_L:
+            if p + 2 > end:
+                return ERR_RANS
+            x = (x << 16) | np.int64(load_u16(blob, p))
+            p += 2
+        xs[k] = np.uint32(x)
+    if p != end:
+        return ERR_RANS
+    for k in range(LANES):
+        if np.int64(xs[k]) != RANS_L:
+            return ERR_RANS
+    return OK
+
+
+_NO_CB = np.zeros(0, np.uint16)
+
+
+@njit(nogil=True, cache=True)
+def rans_decode(blob, pos, end, dtab, ctxs, use_ctx, out, n, S):
+    """Decode n symbols from the S-state rANS stream blob[pos:end] into out[0:n]
     (decode table dtab[ctxs[i] * 4096 ...] if use_ctx, else dtab[0:4096]).
     Every word read is checked against end; the stream must be consumed
-    exactly and all 4 final states must equal 2^16."""
+    exactly and all S final states must equal 2^16."""
+    if S != 4:
+        if use_ctx:
+            cb = np.empty(n, np.uint16)
+            for i in range(n):
+                cb[i] = np.uint16(np.int64(ctxs[i]) << PROB_BITS)
+            return lanes_decode(blob, pos, end, dtab, cb, out, n)
+        return lanes_decode(blob, pos, end, dtab, _NO_CB, out, n)
     ok, x0, x1, x2, x3, p = rans_states(blob, pos, end)
     if not ok:
         return ERR_RANS
@@ -290,7 +374,7 @@ def rans_tail(blob, p, end, x0, x1, x2, x3, i, n, dtab, ctxs, use_ctx, shift, ou
 
 
 @njit(nogil=True, cache=True)
-def decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab):
+def decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab, version):
     """Stream mode 3: frequency table, then the rANS stream (to the end of
     the payload)."""
     end = pos + plen
@@ -298,7 +382,7 @@ def decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab):
     if q < 0:
         return ERR_FREQ
     build_rans_dtab(f, cm, 0, dtab, 0)
-    return rans_decode(blob, q, end, dtab, p, False, p, n)
+    return rans_decode(blob, q, end, dtab, p, False, p, n, rans_states_for(n, version))
 
 
 # ---------------------------------------------------------------------------
@@ -343,10 +427,22 @@ def _renc2(x, m, info, buf, p):
 
 
 @njit(nogil=True, cache=True)
-def _tenc(jb, n, et, buf):
+def _tenc(jb, n, et, buf, S):
     """rANS-encode the joint symbols jb[0:n] backwards into the end of buf
-    (as rans_encode, with the packed table et).  Returns the stream start."""
+    with S states (as rans_encode, with the packed table et).  Returns the
+    stream start."""
     p = buf.size
+    if S != 4:
+        xl = np.empty(S, np.uint64)
+        xl[:] = np.uint64(RANS_L)
+        for i in range(n - 1, -1, -1):
+            j = np.int64(ld(jb, i))
+            k = i & (S - 1)
+            xl[k], p = _renc2(xl[k], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
+        p -= 4 * S
+        for k in range(S):
+            store_u32(buf, p + 4 * k, np.uint32(xl[k]))
+        return p
     xs = np.empty(4, np.uint64)
     xs[:] = np.uint64(RANS_L)
     n4 = n & ~3
@@ -392,10 +488,10 @@ def put_ctx_tables(f, cm, cmask, nctx, nsym, out, o, lim, et, kbt, raw_bits):
 
 
 @njit(nogil=True, cache=True)
-def put_rans(jb, n, et, tbuf, out, o, lim, tail):
-    """rANS-encode the joint symbols jb[0:n] (packed table et; tbuf: >= 2n + 16 bytes) and write u32 R and the
-    stream at out[o:], if they and `tail` more bytes fit before lim.  Returns the end, or -1."""
-    p = _tenc(jb, n, et, tbuf)
+def put_rans(jb, n, et, tbuf, out, o, lim, tail, S):
+    """rANS-encode the joint symbols jb[0:n] with S states (packed table et; tbuf: >= 2n + 4S bytes) and write
+    u32 R and the stream at out[o:], if they and `tail` more bytes fit before lim.  Returns the end, or -1."""
+    p = _tenc(jb, n, et, tbuf, S)
     R = tbuf.size - p
     if o + 4 + R + tail > lim:
         return -1
@@ -430,9 +526,9 @@ def read_ctx_tables(blob, pos, end, cmask, nctx, maxsym, f, cm, dtab):
 
 
 @njit(nogil=True, cache=True)
-def check_ctx_stream(blob, pos, end, cmask, nctx, maxsym, f, cm):
+def check_ctx_stream(blob, pos, end, cmask, nctx, maxsym, f, cm, S):
     """Check, without decoding, the context tables in cmask and the u32 R + rANS stream after them at
-    blob[pos:end] (R inside end, 4 initial states >= 2^16).  Returns (status, the stream's end)."""
+    blob[pos:end] (R inside end, S initial states >= 2^16).  Returns (status, the stream's end)."""
     for c in range(nctx):
         if cmask & (1 << c):
             pos = read_freq_table(blob, pos, end, maxsym, f, 0, cm)
@@ -441,7 +537,7 @@ def check_ctx_stream(blob, pos, end, cmask, nctx, maxsym, f, cm):
     R = _rans_len(blob, pos, end)
     if R < 0:
         return ERR_TRUNC, 0
-    if not rans_states(blob, pos + 4, pos + 4 + R)[0]:    # (16 bytes of states, each >= 2^16)
+    if not states_ok(blob, pos + 4, pos + 4 + R, S):    # (4S bytes of states, each >= 2^16)
         return ERR_RANS, 0
     return OK, pos + 4 + R
 
@@ -457,11 +553,13 @@ def _tdstep(x, i, cb, dtab, syms, blob, p):
 
 
 @njit(nogil=True, cache=True)
-def _tdsyms(blob, pos, end, cb, n, dtab, syms):
-    """The n symbols of the rANS stream blob[pos:end] into syms (symbol i
-    with the context table at dtab[cb[i]:]).  Every word read is checked
-    against end; the stream must be consumed exactly and all 4 final
-    states must equal 2^16."""
+def _tdsyms(blob, pos, end, cb, n, dtab, syms, S):
+    """The n symbols of the S-state rANS stream blob[pos:end] into syms
+    (symbol i with the context table at dtab[cb[i]:]).  Every word read is
+    checked against end; the stream must be consumed exactly and all S
+    final states must equal 2^16."""
+    if S != 4:
+        return lanes_decode(blob, pos, end, dtab, cb[:n], syms, n)
     ok, x0, x1, x2, x3, p = rans_states(blob, pos, end)
     if not ok:
         return ERR_RANS
@@ -477,10 +575,10 @@ def _tdsyms(blob, pos, end, cb, n, dtab, syms):
 
 
 @njit(nogil=True, cache=True)
-def decode_ctx_stream(blob, pos, end, cb, n, dtab, syms):
-    """u32 R and the rANS stream after it at blob[pos:end]: its n symbols into syms (symbol i with the table
-    at dtab[cb[i]:]).  Returns (status, the stream's end)."""
+def decode_ctx_stream(blob, pos, end, cb, n, dtab, syms, S):
+    """u32 R and the S-state rANS stream after it at blob[pos:end]: its n symbols into syms (symbol i with the
+    table at dtab[cb[i]:]).  Returns (status, the stream's end)."""
     R = _rans_len(blob, pos, end)
     if R < 0:
         return ERR_TRUNC, 0
-    return _tdsyms(blob, pos + 4, pos + 4 + R, cb, n, dtab, syms), pos + 4 + R
+    return _tdsyms(blob, pos + 4, pos + 4 + R, cb, n, dtab, syms, S), pos + 4 + R

@@ -15,7 +15,7 @@ from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL,
                      NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes, merge_bf16,
                      nonzero_range)
 from .rans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
-                     read_freq_table, write_freq_table)
+                   rans_states_for, read_freq_table, states_ok, write_freq_table)
 from .huffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
 
 
@@ -147,7 +147,7 @@ def analysis_scratch(ns):
 
 
 @njit(nogil=True, cache=True)
-def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm):
+def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv):
     """Count the symbols of each plane per sub-stream into h (zeroed by the
     caller), then analyze_hist.  Except where size comes first (rm ==
     NO_MARGIN), a plane near_raw is not counted: it is stored raw."""
@@ -157,11 +157,11 @@ def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm):
             skip |= 1 << s
         else:
             histo4(planes[s], n, h[s])
-    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip)
+    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip, fv)
 
 
 @njit(nogil=True, cache=True)
-def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip):
+def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip, fv):
     """Choose a mode per stream from its counts h[s, sub-stream, symbol];
     returns the total payload size (incl. the 5-byte stream headers).
     Huffman and raw sizes are exact; the rANS size (f, cm: its quantised
@@ -169,7 +169,8 @@ def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip):
     frequencies.  rm: 0, no rANS (format v1); else rANS is taken only when
     it saves more than 1/rm of the faster choice plus RANS_SLACK bytes
     (rm = RANS_MARGIN by default, NO_MARGIN where size comes first).
-    skip: a bit mask of the streams stored raw without their counts."""
+    skip: a bit mask of the streams stored raw without their counts; fv:
+    the format version written (the number of rANS states, rans_states_for)."""
     freq = np.empty(256, np.int64)
     sub = np.empty(4, np.int64)
     total = 0
@@ -196,7 +197,7 @@ def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip):
             if rm > 0:
                 rans_normalize(freq, 0, 256, f[256 * s:256 * s + 256])
                 fs = f[256 * s:256 * s + 256]
-                rs = (freq_table_bytes(fs, 0, 256) + 16
+                rs = (freq_table_bytes(fs, 0, 256) + 4 * rans_states_for(n, fv)
                       + np.int64(np.ceil(rans_cost_bits(freq, fs, 0, 256) / 8)))
                 if rs + RANS_SLACK + sizes[s] // rm < sizes[s]:
                     modes[s] = MODE_RANS
@@ -207,12 +208,12 @@ def analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip):
 
 
 @njit(nogil=True, cache=True)
-def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf):
+def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf, fv):
     """Write one stream record at out[o:]; returns the end, or -1 if it
     would pass lim (the rANS size is only known after encoding)."""
     if mode == MODE_RANS:
         tb = freq_table_bytes(f, 0, 256)
-        q = rans_encode(p, p, False, n, f, cm, tbuf)
+        q = rans_encode(p, p, False, n, f, cm, tbuf, rans_states_for(n, fv))
         R = tbuf.size - q
         if o + 5 + tb + R > lim:
             return -1
@@ -260,20 +261,20 @@ def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf):
 
 
 @njit(nogil=True, cache=True)
-def write_planes(flag, planes, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf):
+def write_planes(flag, planes, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf, fv):
     """Chunk mode byte + the ns stream records; -1 if past lim."""
     if o + 1 > lim:
         return -1
     out[o] = flag
-    return _write_streams(planes, 0, n, ns, modes, sizes, h, lens, f, cm, out, o + 1, lim, tbuf)
+    return _write_streams(planes, 0, n, ns, modes, sizes, h, lens, f, cm, out, o + 1, lim, tbuf, fv)
 
 
 @njit(nogil=True, cache=True)
-def _write_streams(planes, s0, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf):
+def _write_streams(planes, s0, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf, fv):
     """The stream records s0..ns-1 of planes at out[o:]; -1 if past lim."""
     for s in range(s0, ns):
         o = _write_stream(planes[s], n, modes[s], sizes[s], h[s], lens[s],
-                          f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], out, o, lim, tbuf)
+                          f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], out, o, lim, tbuf, fv)
         if o < 0:
             return -1
     return o
@@ -397,7 +398,8 @@ def exp_restore(p, n, w):
 
 
 @njit(nogil=True, cache=True)
-def write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr, out, o, lim, tbuf):
+def write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr, out, o, lim, tbuf,
+               fv):
     """A predicted-exponent chunk at out[o:]: mode byte, u32 row length w, the
     residual stream (coding mr/sr/hr/lr/fr/cr) and streams 1.. of planes;
     -1 if past lim."""
@@ -405,10 +407,10 @@ def write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, h
         return -1
     out[o] = CHUNK_PRED
     store_u32(out, o + 1, np.uint32(w))
-    o = _write_stream(rplane, n, mr[0], sr[0], hr[0], lr[0], fr, cr, out, o + 5, lim, tbuf)
+    o = _write_stream(rplane, n, mr[0], sr[0], hr[0], lr[0], fr, cr, out, o + 5, lim, tbuf, fv)
     if o < 0:
         return -1
-    return _write_streams(planes, 1, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    return _write_streams(planes, 1, n, ns, modes, sizes, h, lens, f, cm, out, o, lim, tbuf, fv)
 
 
 # ---------------------------------------------------------------------------
@@ -441,7 +443,7 @@ def _read_record(blob, pos, end, n, version):
 
 
 @njit(nogil=True, cache=True)
-def _decode_stream(blob, pos, plen, mode, p, n, lens, dec, dec3, dec1, tmp, f, cm, dtab):
+def _decode_stream(blob, pos, plen, mode, p, n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version):
     """Decode the payload blob[pos:pos+plen] of a stream record (its header
     read by _read_record) into p[:n].  Returns a status."""
     if mode == MODE_RAW:
@@ -451,7 +453,7 @@ def _decode_stream(blob, pos, plen, mode, p, n, lens, dec, dec3, dec1, tmp, f, c
     elif mode == MODE_HUFF:
         return decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp)
     else:  # MODE_RANS
-        return decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab)
+        return decode_rans_stream(blob, pos, plen, p, n, f, cm, dtab, version)
     return OK
 
 
@@ -477,7 +479,7 @@ def decode_records(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, ve
         if st != OK:
             return st, pos
         pos += 5
-        st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+        st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
         if st != OK:
             return st, pos
         pos += plen
@@ -500,7 +502,7 @@ def decode_bf16(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, 
     q1 = q0 + l0 + 5
     if q1 + l1 != end:
         return ERR_TRAIL
-    st = _decode_stream(blob, q0, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+    st = _decode_stream(blob, q0, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
     if st != OK:
         return st
     if w > 0:
@@ -508,7 +510,7 @@ def decode_bf16(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, 
     if m1 == MODE_RAW:
         merge_bf16(planes[0], blob[q1:q1 + n], n, dst)
         return OK
-    st = _decode_stream(blob, q1, l1, m1, planes[1], n, lens, dec, dec3, dec1, tmp, f, cm, dtab)
+    st = _decode_stream(blob, q1, l1, m1, planes[1], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
     if st != OK:
         return st
     merge_bf16(planes[0], planes[1], n, dst)
@@ -553,18 +555,16 @@ def check_records(blob, pos, end, n, ns, version, lens, f, cm, one):
             q = read_freq_table(blob, pos, pos + plen, 255, f, 0, cm)
             if q < 0:
                 return ERR_FREQ, False, pos
-            if pos + plen - q < 16:
+            S = rans_states_for(n, version)
+            if not states_ok(blob, q, pos + plen, S):
                 return ERR_RANS, False, pos
-            for k in range(4):
-                if np.int64(load_u32(blob, q + 4 * k)) < RANS_L:
-                    return ERR_RANS, False, pos
             lo = np.int64(blob[pos])
             if f[lo] == PROB_SCALE:
                 # one symbol: the states never change and no word is read, so
-                # the stream is the 4 states, each 2^16 (else rans_decode fails)
-                if pos + plen - q != 16:
+                # the stream is the S states, each 2^16 (else rans_decode fails)
+                if pos + plen - q != 4 * S:
                     return ERR_RANS, False, pos
-                for k in range(4):
+                for k in range(S):
                     if np.int64(load_u32(blob, q + 4 * k)) != RANS_L:
                         return ERR_RANS, False, pos
                 one[s, 0] = lo

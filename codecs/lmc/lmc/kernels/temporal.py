@@ -11,7 +11,7 @@ from .intrinsics import st as put
 from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
                      NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono)
 from .rans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
-                     rans_cost_bits, rans_normalize, read_ctx_tables)
+                   rans_cost_bits, rans_normalize, rans_states_for, read_ctx_tables)
 from .streams import count_streams
 
 
@@ -213,9 +213,10 @@ def temporal_hist(th, W, hist):
 
 
 @njit(nogil=True, cache=True)
-def temporal_estimate(hist, f, cm, W):
-    """Quantise the context tables (f, cm) and estimate the rANS part:
-    returns (bytes of tables + rANS stream, context mask)."""
+def temporal_estimate(hist, f, cm, W, n, fv):
+    """Quantise the context tables (f, cm) and estimate the rANS part of n
+    symbols in format fv: returns (bytes of tables + rANS stream, context
+    mask)."""
     mask = 0
     tab = 0
     bits = 0.0
@@ -228,7 +229,7 @@ def temporal_estimate(hist, f, cm, W):
             tab += freq_table_bytes(f, c << 8, 2 * W + 1)
             bits += rans_cost_bits(hist, f, c << 8, 2 * W + 1)
             cum_freqs(f, c << 8, cm)
-    return tab + 16 + np.int64(np.ceil(bits / 8)), mask
+    return tab + 4 * rans_states_for(n, fv) + np.int64(np.ceil(bits / 8)), mask
 
 
 @njit(nogil=True, cache=True)
@@ -256,11 +257,11 @@ def _traw(jb, low, n, kbt, out, o):
 
 
 @njit(nogil=True, cache=True)
-def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et):
+def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et, fv):
     """Write a temporal chunk at out[o:] without passing lim (out must have 4
-    bytes of room past lim; tbuf: >= 2n + 16 bytes, kbt: uint8[NCTX * (2W +
-    1)] and et: uint64[2 * NCTX * (2W + 1)] scratch).  Returns the end
-    position, or -1 if it does not fit."""
+    bytes of room past lim; tbuf: >= 2n + 128 bytes, kbt: uint8[NCTX * (2W +
+    1)] and et: uint64[2 * NCTX * (2W + 1)] scratch; fv: the format
+    version written).  Returns the end position, or -1 if it does not fit."""
     KS = 2 * W + 1
     if o + 4 > lim:
         return -1
@@ -271,7 +272,7 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     if o < 0:
         return -1
     nraw = (rawbits + 7) >> 3
-    o = put_rans(jb, n, et, tbuf, out, o, lim, nraw)
+    o = put_rans(jb, n, et, tbuf, out, o, lim, nraw, rans_states_for(n, fv))
     if o < 0:
         return -1
     q = _traw(jb, low, n, kbt, out, o)
@@ -281,7 +282,7 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
 
 
 @njit(nogil=True, cache=True)
-def check_temporal(blob, pos, end, layout, f, cm):
+def check_temporal(blob, pos, end, layout, f, cm, n, version):
     """Check a temporal chunk body blob[pos:end] (after its mode byte)
     without decoding it: the context tables, the rANS stream's size and
     initial states (f, cm: int64[NCTX * 256] scratch).  Returns a status."""
@@ -289,14 +290,14 @@ def check_temporal(blob, pos, end, layout, f, cm):
     if pos + 3 > end:
         return ERR_TRUNC
     cmask = np.int64(blob[pos + 1]) | (np.int64(blob[pos + 2]) << 8)
-    return check_ctx_stream(blob, pos + 3, end, cmask, NCTX, 2 * W, f, cm)[0]
+    return check_ctx_stream(blob, pos + 3, end, cmask, NCTX, 2 * W, f, cm, rans_states_for(n, version))[0]
 
 
 # Decoder: a vectorized pass checks the context mask, one loop decodes the
 # symbols (context from the reference through a 256-entry table, 4
 # interleaved rANS states), one loop reads the raw bits and writes the units.
 @njit(nogil=True, cache=True)
-def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb, syms):
+def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb, syms, version):
     """Decode a temporal chunk body blob[pos:end] (after the mode byte) into
     out (units from start); cb: uint16[>= n], syms: uint8[>= n] scratch.
     Returns a status (checksum not checked here)."""
@@ -319,7 +320,7 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     pos = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
     if pos < 0:
         return ERR_FREQ
-    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms)
+    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms, rans_states_for(n, version))
     if st != OK:
         return st
     if W == 32:

@@ -268,7 +268,7 @@ def delta_build(z, n, W, c, q, dpl, pos, mk):
 
 
 @njit(nogil=True, cache=True)
-def delta_analyze(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, rm, fast):
+def delta_analyze(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, rm, fast, fv):
     """Per-stream codings of the built streams (analyze_planes on the low part and the escapes, the packed
     stream counted whole; h, lens, modes, sizes, f, cm sized for W / 8 + 2 streams).  fast
     (prefer="fast"): no rANS, and a Huffman stream that saves less than 1/FAST_RAW of its bytes, or has
@@ -280,20 +280,20 @@ def delta_analyze(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, rm, fast):
     h[:] = 0   # (the driver's scratch: counted into by analyze_planes)
     nb, nib, pr, npk, er, ne = delta_rows(c, q, n, W)
     cost = 6 + analyze_planes(dpl[0:nb], n, nb, h[0:nb], lens[0:nb], modes[0:nb], sizes[0:nb], f[0:256 * nb],
-                              cm[0:256 * nb], rm)
+                              cm[0:256 * nb], rm, fv)
     if nib:
         s = nb
         cost += analyze_planes(dpl[s:s + 1], (n + 1) >> 1, 1, h[s:s + 1], lens[s:s + 1], modes[s:s + 1],
-                               sizes[s:s + 1], f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm)
+                               sizes[s:s + 1], f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm, fv)
     s = pr
     h[s] = 0
     histo4(dpl[s], npk, h[s])   # (never near raw where it pays: counted without analyze_planes' sample)
     cost += analyze_hist(h[s:s + 1], npk, 1, lens[s:s + 1], modes[s:s + 1], sizes[s:s + 1],
-                         f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm, 0)
+                         f[256 * s:256 * s + 256], cm[256 * s:256 * s + 256], rm, 0, fv)
     if m > 0:
         s = er
         cost += analyze_planes(dpl[s:s + ne], m, ne, h[s:s + ne], lens[s:s + ne], modes[s:s + ne],
-                               sizes[s:s + ne], f[256 * s:256 * (s + ne)], cm[256 * s:256 * (s + ne)], rm)
+                               sizes[s:s + ne], f[256 * s:256 * (s + ne)], cm[256 * s:256 * (s + ne)], rm, fv)
     if fast:
         for s in range(er + (ne if m > 0 else 0)):
             k = n if s < nb else ((n + 1) >> 1 if s < pr else (npk if s == pr else m))
@@ -305,7 +305,7 @@ def delta_analyze(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, rm, fast):
 
 
 @njit(nogil=True, cache=True)
-def delta_write(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, out, o, lim, tbuf):
+def delta_write(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, out, o, lim, tbuf, fv):
     """Write the delta chunk at out[o:] (mode byte, c, q, u32 m, the records); -1 past lim."""
     if o + 7 > lim:
         return -1
@@ -315,11 +315,11 @@ def delta_write(dpl, n, W, c, q, m, h, lens, modes, sizes, f, cm, out, o, lim, t
     out[o + 2] = q
     store_u32(out, o + 3, np.uint32(m))
     o += 7
-    o = _write_streams(dpl, 0, n, nb, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    o = _write_streams(dpl, 0, n, nb, modes, sizes, h, lens, f, cm, out, o, lim, tbuf, fv)
     if o >= 0 and nib:
-        o = _write_streams(dpl, nb, (n + 1) >> 1, nb + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+        o = _write_streams(dpl, nb, (n + 1) >> 1, nb + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf, fv)
     if o >= 0:
-        o = _write_streams(dpl, pr, npk, pr + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+        o = _write_streams(dpl, pr, npk, pr + 1, modes, sizes, h, lens, f, cm, out, o, lim, tbuf, fv)
     if o < 0 or m == 0:
         return o
-    return _write_streams(dpl, er, m, er + ne, modes, sizes, h, lens, f, cm, out, o, lim, tbuf)
+    return _write_streams(dpl, er, m, er + ne, modes, sizes, h, lens, f, cm, out, o, lim, tbuf, fv)

@@ -1,0 +1,147 @@
+"""Format 7's 32-state rANS streams against format 6's 4 states, one thread, on a Trainer series' last two
+checkpoints: ratio and compress / decompress MiB/s per (dtype, kind), alone and with the previous checkpoint as
+reference, for prefer="speed" and "size"; then where a temporal chunk's decode spends its time (the symbols, which
+the vectors speed up, against the whole chunk).
+
+    python codecs/lmc/benchmarks/bench_rans32.py SERIES [--dtypes bf16,fp32] [--repeat 5]
+
+SERIES: a folder of Trainer checkpoints (checkpoint-N/model.safetensors and optimizer.pt); tensors of at least
+65,536 elements.  Run it twice, once with LMC_SIMD=0, to see the scalar build's figures."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import time
+
+import ml_dtypes
+import numpy as np
+import torch
+from safetensors.numpy import load_file
+
+import lmc
+from lmc.kernels import chunk as kchunk
+from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32
+from lmc.kernels import rans as krans
+from lmc.kernels import simd
+from lmc.kernels import temporal as ktemporal
+
+KINDS = ("weights", "exp_avg", "exp_avg_sq")
+
+
+def last_two(series):
+    steps = sorted(int(m.group(1)) for d in os.listdir(series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
+    if len(steps) < 2:
+        raise SystemExit(f"bench_rans32: {series}: needs two checkpoint-N folders")
+    return steps[-2], steps[-1]
+
+
+def tensors(series, step, min_el=65536):
+    d = os.path.join(series, f"checkpoint-{step}")
+    out = {k: ("weights", v) for k, v in load_file(os.path.join(d, "model.safetensors")).items() if v.size >= min_el}
+    opt = torch.load(os.path.join(d, "optimizer.pt"), weights_only=True)["state"]
+    for i, st in opt.items():
+        for m in ("exp_avg", "exp_avg_sq"):
+            if st[m].numel() >= min_el:
+                out[f"{m}.{i}"] = (m, st[m].numpy())
+    return out
+
+
+def best(fn, repeat):
+    t = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        t.append(time.perf_counter() - t0)
+    return min(t)
+
+
+def measure(xs, refs, repeat, **kw):
+    total = sum(x.nbytes for x in xs)
+    size = tc = td = 0
+    for x, r in zip(xs, refs):
+        blob = lmc.compress(x, reference=r, threads=1, **kw)
+        if lmc.decompress(blob, reference=r, threads=1).tobytes() != x.tobytes():
+            raise SystemExit("bench_rans32: round trip failed")
+        size += len(blob)
+        tc += best(lambda: lmc.compress(x, reference=r, threads=1, **kw), max(1, repeat // 2))
+        td += best(lambda: lmc.decompress(blob, reference=r, threads=1), repeat)
+    return total / size, total / tc / 2 ** 20, total / td / 2 ** 20
+
+
+def temporal_profile(x, r, fv, repeat):
+    """(elements/s of a temporal chunk's whole decode, symbols/s of its rANS stream alone) for the first chunk of
+    x against r, or None where that chunk is not temporal."""
+    n = min(x.size, 131072)
+    x, r = x.reshape(-1)[:n], r.reshape(-1)[:n]
+    blob = lmc.compress(x, reference=r, format_version=fv, threads=1)
+    h = lmc.api._parse_header(blob)
+    bb = np.frombuffer(blob, np.uint8)
+    off, clen = int(h["offsets"][0]), int(h["sizes"][0])
+    if bb[off] != 3:
+        return None
+    unit = x.dtype.itemsize
+    layout = {4: LAYOUT_F32, 2: LAYOUT_BF16}[unit]
+    planes, dec, dec3, dec1, lens, tmp, f, cm, dtab = kchunk.stream_scratch(2, 131072, n)
+    cb = np.empty(n + 16, np.uint16)
+    syms = np.empty(n + 16, np.uint8)
+    ref = np.frombuffer(r.tobytes(), np.uint8)
+    out = np.zeros(unit * n, np.uint8)
+
+    def whole():
+        return ktemporal.temporal_decode(bb, off + 1, off + clen, n, layout, ref, 0, out, f, cm, dtab, cb, syms, fv)
+    if whole() != 0:
+        raise SystemExit("bench_rans32: temporal decode failed")
+    cmask = int(bb[off + 2]) | int(bb[off + 3]) << 8
+    q = krans.read_ctx_tables(bb, off + 4, off + clen, cmask, 16, 8 * unit, f, cm, dtab)
+    S = krans.rans_states_for(n, fv)
+
+    def symbols():
+        return krans.decode_ctx_stream(bb, q, off + clen, cb, n, dtab, syms, S)
+    if symbols()[0] != 0:
+        raise SystemExit("bench_rans32: symbol decode failed")
+    return n / best(whole, repeat * 4), n / best(symbols, repeat * 4)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("series")
+    p.add_argument("--dtypes", default="bf16,fp32")
+    p.add_argument("--repeat", type=int, default=5)
+    a = p.parse_args()
+    s0, s1 = last_two(a.series)
+    old, new = tensors(a.series, s0), tensors(a.series, s1)
+    print(f"series {a.series}: checkpoint-{s1} alone and against checkpoint-{s0}; {len(new)} tensors; "
+          f"lmc {lmc.__version__}, SIMD {simd.SIMD} (LMC_SIMD={os.environ.get('LMC_SIMD', '')!r}), one thread, "
+          f"best of {a.repeat} decodes")
+    print("| dtype | kind | coding | prefer | fv6 ratio | fv7 ratio | fv6 comp | fv7 comp | fv6 dec | fv7 dec | dec fv7/fv6 |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for dt in a.dtypes.split(","):
+        cast = (lambda t: t.astype(ml_dtypes.bfloat16)) if dt == "bf16" else (lambda t: t)
+        for kind in KINDS:
+            keys = [k for k in new if new[k][0] == kind]
+            xs = [cast(new[k][1]) for k in keys]
+            rs = [cast(old[k][1]) for k in keys]
+            for coding, refs in (("alone", [None] * len(xs)), ("vs previous", rs)):
+                for prefer in ("speed", "size"):
+                    r6 = measure(xs, refs, a.repeat, format_version=6, prefer=prefer)
+                    r7 = measure(xs, refs, a.repeat, format_version=7, prefer=prefer)
+                    print(f"| {dt} | {kind} | {coding} | {prefer} | {r6[0]:.4f} | {r7[0]:.4f} | {r6[1]:.0f} | "
+                          f"{r7[1]:.0f} | {r6[2]:.0f} | {r7[2]:.0f} | {r7[2] / r6[2]:.2f}x |", flush=True)
+    print("\nA temporal chunk's decode (the largest weight, its first chunk of 131,072 elements against the "
+          "previous checkpoint; M per second):")
+    k = max((k for k in new if new[k][0] == "weights"), key=lambda k: new[k][1].size)
+    for dt in a.dtypes.split(","):
+        cast = (lambda t: t.astype(ml_dtypes.bfloat16)) if dt == "bf16" else (lambda t: t)
+        for fv in (6, 7):
+            res = temporal_profile(cast(new[k][1]), cast(old[k][1]), fv, a.repeat)
+            if res is None:
+                print(f"  {dt} fv{fv}: the chunk is not temporal")
+                continue
+            w, s = res
+            print(f"  {dt} fv{fv} ({krans.rans_states_for(131072, fv)} states): whole chunk {w / 1e6:.0f} "
+                  f"Melem/s, its symbols alone {s / 1e6:.0f} Msym/s (the symbols {w / s:.0%} of the chunk's time)")
+
+
+if __name__ == "__main__":
+    main()
