@@ -109,6 +109,7 @@ def main():
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--profile-only", action="store_true", help="only the temporal chunk's decode profile")
+    p.add_argument("--kinds", default=",".join(KINDS))
     a = p.parse_args()
     s0, s1 = last_two(a.series)
     old, new = tensors(a.series, s0), tensors(a.series, s1)
@@ -119,7 +120,7 @@ def main():
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for dt in ([] if a.profile_only else a.dtypes.split(",")):
         cast = (lambda t: t.astype(ml_dtypes.bfloat16)) if dt == "bf16" else (lambda t: t)
-        for kind in KINDS:
+        for kind in a.kinds.split(","):
             keys = [k for k in new if new[k][0] == kind]
             xs = [cast(new[k][1]) for k in keys]
             rs = [cast(old[k][1]) for k in keys]

@@ -38,6 +38,10 @@ NCTX = 16              # temporal contexts
 RANS_MARGIN = 32
 RANS_SLACK = 16
 TEMPORAL_MARGIN = 64
+# format 7: the temporal mode (symbol by symbol, several times slower to decode than the byte-stream modes)
+# must save more than 1/32 over every other coding, the delta mode's included: where the delta mode comes
+# within that, its byte streams decode at the alone modes' speed, for at most 1/32 more bytes
+TEMPORAL_MARGIN7 = 32
 # the predicted-exponent mode (an extra serial pass to decode) is taken when
 # it saves more than size/PRED_MARGIN
 PRED_MARGIN = 64

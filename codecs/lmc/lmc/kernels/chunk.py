@@ -33,7 +33,7 @@ from .intrinsics import load_u32
 from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
                      ERR_CHECKSUM, ERR_FLAGS, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
                      LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN,
-                     PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, _U0, checksum_fill, checksum_units, ck_mode,
+                     PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, TEMPORAL_MARGIN7, _U0, checksum_fill, checksum_units, ck_mode,
                      copy_bytes, merge_chunk, merge_units, split_chunk, split_units, xor_into)
 from .huffman import histo4
 from .simd import LANES
@@ -80,7 +80,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     wk = ck_mode(fv)  # format 4 and later: checksums over 64-bit words
     rm = 0 if not v2 else (NO_MARGIN if sf else RANS_MARGIN)
     pm = NO_MARGIN if sf else PRED_MARGIN
-    tm = NO_MARGIN if sf else TEMPORAL_MARGIN
+    tm = NO_MARGIN if sf else (TEMPORAL_MARGIN7 if fv >= 7 else TEMPORAL_MARGIN)
     h, lens, modes, sizes, f, cm = analysis_scratch(ns)
     # the reference's tables: their own where there is a reference, else the same arrays
     h2, lens2, modes2, sizes2, f2, cm2 = analysis_scratch(ns) if has_ref else (h, lens, modes, sizes, f, cm)
@@ -148,7 +148,13 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         if not fast:
             E = temporal_base(ref, start, n, layout)
             est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
-        do_t = not fast and est_t - est_t // 16 < best_e
+        # (the sample's estimate leaves out the tables: up to format 6 it is
+        # let within 1/16 above the best exact count; from 7 it must stay
+        # 1/64 below it, half the margin the mode must win by)
+        if fv >= 7 and not sf:
+            do_t = not fast and est_t + est_t // 64 < best_e
+        else:
+            do_t = not fast and est_t - est_t // 16 < best_e
         if do_t:
             raw = temporal_count(data, ref, start, n, layout, E, jb, low, th)
             temporal_hist(th, W, thist)
