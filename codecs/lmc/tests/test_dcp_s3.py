@@ -85,7 +85,7 @@ import torch, torch.distributed.checkpoint as dcp
 import lmc.dcp as L
 from lmc.dcp._recode import _Recoder
 where, url, ref = sys.argv[1], sys.argv[2], sys.argv[3]
-real_code, real_recode, n = L.LMCStorageWriter._code_tensor, _Recoder.recoded, [0]
+real_code, real_recode, n, r = L.LMCStorageWriter._code_tensor, _Recoder.recoded, [0], [0]
 def stop():
     print("inside", flush=True)
     time.sleep(120)
@@ -95,7 +95,8 @@ def code(self, *a, **k):
         stop()
     return real_code(self, *a, **k)
 def recode(self, *a, **k):
-    if where == "recode" and n[0] == 3:
+    r[0] += 1
+    if where == "recode" and r[0] == 2:   # (its own count: workers interleave coding and re-coding)
         stop()
     return real_recode(self, *a, **k)
 L.LMCStorageWriter._code_tensor, _Recoder.recoded = code, recode

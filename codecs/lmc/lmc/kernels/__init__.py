@@ -1,6 +1,7 @@
 """lmc.kernels: the codec's Numba kernels, one module per coder with its encoder, structural check and decoder.
 
 From the bottom up: ``intrinsics`` (unaligned loads and stores, bit counts; the checked build's bounds checks),
+``simd`` (the 32-state rANS decoder's rounds as AVX2 vectors, or the scalar loop without AVX2),
 ``base`` (constants, error codes, checksums, byte-stream splitting, the monotone map of the temporal and delta
 modes), ``huffman`` and ``rans`` (the entropy coders), ``streams`` (the alone and XOR chunk modes: per-stream
 coding choice, stream records), ``temporal``, ``mctx`` and ``delta`` (the reference and context chunk modes;

@@ -38,7 +38,7 @@ def stream_count(data, ref, use_ref, start, n, layout, hs):
     partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here).
     One loop per layout, each its own function: written as one function with
     the three loops, Numba's code for it ran 13x slower (2.1 ms against 0.16
-    ms for a chunk of 131,072 bf16 units; benchmarks/bench_rans32.py's
+    ms for a chunk of 131,072 bf16 units; benchmarks/studies/bench_rans32.py's
     series), and it is a full pass of every chunk coded with a reference."""
     hs[:] = 0
     if layout == LAYOUT_F32:

@@ -3,7 +3,7 @@ checkpoints: ratio and compress / decompress MiB/s per (dtype, kind), alone and 
 reference, for prefer="speed" and "size"; then where a temporal chunk's decode spends its time (the symbols, which
 the vectors speed up, against the whole chunk).
 
-    python codecs/lmc/benchmarks/bench_rans32.py SERIES [--dtypes bf16,fp32] [--repeat 5]
+    cd codecs/lmc && python -m benchmarks.studies.bench_rans32 SERIES [--dtypes bf16,fp32] [--repeat 5]
 
 SERIES: a folder of Trainer checkpoints (checkpoint-N/model.safetensors and optimizer.pt); tensors of at least
 65,536 elements.  Run it twice, once with LMC_SIMD=0, to see the scalar build's figures."""

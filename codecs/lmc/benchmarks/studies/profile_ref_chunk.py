@@ -2,7 +2,7 @@
 its own (one thread, best of --repeat), beside the whole `lmc.compress` of that chunk with and without the
 reference.
 
-    python codecs/lmc/benchmarks/profile_ref_chunk.py SERIES [--steps 950,1000] [--repeat 15]
+    cd codecs/lmc && python -m benchmarks.studies.profile_ref_chunk SERIES [--steps 950,1000] [--repeat 15]
 
 SERIES: a folder of Trainer checkpoints; the chunk is the first 131,072 elements of the step's largest weight,
 its reference the same elements of the earlier step, as fp32 and cast to bf16.  Internal kernels: their
