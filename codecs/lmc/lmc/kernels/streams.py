@@ -35,51 +35,34 @@ def _unit(x, r, i, use_ref):
 @njit(nogil=True, cache=True)
 def stream_count(data, ref, use_ref, start, n, layout, hs):
     """Byte-stream counts of the units (XOR the reference when use_ref) in 4
-    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here).
-    One loop per layout, each its own function: written as one function with
-    the three loops, Numba's code for it ran 13x slower (2.1 ms against 0.16
-    ms for a chunk of 131,072 bf16 units; benchmarks/studies/bench_rans32.py's
-    series), and it is a full pass of every chunk coded with a reference."""
+    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here)."""
     hs[:] = 0
     if layout == LAYOUT_F32:
         x = data[4 * start:4 * (start + n)].view(np.uint32)
-        _count_f32(x, ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x, n, use_ref, hs)
-    elif layout == LAYOUT_BF16:
-        x = data[2 * start:2 * (start + n)].view(np.uint16)
-        _count_bf16(x, ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x, n, use_ref, hs)
+        r = ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = _unit(x, r, i, use_ref)
+            _inc(hs, hb + ((v >> 23) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
+            _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
+            _inc(hs, 3072 + hb + (v & 0xFF))
+        return
+    x = data[2 * start:2 * (start + n)].view(np.uint16)
+    r = ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x
+    if layout == LAYOUT_BF16:
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = _unit(x, r, i, use_ref)
+            _inc(hs, hb + ((v >> 7) & 0xFF))
+            _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
     else:
-        x = data[2 * start:2 * (start + n)].view(np.uint16)
-        _count_f16(x, ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x, n, use_ref, hs)
-
-
-@njit(nogil=True, cache=True)
-def _count_f32(x, r, n, use_ref, hs):
-    for i in range(n):
-        hb = (i & 3) << 8
-        v = _unit(x, r, i, use_ref)
-        _inc(hs, hb + ((v >> 23) & 0xFF))
-        _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
-        _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
-        _inc(hs, 3072 + hb + (v & 0xFF))
-
-
-@njit(nogil=True, cache=True)
-def _count_bf16(x, r, n, use_ref, hs):
-    for i in range(n):
-        hb = (i & 3) << 8
-        v = _unit(x, r, i, use_ref)
-        _inc(hs, hb + ((v >> 7) & 0xFF))
-        _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
-
-
-@njit(nogil=True, cache=True)
-def _count_f16(x, r, n, use_ref, hs):
-    for i in range(n):
-        hb = (i & 3) << 8
-        v = _unit(x, r, i, use_ref)
-        _inc(hs, hb + ((v >> 10) & 0x1F))
-        _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
-        _inc(hs, 2048 + hb + (v & 0xFF))
+        for i in range(n):
+            hb = (i & 3) << 8
+            v = _unit(x, r, i, use_ref)
+            _inc(hs, hb + ((v >> 10) & 0x1F))
+            _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
+            _inc(hs, 2048 + hb + (v & 0xFF))
 
 
 @njit(nogil=True, cache=True)
