@@ -310,11 +310,11 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     if W == 32:
         r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
         o32 = out[4 * start:4 * (start + n)].view(np.uint32)
-        used = _tmask(r32, n, E, mb, em, cb)
+        used = _tmask(r32, n, E, mb, em, cb, o32, W)
     else:
         r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
         o16 = out[2 * start:2 * (start + n)].view(np.uint16)
-        used = _tmask(r16, n, E, mb, em, cb)
+        used = _tmask(r16, n, E, mb, em, cb, o16, W)
     if used != cmask:
         return ERR_CTX
     pos = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
@@ -324,35 +324,49 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     if st != OK:
         return st
     if W == 32:
-        return _trecon(blob, q, end, r32, o32, n, W, syms)
-    return _trecon(blob, q, end, r16, o16, n, W, syms)
+        st = _trecon(blob, q, end, o32, n, W, syms)
+        _unmono_all(o32, n, W)
+    else:
+        st = _trecon(blob, q, end, o16, n, W, syms)
+        _unmono_all(o16, n, W)
+    return st
 
 
 @njit(nogil=True, cache=True)
-def _tmask(r, n, E, mb, em, cb):
-    """cb[i] = context of r[i] << 12 (u16); returns the set of contexts
-    (branch-free: vectorizes)."""
+def _tmask(r, n, E, mb, em, cb, o, W):
+    """cb[i] = context of r[i] << 12 (u16), o[i] = mono(r[i]); returns the
+    set of contexts (branch-free: vectorizes)."""
     used = np.int32(0)
     E32 = np.int32(E)
     m = np.int32(em)
+    sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
     for i in range(n):
-        e = np.int32(r[i] >> mb) & m
+        rv = r[i]
+        e = np.int32(rv >> mb) & m
         c = min(max(E32 - e, np.int32(0)), np.int32(14))
         c = np.int32(15) if e == m else c
         used |= np.int32(1) << c
         cb[i] = np.uint16(c << PROB_BITS)
+        o[i] = _mono(np.int64(rv), sb, mask)
     return np.int64(used)
 
 
 @njit(nogil=True, cache=True)
-def _trecon(blob, bs, end, r, o, n, W, syms):
-    """Raw bits blob[bs:end] + symbols: o[i] = unmono(mono(r[i]) + d mod
-    2^W), the units, in one pass over the elements (the reference's monotone
-    integers are not stored first).  The fast loop reads 8 bytes at bit b
-    (branch-free) while they lie inside the raw stream; the rest byte by
-    byte with checks."""
-    mask = (np.int64(1) << W) - 1
+def _unmono_all(o, n, W):
     sb = np.int64(1) << (W - 1)
+    mask = (np.int64(1) << W) - 1
+    for i in range(n):
+        o[i] = _unmono(np.int64(o[i]), sb, mask)
+
+
+@njit(nogil=True, cache=True)
+def _trecon(blob, bs, end, o, n, W, syms):
+    """Raw bits blob[bs:end] + symbols: o[i] = mono(r[i]) -> mono(r[i]) + d
+    (mod 2^W; _unmono_all then gives the units).  The fast
+    loop reads 8 bytes at bit b (branch-free) while they lie inside the
+    raw stream; the rest byte by byte with checks."""
+    mask = (np.int64(1) << W) - 1
     L = end - bs
     b = 0
     i = 0
@@ -371,7 +385,7 @@ def _trecon(blob, bs, end, r, o, n, W, syms):
             (load_u64(blob, bs + (b >> 3)) >> np.uint64(b & 7))
             & ((np.uint64(1) << np.uint64(kb)) - np.uint64(1)))
         b += kb
-        put(o, i, _unmono((_mono(np.int64(ld(r, i)), sb, mask) + ((a ^ neg) - neg)) & mask, sb, mask))
+        put(o, i, (np.int64(ld(o, i)) + ((a ^ neg) - neg)) & mask)
         i += 1
     while i < n:
         s = np.int64(ld(syms, i))
@@ -384,7 +398,7 @@ def _trecon(blob, bs, end, r, o, n, W, syms):
         a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
         b += kb
         d = (a ^ -neg) + neg
-        o[i] = _unmono((_mono(np.int64(r[i]), sb, mask) + d) & mask, sb, mask)
+        o[i] = (np.int64(o[i]) + d) & mask
         i += 1
     if (b + 7) >> 3 != L:
         return ERR_BITS
