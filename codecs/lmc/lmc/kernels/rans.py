@@ -267,18 +267,10 @@ def lanes_decode(blob, pos, end, dtab, cb, out, n):
         g += r
     for i in range(g * LANES, n):
         k = i & (LANES - 1)
-        x = np.int64(xs[k])
-        t = np.int64(0)
-        if use_cb:
-            t = np.int64(cb[i])
-        e = np.int64(dtab[t + (x & 4095)])
-        out[i] = e & 255
-        x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
-        if x < RANS_L:
-            if p + 2 > end:
-                return ERR_RANS
-            x = (x << 16) | np.int64(load_u16(blob, p))
-            p += 2
+        x, p = _checked_step(np.int64(xs[k]), np.int64(cb[i]) if use_cb else np.int64(0), dtab, out, i,
+                             blob, p, end)
+        if x < 0:
+            return ERR_RANS
         xs[k] = np.uint32(x)
     if p != end:
         return ERR_RANS
@@ -289,6 +281,22 @@ def lanes_decode(blob, pos, end, dtab, cb, out, n):
 
 
 _NO_CB = np.zeros(0, np.uint16)
+
+
+@njit(inline="always")
+def _checked_step(x, t, dtab, out, i, blob, p, end):
+    """Symbol i from state x with the table at dtab[t:] into out[i], the state renormalised from the word at
+    blob[p] only if it lies inside end.  Returns (state, the next word's position), the state -1 where the
+    word would pass end."""
+    e = np.int64(dtab[t + (x & 4095)])
+    out[i] = e & 255
+    x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
+    if x < RANS_L:
+        if p + 2 > end:
+            return np.int64(-1), p
+        x = (x << 16) | np.int64(load_u16(blob, p))
+        p += 2
+    return x, p
 
 
 @njit(nogil=True, cache=True)
@@ -351,18 +359,10 @@ def rans_tail(blob, p, end, x0, x1, x2, x3, i, n, dtab, ctxs, use_ctx, shift, ou
     xs = _i4(x0, x1, x2, x3)
     while i < n:
         k = i & 3
-        x = xs[k]
-        t = 0
-        if use_ctx:
-            t = np.int64(ctxs[i]) << shift
-        e = np.int64(dtab[t + (x & 4095)])
-        out[i] = e & 255
-        x = (((e >> 8) & 4095) + 1) * (x >> 12) + (e >> 20)
-        if x < RANS_L:
-            if p + 2 > end:
-                return ERR_RANS
-            x = (x << 16) | np.int64(load_u16(blob, p))
-            p += 2
+        x, p = _checked_step(xs[k], np.int64(ctxs[i]) << shift if use_ctx else np.int64(0), dtab, out, i,
+                             blob, p, end)
+        if x < 0:
+            return ERR_RANS
         xs[k] = x
         i += 1
     if p != end:
