@@ -16,17 +16,16 @@ import time
 
 import ml_dtypes
 import numpy as np
-import torch
-from safetensors.numpy import load_file
 
 import lmc
+from benchmarks.benchlib import best, load_tensors
 from lmc.kernels import chunk as kchunk
 from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32
 from lmc.kernels import rans as krans
 from lmc.kernels import simd
 from lmc.kernels import temporal as ktemporal
 
-KINDS = ("weights", "exp_avg", "exp_avg_sq")
+KINDS = ("weight", "exp_avg", "exp_avg_sq")
 
 
 def last_two(series):
@@ -34,26 +33,6 @@ def last_two(series):
     if len(steps) < 2:
         raise SystemExit(f"bench_rans32: {series}: needs two checkpoint-N folders")
     return steps[-2], steps[-1]
-
-
-def tensors(series, step, min_el=65536):
-    d = os.path.join(series, f"checkpoint-{step}")
-    out = {k: ("weights", v) for k, v in load_file(os.path.join(d, "model.safetensors")).items() if v.size >= min_el}
-    opt = torch.load(os.path.join(d, "optimizer.pt"), weights_only=True)["state"]
-    for i, st in opt.items():
-        for m in ("exp_avg", "exp_avg_sq"):
-            if st[m].numel() >= min_el:
-                out[f"{m}.{i}"] = (m, st[m].numpy())
-    return out
-
-
-def best(fn, repeat):
-    t = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - t0)
-    return min(t)
 
 
 def measure(xs, refs, repeat, prefer):
@@ -118,7 +97,7 @@ def temporal_profile(x, r, fv, repeat):
         return krans.decode_ctx_stream(bb, q, off + clen, cb, n, dtab, syms, S)
     if symbols()[0] != 0:
         raise SystemExit("bench_rans32: symbol decode failed")
-    return n / best(whole, repeat * 4), n / best(symbols, repeat * 4)
+    return n / best(whole, repeat * 4)[0], n / best(symbols, repeat * 4)[0]
 
 
 def main():
@@ -130,8 +109,8 @@ def main():
     p.add_argument("--kinds", default=",".join(KINDS))
     a = p.parse_args()
     s0, s1 = last_two(a.series)
-    old, new = tensors(a.series, s0), tensors(a.series, s1)
-    print(f"series {a.series}: checkpoint-{s1} alone and against checkpoint-{s0}; {len(new)} tensors; "
+    old, new = (load_tensors(os.path.join(a.series, f"checkpoint-{s}"), 65536) for s in (s0, s1))
+    print(f"series {a.series}: checkpoint-{s1} alone and against checkpoint-{s0}; {sum(map(len, new.values()))} tensors; "
           f"lmc {lmc.__version__}, SIMD {simd.SIMD} (LMC_SIMD={os.environ.get('LMC_SIMD', '')!r}), one thread, "
           f"best of {a.repeat} compress and decompress calls, format 6 and 7 interleaved")
     print("| dtype | kind | coding | prefer | fv6 ratio | fv7 ratio | fv6 comp | fv7 comp | fv6 dec | fv7 dec | dec fv7/fv6 |")
@@ -139,9 +118,8 @@ def main():
     for dt in ([] if a.profile_only else a.dtypes.split(",")):
         cast = (lambda t: t.astype(ml_dtypes.bfloat16)) if dt == "bf16" else (lambda t: t)
         for kind in a.kinds.split(","):
-            keys = [k for k in new if new[k][0] == kind]
-            xs = [cast(new[k][1]) for k in keys]
-            rs = [cast(old[k][1]) for k in keys]
+            xs = [cast(t) for t in new[kind]]
+            rs = [cast(t) for t in old[kind]]
             for coding, refs in (("alone", [None] * len(xs)), ("vs previous", rs)):
                 for prefer in ("speed", "size"):
                     r6, r7 = measure(xs, refs, a.repeat, prefer)
@@ -149,11 +127,11 @@ def main():
                           f"{r7[1]:.0f} | {r6[2]:.0f} | {r7[2]:.0f} | {r7[2] / r6[2]:.2f}x |", flush=True)
     print("\nA temporal chunk's decode (the largest weight, its first chunk of 131,072 elements against the "
           "previous checkpoint; M per second):")
-    k = max((k for k in new if new[k][0] == "weights"), key=lambda k: new[k][1].size)
+    k = max(range(len(new["weight"])), key=lambda j: new["weight"][j].size)
     for dt in a.dtypes.split(","):
         cast = (lambda t: t.astype(ml_dtypes.bfloat16)) if dt == "bf16" else (lambda t: t)
         for fv in (6, 7):
-            res = temporal_profile(cast(new[k][1]), cast(old[k][1]), fv, a.repeat)
+            res = temporal_profile(cast(new["weight"][k]), cast(old["weight"][k]), fv, a.repeat)
             if res is None:
                 print(f"  {dt} fv{fv}: the chunk is not temporal")
                 continue

@@ -61,8 +61,8 @@ def _ctx_counts(jh, P, E, K, c, row):
 
 
 @njit(nogil=True, cache=True)
-def _plan_cost(jh, P, E, K, row, fq):
-    """Bytes of the context tables and the rANS stream under (E, K) (estimate), and the context mask."""
+def _plan_cost(jh, P, E, K, row, fq, S):
+    """Bytes of the context tables and the S-state rANS stream under (E, K) (estimate), and the context mask."""
     bits = 0.0
     tab = 0
     mask = 0
@@ -72,7 +72,7 @@ def _plan_cost(jh, P, E, K, row, fq):
             mask |= 1 << c
             tab += freq_table_bytes(fq, 0, MCTX_NSYM)
             bits += rans_cost_bits(row, fq, 0, MCTX_NSYM)
-    return tab + 16 + np.int64(np.ceil(bits / 8)), mask
+    return tab + 4 * S + np.int64(np.ceil(bits / 8)), mask
 
 
 @njit(nogil=True, cache=True)
@@ -91,12 +91,13 @@ def mctx_plan(p0, p1, n, exp_bytes, jh, mf, mcm, fv):
     fq = np.zeros(MCTX_NSYM, np.int64)
     bE = 0
     bK = 1
-    best, bmask = _plan_cost(jh, P, 0, 1, row, fq)
+    S = rans_states_for(n, fv)
+    best, bmask = _plan_cost(jh, P, 0, 1, row, fq, S)
     for E in range(256):
         if _empty(jh, E):
             continue               # (an exponent absent from the chunk is no better a base than its neighbour)
         for K in range(2, MCTX_K + 1):
-            cost, mask = _plan_cost(jh, P, E, K, row, fq)
+            cost, mask = _plan_cost(jh, P, E, K, row, fq, S)
             if cost < best:
                 best = cost
                 bE = E
@@ -112,7 +113,6 @@ def mctx_plan(p0, p1, n, exp_bytes, jh, mf, mcm, fv):
                 mf[(c << 8) + s] = fq[s]
             cum_freqs(mf, c << 8, mcm)
     # (E, K and the mask; the mode byte is left out, as the other modes' estimates leave it out)
-    best += 4 * (rans_states_for(n, fv) - 4)   # (_plan_cost counts 4 states)
     return 3 + exp_bytes + best + 4 + ((n + 1) >> 1), bE, bK, bmask
 
 
