@@ -371,10 +371,16 @@ def damaged(tmp_path, good, edit):
     return sd, dst
 
 
-def flip_byte(pos):
+def flip_byte(pos, fqn=None):
+    """Flip a byte of the data file ``__0_0.lmc`` at ``pos(size)``, or with ``fqn`` of the file holding that
+    item at ``pos(length)`` within the item (which item ends a file depends on the workers' timing)."""
     def edit(d):
-        with open(d / "__0_0.lmc", "r+b") as f:
-            f.seek(pos(os.path.getsize(d / "__0_0.lmc")))
+        name, base, n = "__0_0.lmc", 0, os.path.getsize(d / "__0_0.lmc")
+        if fqn is not None:
+            it = item(meta(d), fqn)
+            name, base, n = it["file"], it["pos"], it["length"]
+        with open(d / name, "r+b") as f:
+            f.seek(base + pos(n))
             b = f.read(1)
             f.seek(-1, 1)
             f.write(bytes([b[0] ^ 0x5A]))
@@ -395,7 +401,8 @@ def item(md, fqn):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda d: None, None),
-    (flip_byte(lambda n: n - 3), r"checksum mismatch|lmc: chunk|corrupt|FormatError"),
+    (flip_byte(lambda n: n - 3, "t.f32"), r"checksum mismatch|lmc: chunk|corrupt|FormatError"),
+    (flip_byte(lambda n: n // 2, "t.bf16"), r"checksum mismatch|lmc: chunk|corrupt|FormatError"),
     (flip_byte(lambda n: 3), "not an LMC DCP data file"),
     (flip_byte(lambda n: 20), "another save"),
     (lambda d: os.truncate(d / "__0_0.lmc", os.path.getsize(d / "__0_0.lmc") - 10), "truncated"),
@@ -428,8 +435,24 @@ def test_corrupt_and_hostile_files(tmp_path, good, edit, message):
     assert __import__("re").search(message, str(ei.value)), str(ei.value)[-2000:]
 
 
+def test_a_flipped_byte_in_any_item_fails_the_load(tmp_path, good):
+    """Every stored item, tensor or bytes, is checked when it is read: one flipped byte in its middle or its
+    last byte fails the load. The zero-element tensor is the exception that proves the rule: DCP never asks
+    for it, so its damaged bytes cannot change what loads."""
+    sd, path = good
+    for fqn in [i["fqn"] for i in meta(path)["items"]]:
+        for pos in (lambda n: n // 2, lambda n: n - 1):
+            shutil.rmtree(tmp_path / "bad", ignore_errors=True)
+            _, bad = damaged(tmp_path, good, flip_byte(pos, fqn))
+            if fqn == "t.empty":
+                assert_same(sd, load(sd, bad))
+                continue
+            with pytest.raises(ERRORS):
+                load(sd, bad)
+
+
 def test_reader_errors_are_format_errors(tmp_path, good):
-    sd, path = damaged(tmp_path, good, flip_byte(lambda n: n - 3))
+    sd, path = damaged(tmp_path, good, flip_byte(lambda n: n - 3, "t.f32"))
     r = LMCStorageReader(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
