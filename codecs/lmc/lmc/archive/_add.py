@@ -16,7 +16,7 @@ from ..formats.dtypes import code_name
 from ._index import NP_DTYPES, ST_DTYPES, TORCH_NP, layout, parse_safetensors, safe_relpath
 from ._integrity import matches, xxh
 from ..worker import Phases
-from ._pipeline import Ordered, read_exact, workers_for
+from ._pipeline import Ordered, piece_threads, read_exact, workers_for
 from ._manifest import ArchiveError
 from ._view import CHUNK
 
@@ -189,9 +189,6 @@ class RawSource:
         return {k: (path, 0, 0, _torchio.tensor_u8(t)) for k, t in tensors}
 
 
-BIG_TENSOR = 32 << 20  # a tensor this large is coded with lmc's threads inside it too
-
-
 class StepEncoder:
     """Encodes a checkpoint folder into a SegmentWriter (archive version 3), every tensor alone (the new step
     is a keyframe), pieces spread over a pool of threads (_pipeline.Ordered): each tensor is read, hashed and
@@ -316,7 +313,7 @@ class StepEncoder:
                 z = zlib.compress(u8, 6)
             return u8.nbytes, h, ("zlib", z) if len(z) < u8.nbytes else ("raw", u8.tobytes()), None
         dt = NP_DTYPES[t["np"]]
-        threads = 1 if self.workers > 1 and u8.nbytes < BIG_TENSOR else self.threads
+        threads = piece_threads(self.workers, self.threads, u8.nbytes)
         with self.ph.time("code"):
             blob = compress(shaped(u8.view(dt), t["shape"]), threads=threads, prefer=self.prefer)
         rec = None

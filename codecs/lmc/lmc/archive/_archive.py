@@ -25,7 +25,7 @@ from ._manifest import (SEG_RE, VERSION, ArchiveError, Lock, cleanup, load_json,
 from ._segments import SegmentReader, SegmentWriter, check_step_number, probe_segment
 from ._integrity import matches
 from ..worker import Phases, scratch
-from ._pipeline import Ordered, workers_for
+from ._pipeline import Ordered, piece_threads, workers_for
 from ._view import View, same_identity
 from ._graph import _may_recode, _set_depths
 from ._recoder import _NextRecoder
@@ -403,7 +403,8 @@ class Archive(_Verifier, _RecodeBehind):
             else:  # decoded into this thread's buffer (no page faults), written, then reused
                 buf = scratch("out", e["n"])
                 out = buf.view(NP_DTYPES[e["np"]]) if e["enc"] == "lmc" else buf
-                data = view.decode(step, fe["path"], e, out=out).reshape(-1).view(np.uint8)
+                threads = piece_threads(workers_for(self.threads), self.threads, e["n"])
+                data = view.decode(step, fe["path"], e, out=out, threads=threads).reshape(-1).view(np.uint8)
         if kind == "tensor":
             with ph.time("hash"):
                 self._check_tensor(step, fe, e, data)

@@ -6,11 +6,11 @@ import time
 
 import numpy as np
 
-from ._add import BIG_TENSOR, RawSource
+from ._add import RawSource
 from ._index import file_tensors
 from ._graph import _may_join, _set_depths
 from ..worker import Phases
-from ._pipeline import Ordered, workers_for
+from ._pipeline import Ordered, piece_threads, workers_for
 from ._recoder import _NextRecoder
 from ._manifest import ArchiveError, Lock, cleanup, write_manifest
 from ._segments import SegmentWriter
@@ -100,6 +100,7 @@ class _RecodeBehind:
             u8 = raw.get(fe["path"], fe["kind"], t["key"], t)
         if u8 is None:
             with ph.time("decode"):
-                u8 = view.decode(step, fe["path"], t).reshape(-1).view(np.uint8)
-        threads = 1 if workers > 1 and u8.nbytes < BIG_TENSOR else self.threads
+                u8 = view.decode(step, fe["path"], t, threads=piece_threads(workers, self.threads, t["n"]))
+                u8 = u8.reshape(-1).view(np.uint8)
+        threads = piece_threads(workers, self.threads, u8.nbytes)
         return rec.code(fe["path"], fe["kind"], t, u8, threads, ph)

@@ -28,6 +28,16 @@ def workers_for(threads):
     return max(1, int(threads))
 
 
+BIG_TENSOR = 32 << 20  # a tensor this large is coded or decoded with lmc's threads inside it too
+
+
+def piece_threads(workers, threads, nbytes):
+    """lmc threads for coding or decoding one piece of ``nbytes`` on a pool of ``workers``: one where the pool
+    already keeps the cores busy with other pieces (a small tensor split over threads only waits for the
+    other workers' blocks), all of them for a tensor large enough to be most of a step."""
+    return 1 if workers > 1 and nbytes < BIG_TENSOR else threads
+
+
 BUDGET_PER_WORKER = 128 << 20  # bytes of pieces in flight per worker (a large tensor still runs, alone)
 
 

@@ -6,7 +6,7 @@ import functools
 from ._add import canonical_path
 from ._index import all_sections, file_tensors
 from ._graph import _topo
-from ._pipeline import Ordered, workers_for
+from ._pipeline import Ordered, piece_threads, workers_for
 from ._manifest import ArchiveError
 from ._view import same_identity
 
@@ -91,6 +91,7 @@ class _Verifier:
         """Decode one tensor's versions in chain order: ({step: why} damaged, {step: {damaged steps it is lost
         through}}) - a version is lost when the version it is coded against is damaged or lost."""
         damaged, lost = {}, {}
+        workers = workers_for(self.threads)
         last_s = last_t = arr = None
         bad = {}  # step -> the damaged step this tensor's version there is lost through
         for s, path, t in seq:
@@ -102,10 +103,11 @@ class _Verifier:
                 last_s = last_t = arr = None
                 continue
             try:
+                threads = piece_threads(workers, self.threads, t["n"])
                 if t["ref"] and not chained:  # its reference is not the version just decoded
-                    arr = view.decode(s, path, t)
+                    arr = view.decode(s, path, t, threads=threads)
                 else:
-                    arr = view.decode_one(s, path, t, ref=arr if t["ref"] else None)
+                    arr = view.decode_one(s, path, t, ref=arr if t["ref"] else None, threads=threads)
                 self._check_tensor(s, {"path": path}, t, arr)
             except ArchiveError as e:
                 damaged.setdefault(s, str(e))

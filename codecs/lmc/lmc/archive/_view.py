@@ -120,8 +120,9 @@ class View:
             raise ArchiveError(f"step {step}: {what}: bytes do not match the recorded checksum (damaged data)")
         return data
 
-    def decode_one(self, step, path, t, ref=None, out=None):
-        """Decode one tensor entry (flat array of its coding dtype, or uint8)."""
+    def decode_one(self, step, path, t, ref=None, out=None, threads=None):
+        """Decode one tensor entry (flat array of its coding dtype, or uint8); ``threads``: lmc's, for this
+        tensor (None: the view's)."""
         what = f"{path}: tensor {t['key']}"
         # (an lmc blob is read into this thread's buffer: it is decoded before the next read)
         data = self.reader(step).read(t["sec"], what, into=functools.partial(scratch, "blob")
@@ -140,7 +141,8 @@ class View:
                 if info["has_reference"] != t["ref"]:
                     raise ArchiveError(f"step {step}: {what}: reference flag differs from index")
                 ref = ref.reshape(info["shape"]) if ref is not None and t["ref"] else None
-                res = decompress(data, reference=ref, threads=self.threads, out=out)
+                res = decompress(data, reference=ref, threads=self.threads if threads is None else threads,
+                                 out=out)
                 return out if out is not None else res.reshape(-1)
             except FormatError as e:
                 raise ArchiveError(f"step {step}: {what}: {e}") from None
@@ -171,12 +173,12 @@ class View:
         chain.reverse()
         return chain
 
-    def decode(self, step, path, t, out=None):
+    def decode(self, step, path, t, out=None, threads=None):
         """Decode a tensor of a step, walking its reference chain one tensor at
         a time (at most the reference and the current tensor are held)."""
         arr = None
         chain = self.ref_chain(step, path, t)
         for i, (s, p, te) in enumerate(chain):
             last = i == len(chain) - 1
-            arr = self.decode_one(s, p, te, ref=arr, out=out if last else None)
+            arr = self.decode_one(s, p, te, ref=arr, out=out if last else None, threads=threads)
         return arr
