@@ -44,8 +44,20 @@ from .delta.encode import (delta_analyze, delta_build, delta_plan, delta_scratch
                       stream_estimates)
 from .delta.decode import check_delta, delta_decode
 from .mctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
-from .temporal import (check_temporal, temporal_base, temporal_count, temporal_decode, temporal_estimate,
-                         temporal_hist, temporal_sample, temporal_write)
+from .temporal import (TSAMPLE_MIN, check_temporal, temporal_base, temporal_count, temporal_decode,
+                       temporal_estimate, temporal_hist, temporal_sample, temporal_write)
+
+
+# Format 7 with a reference (prefer="speed"): every coding is first estimated from a sample (alone, XOR,
+# temporal, delta: a few percent of a pass each) and only those within 1/GATE_MARGIN of the smallest estimate
+# are counted exactly. On a training run's tensors one coding wins each kind by far more (weights: temporal;
+# first moments: alone; second moments: delta), so a chunk counts one or two codings instead of all four; the
+# estimates err by a percent or two (the temporal one leaves out its tables), and a coding that loses by less
+# than the margin costs less than the margin if chosen. Where no exact count lands within the margin of the
+# smallest estimate (a sample that misled), every coding is counted, as without the gate; where the alone
+# coding was not counted and the chosen coding fails, it is counted then. So a misleading sample costs time,
+# not bytes. The margin is the one the temporal mode must win by in format 7 (TEMPORAL_MARGIN7).
+GATE_MARGIN = 32
 
 
 @njit(nogil=True, cache=True)
@@ -102,6 +114,12 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     dz, dpl, dhs, dh, dlens, dmodes, dsizes, df, dcm, dpos, dmk = dsc
     est_a = -1
     fast_x = False   # prefer="fast" and the XOR coding may pay: counted exactly
+    gate = False     # format 7, prefer="speed": only the codings whose estimates may win are counted
+    need_a = True    # the alone coding counted exactly
+    gate_t = True
+    gate_x = True
+    est_t = 0
+    est_x = 0
     if do_d:
         db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
         if fast:
@@ -119,55 +137,93 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
                 do_t = False
                 fast_x = est_x < est_a
             est_a = min(est_a, est_x)
+        elif fv >= 7 and not sf:
+            est_a, est_x0 = stream_estimates(data, ref, start, n, layout, dhs)
+            E = temporal_base(ref, start, n, layout)
+            est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
+            if est_a >= 0 and n >= TSAMPLE_MIN:
+                gate = True
+                lo = min(min(est_a, est_d), min(est_t, est_x))
+                cut = lo + lo // GATE_MARGIN
+                need_a = est_a <= cut
+                do_d = est_d <= cut
+                gate_t = est_t <= cut
+                gate_x = est_x <= cut
     if temporal:
-        # exact counts of the alone coding; the XOR and temporal codings are
+        # exact counts of the alone coding (format 7: where its estimate may
+        # win) and of the delta coding; the XOR and temporal codings are
         # estimated on a sample first and analysed exactly only where they
         # may win; the chosen mode is split into planes afterwards
         chk = checksum_units(data, start, n, unit, wk)
-        if do_d:
-            delta_z(data, ref, start, n, layout, dz)
-            dm = delta_build(dz, n, 8 * unit, db, dq, dpl, dpos, dmk)
-            cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast, fv)
-            if fast:
-                # where the delta mode is clearly smaller than the alone and
-                # XOR codings' estimates, the alone coding is not counted (and
-                # no other mode tried)
-                if cost_d + cost_d // 16 < est_a and cost_d < nbytes:
-                    e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
-                                    o + nbytes, tbuf, fv)
-                    if e >= 0 and e - o < est_a:
-                        return e - o, chk, 6
-        stream_count(data, ref, False, start, n, layout, ha)
-        stream_hist(ha, ns, h)
-        cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0, fv)
-        best_e = cost_a
-        if do_d:
-            best_e = min(best_e, cost_d)
-        est_t = 0
-        est_x = 0
-        if not fast:
-            E = temporal_base(ref, start, n, layout)
-            est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
-        # (the sample's estimate leaves out the tables: up to format 6 it is
-        # let within 1/16 above the best exact count; from 7 it must stay
-        # 1/64 below it, half the margin the mode must win by)
-        if fv >= 7 and not sf:
-            do_t = not fast and est_t + est_t // 64 < best_e
-        else:
-            do_t = not fast and est_t - est_t // 16 < best_e
-        if do_t:
-            raw = temporal_count(data, ref, start, n, layout, E, jb, low, th)
-            temporal_hist(th, W, thist)
-            trans, cmask = temporal_estimate(thist, tf, tcm, W, n, fv)
-            cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
-        # (fast: small chunks, not estimated, count the XOR coding exactly)
-        do_x = (fast and est_a < 0) or (not fast and est_x - est_x // 16
-                                        < (min(best_e, cost_t) if do_t else best_e))
+        have_d = False
+        have_a = False
+        have_t = False
+        have_x = False
+        cost_a = 2 * nbytes + 64  # (not counted: larger than any coding)
         cost_x = cost_a + 1
-        if do_x:
-            stream_count(data, ref, True, start, n, layout, hx)
-            stream_hist(hx, ns, h2)
-            cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, 0, fv)
+        for rnd in range(2):
+            if do_d and not have_d:
+                have_d = True
+                delta_z(data, ref, start, n, layout, dz)
+                dm = delta_build(dz, n, 8 * unit, db, dq, dpl, dpos, dmk)
+                cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast,
+                                       fv)
+                if fast:
+                    # where the delta mode is clearly smaller than the alone and
+                    # XOR codings' estimates, the alone coding is not counted (and
+                    # no other mode tried)
+                    if cost_d + cost_d // 16 < est_a and cost_d < nbytes:
+                        e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o,
+                                        o + nbytes, tbuf, fv)
+                        if e >= 0 and e - o < est_a:
+                            return e - o, chk, 6
+            if need_a and not have_a:
+                have_a = True
+                stream_count(data, ref, False, start, n, layout, ha)
+                stream_hist(ha, ns, h)
+                cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0, fv)
+            best_e = cost_a
+            if do_d:
+                best_e = min(best_e, cost_d)
+            if not fast and not gate and rnd == 0:
+                E = temporal_base(ref, start, n, layout)
+                est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
+            # (the sample's estimate leaves out the tables: up to format 6 it is
+            # let within 1/16 above the best exact count; from 7 it must stay
+            # 1/64 below it, half the margin the mode must win by)
+            if fv >= 7 and not sf:
+                do_t = not fast and gate_t and est_t + est_t // 64 < best_e
+            else:
+                do_t = not fast and est_t - est_t // 16 < best_e
+            do_t = do_t or have_t
+            if do_t and not have_t:
+                have_t = True
+                raw = temporal_count(data, ref, start, n, layout, E, jb, low, th)
+                temporal_hist(th, W, thist)
+                trans, cmask = temporal_estimate(thist, tf, tcm, W, n, fv)
+                cost_t = 3 + trans + 4 + ((raw + 7) >> 3)
+            # (fast: small chunks, not estimated, count the XOR coding exactly)
+            do_x = have_x or (fast and est_a < 0) or (not fast and gate_x and est_x - est_x // 16
+                                                      < (min(best_e, cost_t) if do_t else best_e))
+            if do_x and not have_x:
+                have_x = True
+                stream_count(data, ref, True, start, n, layout, hx)
+                stream_hist(hx, ns, h2)
+                cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, 0, fv)
+            if not gate:
+                break
+            # the gate trusted the sample; where the smallest exact count is not within the margin of the
+            # smallest estimate the sample misled it, and every coding is counted, as without the gate (a
+            # misleading sample costs time, never bytes)
+            lo_x = min(best_e, cost_t if do_t else best_e)
+            lo_x = min(lo_x, cost_x if do_x else lo_x)
+            if lo_x <= cut:
+                break
+            gate = False
+            need_a = True
+            do_d = True
+            gate_t = True
+            gate_x = True
     else:
         chk = split_chunk(data, ref, False, start, n, unit, layout, planes, wk)
         cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
@@ -190,10 +246,10 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     # With a reference it is the alone option too: a chunk coded with a
     # reference is never larger than the same chunk coded without one.
     split = not temporal
-    if fv >= 3 and layout != LAYOUT_PLANES and n > 1 and temporal:
+    if fv >= 3 and layout != LAYOUT_PLANES and n > 1 and temporal and need_a:
         split_units(data[base:base + nbytes], n, unit, layout, planes)
         split = True
-    if (fv >= 3 and layout != LAYOUT_PLANES and n > 1
+    if (need_a and fv >= 3 and layout != LAYOUT_PLANES and n > 1
             and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / pm):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
@@ -254,6 +310,12 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
                               out, o, lim, tbuf, fv)
         elif best == CHUNK_DELTA:
             e = delta_write(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, out, o, lim, tbuf, fv)
+        if not need_a and e < 0:  # the chosen coding failed and the alone coding was not counted: now
+            need_a = True
+            stream_count(data, ref, False, start, n, layout, ha)
+            stream_hist(ha, ns, h)
+            cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0, fv)
+            alone_cost = 1 + cost_a
         # never larger than the alone encoding (exact unless it uses rANS)
         if best != alone and (e < 0 or e - o0 > alone_cost) and alone_cost <= nbytes:
             best = alone

@@ -102,6 +102,7 @@ def _tsyms(x, r, n, W, mb, em, E, jb, low):
 
 
 SAMPLE = 32   # the estimates that decide which modes to analyse exactly use 1/SAMPLE
+TSAMPLE_MIN = 64 * 4 * SAMPLE  # shorter chunks are not sampled (every mode is analysed)
 
 
 @njit(nogil=True, cache=True)
@@ -131,7 +132,7 @@ def temporal_sample(data, ref, start, n, layout, E, ts, xs):
     W, mb, em = _fparams(layout)
     ts[:] = 0
     xs[:] = 0
-    if n < 64 * 4 * SAMPLE:  # small chunk: analyse every mode exactly
+    if n < TSAMPLE_MIN:  # small chunk: analyse every mode exactly
         return 0, 0
     if W == 32:
         raw, m = _tsample(data[4 * start:4 * (start + n)].view(np.uint32),
