@@ -174,10 +174,10 @@ def render(run_dir: str, out_dir: str) -> str:
                 if len(p) > 1:
                     lines += [f"`{m}` blocked s from the first step to the last: "
                               + ", ".join(f"{x:.3f}" for x in p["blocked_s"]), ""]
-            lines += phase_lines(part)
             lines += [f"LMC archive smaller than torch.save at every step after the first: "
                       f"{'yes' if smaller else 'NO'} (ratio {min(ts[s] / arch[s] for s in later):.3f} to "
                       f"{max(ts[s] / arch[s] for s in later):.3f})" if later else "", ""]
+        lines += phase_lines(part)  # (every LMC method that reports its phases, with or without lmc_archive)
     lines += ["## Method names", ""] + [f"- `{m}`: {LABELS[m]}" for m in dict.fromkeys(df["method"]) if m in LABELS]
     lines += ["", f"![bytes and blocked seconds per checkpoint]({os.path.basename(figure(df, out_dir))})", ""]
     return finish(run_dir, out_dir, lines, copy=("environment.json", "summary.json", "store_checkpoints.csv"))
