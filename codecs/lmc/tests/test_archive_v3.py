@@ -263,6 +263,46 @@ def test_the_pool_keeps_order_and_its_memory_budget():
     assert len(ran) < 50
 
 
+def test_the_unordered_pool_is_not_held_by_a_slow_piece():
+    """in_order=False (a restore's pieces): while one worker runs a slow piece, the others go on with the pieces
+    behind it; in order they stop once the window is full behind the slow one. Every piece runs once, results
+    come back (in any order), the budget holds and an error is raised."""
+    import threading
+    import time
+    from lmc.archive._pipeline import Ordered
+
+    def run(in_order):
+        lock = threading.Lock()
+        now, peak, got, during = [0], [0], [], []
+        slow_done = threading.Event()
+
+        def job(i, cost):
+            with lock:
+                now[0] += cost
+                peak[0] = max(peak[0], now[0])
+            if i == 0:
+                time.sleep(0.3)
+                slow_done.set()
+            elif not slow_done.is_set():
+                during.append(i)
+            with lock:
+                now[0] -= cost
+            return i
+
+        with Ordered(2, budget=100, in_order=in_order) as pool:
+            for i in range(40):
+                pool.submit(lambda i=i: job(i, 10), got.append, cost=10)
+        assert sorted(got) == list(range(40)) and peak[0] <= 100
+        return len(during)
+
+    assert run(in_order=True) <= 3  # (the window: two pieces per worker, the slow one among them)
+    assert run(in_order=False) == 39  # the other worker ran every other piece meanwhile
+    with pytest.raises(ValueError, match="piece 5"):
+        with Ordered(2, in_order=False) as pool:
+            for i in range(20):
+                pool.submit(lambda i=i: (_ for _ in ()).throw(ValueError(f"piece {i}")) if i == 5 else i)
+
+
 def test_next_add_after_a_failed_background_recode_warns_and_goes_on(tmp_path, monkeypatch):
     """The caller never called wait(): the next add says the re-code failed, re-codes that step first and adds."""
     folders = make_series(tmp_path / "run", steps=(2, 4, 6))

@@ -17,7 +17,7 @@ each):
 
 Two threads share the work by tensor (or by 1 MiB piece), as the archive's pool does.
 
-Usage (from codecs/lmc): python -m benchmarks.studies.two_threads [CHECKPOINT_FOLDER] [--rounds 5]
+Usage (from codecs/lmc): python -m benchmarks.studies.two_threads [CHECKPOINT_FOLDER] [--rounds 7] [--passes 3]
 """
 import argparse
 import os
@@ -63,8 +63,12 @@ def step_arrays(folder):
     return out
 
 
+PASSES = 1
+
+
 def run(jobs, workers):
-    """Seconds to run every job (a no-argument function) on ``workers`` threads."""
+    """Seconds to run every job (a no-argument function) on ``workers`` threads, PASSES times over."""
+    jobs = list(jobs) * PASSES
     t = time.perf_counter()
     if workers == 1:
         for j in jobs:
@@ -79,8 +83,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", nargs="?", help="a Trainer checkpoint folder (default: the newest step of the "
                     "newest cached tinygpt series)")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--passes", type=int, default=3, help="each timing covers the step this many times (longer "
+                    "timings are steadier on a shared machine)")
     a = ap.parse_args()
+    global PASSES
+    PASSES = a.passes
     folder = a.folder
     if folder is None:
         series = default_series()
@@ -128,7 +136,7 @@ def main():
         return [lambda i=i: job(i) for i in range(len(arrays))]
 
     stages = {
-        "alu": lambda w: run([lambda: _alu(l1, 4000)] * 16, w),
+        "alu": lambda w: run([lambda: _alu(l1, 4000)] * 64, w),
         "copy": lambda w: run([lambda p=p: np.copyto(dst[p[0]:p[1]], flat[p[0]:p[1]]) for p in pieces], w),
         "write": with_file(lambda fd: [lambda p=p: os.pwrite(fd, flat[p[0]:p[1]], p[0]) for p in pieces]),
         "hash": lambda w: run([lambda x=x: xxhash.xxh3_128_digest(x) for x in arrays], w),
@@ -146,7 +154,8 @@ def main():
     os.rmdir(tmpdir)
     mib = flat.size / 2**20
     print(f"# one thread against two, per stage: {folder}")
-    print(f"\n{len(arrays)} tensors, {mib:.1f} MiB; best of {a.rounds} interleaved rounds; "
+    print(f"\n{len(arrays)} tensors, {mib:.1f} MiB, each timing {a.passes} passes over them; best of {a.rounds} "
+          f"interleaved rounds; "
           f"{os.cpu_count()} CPUs; numba {numba.__version__}\n")
     print("| stage | 1 thread s | 2 threads s | speed-up |")
     print("|---|---:|---:|---:|")

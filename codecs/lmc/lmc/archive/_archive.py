@@ -348,7 +348,7 @@ class Archive(_Verifier, _RecodeBehind):
         ph = Phases()
         t0 = time.perf_counter()
         try:
-            with self._view() as view, Ordered(workers_for(self.threads)) as pool:
+            with self._view() as view, Ordered(workers_for(self.threads), in_order=False) as pool:
                 fds, stamps = [], []
                 try:
                     for fe in view.index(int(step))["files"]:

@@ -10,7 +10,7 @@ and for every thread count; at most ``depth`` pieces are in flight (two per work
 about two tensors (and their blobs) per worker."""
 import collections
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -48,10 +48,17 @@ class Ordered:
     exceed it, unless nothing else is in flight. So memory stays near two tensors per worker whatever their
     size. One worker: everything runs inline, in order. Used as a context manager: leaving it drains the
     queue; leaving on an error cancels what has not started and waits for what has (nothing runs on after the
-    call returns)."""
+    call returns).
 
-    def __init__(self, workers, depth=None, budget=None):
+    ``in_order=False`` (pieces that need no order: a restore's, each writing itself at its offset): a full
+    window takes back whichever piece finished first, not the oldest. In order, a large tensor at the head of
+    the window holds it full while the other workers, done with the small tensors behind it, wait; a model's
+    tensors alternate between a few MiB (weights) and a few KiB (biases, norms), so that wait was most of a
+    second worker's time."""
+
+    def __init__(self, workers, depth=None, budget=None, in_order=True):
         self.workers = max(1, int(workers))
+        self.in_order = in_order
         self.depth = depth or 2 * self.workers
         self.budget = budget or BUDGET_PER_WORKER * self.workers
         self.ex = ThreadPoolExecutor(self.workers, thread_name_prefix="lmc-archive") if self.workers > 1 else None
@@ -65,12 +72,22 @@ class Ordered:
                 done(r)
             return
         while self.q and (len(self.q) >= self.depth or self.inflight + cost > self.budget):
-            self._pop()
+            self._pop() if self.in_order else self._pop_first_done()
         self.q.append((self.ex.submit(fn), done, cost))
         self.inflight += cost
 
     def _pop(self):
         fut, done, cost = self.q.popleft()
+        self.inflight -= cost
+        r = fut.result()
+        if done is not None:
+            done(r)
+
+    def _pop_first_done(self):
+        done_set, _ = wait([e[0] for e in self.q], return_when=FIRST_COMPLETED)
+        i = next(i for i, e in enumerate(self.q) if e[0] in done_set)
+        fut, done, cost = self.q[i]
+        del self.q[i]
         self.inflight -= cost
         r = fut.result()
         if done is not None:
