@@ -268,23 +268,26 @@ def test_the_unordered_pool_is_not_held_by_a_slow_piece():
     behind it; in order they stop once the window is full behind the slow one. Every piece runs once, results
     come back (in any order), the budget holds and an error is raised."""
     import threading
-    import time
     from lmc.archive._pipeline import Ordered
 
     def run(in_order):
         lock = threading.Lock()
-        now, peak, got, during = [0], [0], [], []
-        slow_done = threading.Event()
+        now, peak, got, others = [0], [0], [], [0]
+        all_others = threading.Event()
+        seen = []
 
         def job(i, cost):
             with lock:
                 now[0] += cost
                 peak[0] = max(peak[0], now[0])
-            if i == 0:
-                time.sleep(0.3)
-                slow_done.set()
-            elif not slow_done.is_set():
-                during.append(i)
+            if i == 0:  # the slow piece: until every other piece has run, or 1 s
+                all_others.wait(1.0)
+                seen.append(others[0])
+            else:
+                with lock:
+                    others[0] += 1
+                    if others[0] == 39:
+                        all_others.set()
             with lock:
                 now[0] -= cost
             return i
@@ -293,7 +296,7 @@ def test_the_unordered_pool_is_not_held_by_a_slow_piece():
             for i in range(40):
                 pool.submit(lambda i=i: job(i, 10), got.append, cost=10)
         assert sorted(got) == list(range(40)) and peak[0] <= 100
-        return len(during)
+        return seen[0]
 
     assert run(in_order=True) <= 3  # (the window: two pieces per worker, the slow one among them)
     assert run(in_order=False) == 39  # the other worker ran every other piece meanwhile
