@@ -12,7 +12,8 @@ import numpy as np
 
 from .kernels import intrinsics
 from .kernels.base import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
-from .kernels.chunk import check_range, checksum_range, decode_range, encode_range, gather_range
+from .kernels.check import check_range, checksum_range
+from .kernels.chunk import decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
 VERSIONS = (1, 2, 3, 4, 5, 6, 7)   # 4-7: checksums over words (5: the strong mix, the mantissa-context mode;

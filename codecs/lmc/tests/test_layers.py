@@ -22,7 +22,7 @@ PARTS = [
 ]
 # lmc.kernels bottom up: a kernel module imports only those before it (the delta encoder not its decoder)
 KERNELS = ["intrinsics", "simd", "base", "huffman", "rans", "streams", "temporal", "mctx", "delta", "delta.fields",
-           "delta.encode", "delta.decode", "chunk"]
+           "delta.encode", "delta.decode", "chunk", "check"]
 MAX_LINES = 600
 
 

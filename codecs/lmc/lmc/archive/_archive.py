@@ -401,10 +401,9 @@ class Archive(_Verifier, _RecodeBehind):
             if kind == "chunk":
                 data = view.chunk(step, e, fe["path"])
             else:  # decoded into this thread's buffer (no page faults), written, then reused
-                buf = scratch("out", e["n"])
+                buf, th = scratch("out", e["n"]), piece_threads(workers_for(self.threads), self.threads, e["n"])
                 out = buf.view(NP_DTYPES[e["np"]]) if e["enc"] == "lmc" else buf
-                threads = piece_threads(workers_for(self.threads), self.threads, e["n"])
-                data = view.decode(step, fe["path"], e, out=out, threads=threads).reshape(-1).view(np.uint8)
+                data = view.decode(step, fe["path"], e, out=out, threads=th).reshape(-1).view(np.uint8)
         if kind == "tensor":
             with ph.time("hash"):
                 self._check_tensor(step, fe, e, data)

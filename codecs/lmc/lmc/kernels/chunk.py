@@ -1,5 +1,5 @@
 """lmc kernels: the chunk coder - ``encode_chunk`` (the mode choice: alone, XOR, temporal or stored)
-and ``decode_chunk``, the structural pre-pass ``check_chunk``, and the drivers over ranges of chunks
+and ``decode_chunk``, and the drivers over ranges of chunks
 that lmc.api runs on its threads.
 
 All kernels are serial ``@njit(nogil=True, cache=True)`` functions (compiled
@@ -31,20 +31,20 @@ from numba import njit
 
 from .intrinsics import load_u32
 from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
-                     ERR_CHECKSUM, ERR_FLAGS, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
-                     LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN,
-                     PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, TEMPORAL_MARGIN7, _U0, checksum_fill, checksum_units, ck_mode,
-                     copy_bytes, merge_chunk, merge_units, split_chunk, split_units, xor_into)
+                   ERR_CHECKSUM, ERR_FLAGS, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
+                   LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN,
+                   PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, TEMPORAL_MARGIN7, checksum_units, ck_mode,
+                   copy_bytes, merge_chunk, split_chunk, split_units, xor_into)
 from .huffman import histo4
 from .simd import LANES
-from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes, check_planes, decode_bf16,
+from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes, decode_bf16,
                       decode_planes, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes,
                       write_pred)
 from .delta.encode import (delta_analyze, delta_build, delta_plan, delta_scratch, delta_write, delta_z,
                       stream_estimates)
-from .delta.decode import check_delta, delta_decode
-from .mctx import MCTX_K, MCTX_MIN, check_mctx, mctx_decode, mctx_plan, mctx_write
-from .temporal import (TSAMPLE_MIN, check_temporal, temporal_base, temporal_count, temporal_decode,
+from .delta.decode import delta_decode
+from .mctx import MCTX_K, MCTX_MIN, mctx_decode, mctx_plan, mctx_write
+from .temporal import (TSAMPLE_MIN, temporal_base, temporal_count, temporal_decode,
                        temporal_estimate, temporal_hist, temporal_sample, temporal_write)
 
 
@@ -369,7 +369,7 @@ def _requires(version, since, layout_ok, ref_ok):
 
 
 @njit(nogil=True, cache=True)
-def _chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
+def chunk_head(blob, off, clen, n, unit, layout, has_ref, version):
     """The mode byte of chunk blob[off:off+clen] and what it requires: a
     temporal chunk format v2, a float layout and a reference, a
     predicted-exponent chunk format v3, a float layout and a row length > 0,
@@ -407,7 +407,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
     """Decode one chunk (blob[off:off+clen]) into out; planes (ns + 3 x >= n+16),
     dec (uint16[2048]), dec3 (uint64[2048]) and lens (uint8[256]) are
     scratch.  Returns a status."""
-    st, flags = _chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
+    st, flags = chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
     if st != OK:
         return st
     wk = ck_mode(version)  # format 4 and 5: checksums over 64-bit words
@@ -532,79 +532,6 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
                                  dec1, lens, tmp, version, f, cm, dtab, cb, syms)
         if status[c] != 0:
             stop[0] = 1
-
-# ---------------------------------------------------------------------------
-# structural pre-pass: every chunk's layout is checked before the output is
-# allocated or any chunk is decoded (FORMAT.md, "Decoder obligations"), so a
-# forged blob is refused at the cost of its own bytes, not of the sizes its
-# header claims.  The checks are the decoder's own, done early; they only
-# reject blobs the decoder would reject too.
-# ---------------------------------------------------------------------------
-
-
-@njit(nogil=True, cache=True)
-def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expected, version,
-                lens, f, cm, one, ub):
-    """Check chunk blob[off:off+clen] as far as it goes without decoding:
-    modes, record lengths, Huffman and frequency tables, sub-stream and rANS
-    stream sizes.  A chunk whose every stream is constant (also a rANS
-    stream of one symbol) is verified completely: its checksum is computed
-    from the constant (and the reference) without writing anything.
-    Scratch: lens uint8[256], f, cm int64[NCTX * 256], one uint8[ns, 1],
-    ub uint8[8].  Returns a status."""
-    st, flags = _chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
-    if st != OK:
-        return st
-    end = off + clen
-    if flags == CHUNK_TEMPORAL:
-        return check_temporal(blob, off + 1, end, layout, f, cm, n, version)
-    if flags == CHUNK_DELTA:
-        return check_delta(blob, off + 1, end, n, layout, version, lens, f, cm, one)
-    if flags == CHUNK_MCTX:
-        return check_mctx(blob, off + 1, end, n, version, lens, f, cm, one)
-    if flags == CHUNK_STORED:
-        return OK
-    delta = flags == CHUNK_XOR
-    if flags == CHUNK_PRED:
-        st, constant = check_planes(blob, off + 5, end, n, ns, version, lens, f, cm, one)
-        if st != OK:
-            return st
-        return ERR_PRED if constant else OK
-    st, constant = check_planes(blob, off + 1, end, n, ns, version, lens, f, cm, one)
-    if st != OK:
-        return st
-    if constant and n > 0:
-        merge_units(one, 1, unit, layout, ub)
-        v = _U0
-        for j in range(unit):
-            v |= np.uint64(ub[j]) << np.uint64(8 * j)
-        if checksum_fill(ref, delta, start, n, unit, v, ck_mode(version)) != expected:
-            return ERR_CHECKSUM
-    return OK
-
-
-@njit(nogil=True, cache=True)
-def check_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref,
-                status, version, c0, c1):
-    lens = np.empty(256, np.uint8)
-    f = np.empty(NCTX * 256, np.int64)
-    cm = np.empty(NCTX * 256, np.int64)
-    one = np.zeros((ns, 1), np.uint8)
-    ub = np.zeros(8, np.uint8)
-    for c in range(c0, c1):
-        start = c * chunk
-        n = min(chunk, total - start)
-        status[c] = check_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns, ref, has_ref,
-                                start, chks[c], version, lens, f, cm, one, ub)
-
-
-@njit(nogil=True, cache=True)
-def checksum_range(data, total, chunk, unit, wk, chks, c0, c1):
-    for c in range(c0, c1):
-        start = c * chunk
-        n = min(chunk, total - start)
-        chks[c] = checksum_units(data, start, n, unit, wk)
-
 
 def _checked_pure_python():
     """LMC_CHECKED=1 with NUMBA_DISABLE_JIT=1: the kernels allocate checked

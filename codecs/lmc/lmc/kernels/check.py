@@ -1,0 +1,87 @@
+"""lmc kernels: the structural pre-pass (``check_chunk``, driven over ranges of chunks by ``check_range``) and
+the checksums of a reference's chunks (``checksum_range``). Every chunk's layout is checked before the output is
+allocated or any chunk is decoded (FORMAT.md, "Decoder obligations"), so a forged blob is refused at the cost of
+its own bytes, not of the sizes its header claims. The checks are the decoder's own, done early; they only
+reject blobs the decoder would reject too."""
+
+import numpy as np
+from numba import njit
+
+from .base import (CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM,
+                   ERR_PRED, NCTX, OK, _U0, checksum_fill, checksum_units, ck_mode, merge_units)
+from .streams import check_planes
+from .delta.decode import check_delta
+from .mctx import check_mctx
+from .temporal import check_temporal
+from .chunk import chunk_head
+
+@njit(nogil=True, cache=True)
+def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expected, version,
+                lens, f, cm, one, ub):
+    """Check chunk blob[off:off+clen] as far as it goes without decoding:
+    modes, record lengths, Huffman and frequency tables, sub-stream and rANS
+    stream sizes.  A chunk whose every stream is constant (also a rANS
+    stream of one symbol) is verified completely: its checksum is computed
+    from the constant (and the reference) without writing anything.
+    Scratch: lens uint8[256], f, cm int64[NCTX * 256], one uint8[ns, 1],
+    ub uint8[8].  Returns a status."""
+    st, flags = chunk_head(blob, off, clen, n, unit, layout, has_ref, version)
+    if st != OK:
+        return st
+    end = off + clen
+    if flags == CHUNK_TEMPORAL:
+        return check_temporal(blob, off + 1, end, layout, f, cm, n, version)
+    if flags == CHUNK_DELTA:
+        return check_delta(blob, off + 1, end, n, layout, version, lens, f, cm, one)
+    if flags == CHUNK_MCTX:
+        return check_mctx(blob, off + 1, end, n, version, lens, f, cm, one)
+    if flags == CHUNK_STORED:
+        return OK
+    delta = flags == CHUNK_XOR
+    if flags == CHUNK_PRED:
+        st, constant = check_planes(blob, off + 5, end, n, ns, version, lens, f, cm, one)
+        if st != OK:
+            return st
+        return ERR_PRED if constant else OK
+    st, constant = check_planes(blob, off + 1, end, n, ns, version, lens, f, cm, one)
+    if st != OK:
+        return st
+    if constant and n > 0:
+        merge_units(one, 1, unit, layout, ub)
+        v = _U0
+        for j in range(unit):
+            v |= np.uint64(ub[j]) << np.uint64(8 * j)
+        if checksum_fill(ref, delta, start, n, unit, v, ck_mode(version)) != expected:
+            return ERR_CHECKSUM
+    return OK
+
+
+@njit(nogil=True, cache=True)
+def check_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref, has_ref,
+                status, version, c0, c1):
+    lens = np.empty(256, np.uint8)
+    f = np.empty(NCTX * 256, np.int64)
+    cm = np.empty(NCTX * 256, np.int64)
+    one = np.zeros((ns, 1), np.uint8)
+    ub = np.zeros(8, np.uint8)
+    for c in range(c0, c1):
+        start = c * chunk
+        n = min(chunk, total - start)
+        status[c] = check_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns, ref, has_ref,
+                                start, chks[c], version, lens, f, cm, one, ub)
+
+
+@njit(nogil=True, cache=True)
+def checksum_range(data, total, chunk, unit, wk, chks, c0, c1):
+    for c in range(c0, c1):
+        start = c * chunk
+        n = min(chunk, total - start)
+        chks[c] = checksum_units(data, start, n, unit, wk)
+
+
+from .intrinsics import CHECKED as _CHECKED  # noqa: E402
+from numba import config as _ncfg  # noqa: E402
+if _CHECKED and _ncfg.DISABLE_JIT:  # pragma: no cover - the fuzzer's checked build: checked arrays here too
+    import sys  # noqa: E402
+    from .intrinsics import checked_numpy  # noqa: E402
+    sys.modules[__name__].np = checked_numpy
