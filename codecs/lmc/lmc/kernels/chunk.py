@@ -23,7 +23,8 @@ The kernel modules, each coder's encoder, decoder and check together:
 rANS: a table per context), ``kernels.streams`` (the alone and XOR chunk modes:
 histograms, per-stream coding choice, stream writers and readers),
 ``kernels.temporal`` (the temporal chunk mode), ``kernels.mctx`` (the mantissa-context
-chunk mode) and this module.  Each name is imported from the module that defines it.
+chunk mode), ``kernels.delta`` (the delta chunk mode), this module and ``kernels.check`` (the
+structural pre-pass, above this module).  Each name is imported from the module that defines it.
 """
 
 import numpy as np
