@@ -385,23 +385,22 @@ class Archive(_Verifier, _RecodeBehind):
     def _restore_pieces(self, pool, view, step, fe, fd, ph):
         """Submit a version 3 file's pieces to the pool: each decoded, checked against its xxh3-128 and written
         at its offset (pwrite) by a worker."""
-        pieces = []
-        if fe["kind"] == "bytes":
-            pieces = [("chunk", c) for c in fe["chunks"]]
-        else:
+        pieces = [("chunk", c) for c in fe["chunks"]] if fe["kind"] == "bytes" else []
+        if fe["kind"] != "bytes":
             for p in fe["parts"]:
                 pieces += [("chunk", c) for c in p["chunks"]] if p["t"] == "raw" else [("tensor", p)]
         off = 0
         for kind, e in pieces:
-            pool.submit(functools.partial(self._restore_piece, view, step, fe, kind, e, fd, off, ph), cost=e["n"])
+            th = piece_threads(pool.workers, self.threads, e["n"])
+            pool.submit(functools.partial(self._restore_piece, view, step, fe, kind, e, fd, off, th, ph), cost=e["n"])
             off += e["n"]
 
-    def _restore_piece(self, view, step, fe, kind, e, fd, off, ph):
+    def _restore_piece(self, view, step, fe, kind, e, fd, off, th, ph):
         with ph.time("decode"):
             if kind == "chunk":
                 data = view.chunk(step, e, fe["path"])
             else:  # decoded into this thread's buffer (no page faults), written, then reused
-                buf, th = scratch("out", e["n"]), piece_threads(workers_for(self.threads), self.threads, e["n"])
+                buf = scratch("out", e["n"])
                 out = buf.view(NP_DTYPES[e["np"]]) if e["enc"] == "lmc" else buf
                 data = view.decode(step, fe["path"], e, out=out, threads=th).reshape(-1).view(np.uint8)
         if kind == "tensor":

@@ -76,8 +76,9 @@ class Ordered:
         self.q.append((self.ex.submit(fn), done, cost))
         self.inflight += cost
 
-    def _pop(self):
-        fut, done, cost = self.q.popleft()
+    def _pop(self, i=0):
+        fut, done, cost = self.q[i]
+        del self.q[i]
         self.inflight -= cost
         r = fut.result()
         if done is not None:
@@ -85,13 +86,7 @@ class Ordered:
 
     def _pop_first_done(self):
         done_set, _ = wait([e[0] for e in self.q], return_when=FIRST_COMPLETED)
-        i = next(i for i, e in enumerate(self.q) if e[0] in done_set)
-        fut, done, cost = self.q[i]
-        del self.q[i]
-        self.inflight -= cost
-        r = fut.result()
-        if done is not None:
-            done(r)
+        self._pop(next(i for i, e in enumerate(self.q) if e[0] in done_set))
 
     def drain(self):
         while self.q:
