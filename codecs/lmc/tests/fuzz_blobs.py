@@ -31,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
 from lmc import api  # noqa: E402
+from lmc.kernels.rans import rans_states_for  # noqa: E402
 
 CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx", 6: "delta"}
 STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
@@ -226,10 +227,41 @@ def build_corpus(seed=0, small=False):
                for nm, x, r, c in delta_specs(small)]
             + [dict(name=nm + "_v3", x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=3))
                for nm, x, r, c in specs if nm in v3]
-            # format 7: chunks of at least 8192 elements, whose rANS streams have 32 states
-            + [dict(name=nm + "_v7", x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=max(c, 8192),
-                                                                 format_version=7, prefer=p))
-               for nm, x, r, c in specs + mctx_specs() for p in ("speed", "size") if x.size >= 8192])
+            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=7,
+                                                           prefer=p))
+               for nm, x, r, c, p in v7_specs(small)])
+
+
+def v7_specs(small=False):
+    """Format 7 seeds: rANS streams of 8192 symbols or more, which have 32 interleaved states (chunks of 8192
+    elements and more; the rest of the corpus has 4-state streams only): the temporal mode on bf16 weights of
+    three small models after an Adam step (17,208 elements, the last chunk shorter than 8192: 4 states) and on
+    fp32 weights moved by about 1e-4 (prefer="size": temporal chunks; the default: the delta mode), an alone
+    rANS byte stream (sparse int8), the mantissa-context mode (prefer="size") and an XOR coding with rANS
+    (int32).  small: the temporal bf16 seed only (the pure-Python build decodes 32-state streams one symbol at
+    a time)."""
+    import ml_dtypes
+    ws = [_model_weights(s) for s in (40, 41, 42)]
+    w1 = np.concatenate([w for w, _ in ws])
+    w0 = np.concatenate([w for _, w in ws])
+    bf = ml_dtypes.bfloat16
+    sparse = np.zeros(8192 * 2 + 100, np.int8)
+    sparse[::29] = 5
+    rng = np.random.default_rng(43)
+    ints = rng.integers(-300, 300, 8192 + 8).astype(np.int32)
+    intsr = ints.copy()
+    intsr[::50] += 1
+    # fp32: moved by an absolute step of about 1e-4 (as Adam moves weights), where the temporal mode beats the
+    # delta mode in some chunks (the one-step weights above go to the delta mode at fp32)
+    f32 = (w0 + rng.standard_normal(w0.size) * 1e-4).astype(np.float32)
+    specs = [("bf16_temporal_v7", w1.astype(bf), w0.astype(bf), 8192, "speed")]
+    if not small:
+        specs += [("int8_rans_v7", sparse, None, 8192, "speed"),
+                  ("f32_temporal_v7", f32, w0, 8192, "speed"),
+                  ("f32_temporal_v7_size", f32, w0, 8192, "size"),
+                  ("bf16_mctx_v7", _skewed(8192 + 4001, 44).astype(bf), None, 8192 + 4001, "size"),
+                  ("int32_xor_v7", ints, intsr, 8192 + 8, "speed")]
+    return specs
 
 
 def save_corpus(corpus, path):
@@ -292,29 +324,34 @@ class Blob:
                 F.append((1, 4, "pred_w", cname))
                 pos = 5
             for _ in range(self.ns):
-                pos = self._record_fields(p, pos, cname, F)
+                pos = self._record_fields(p, pos, cname, F, n)
         elif cm == 5:
             own = "mctx"
             F += [(1, 1, "mctx_E", own), (2, 1, "mctx_K", own), (3, 1, "mctx_mask", own)]
-            q = self._record_fields(p, 4, cname, F)   # the exponent's stream record
+            q = self._record_fields(p, 4, cname, F, n)   # the exponent's stream record
             for k in range(8):
                 if p[3] >> k & 1:
                     q = self._freq_fields(p, q, 15, own, F)
             (R,) = struct.unpack_from("<I", p, q)
+            S = self.states(n)
+            own = "mctx32" if S == 32 else own
             F += [(q, 4, "mctx_R", own)]
-            F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(4)]
-            F += [(q + 20, R - 16, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "mctx_nibbles", own)]
+            F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(S)]
+            F += [(q + 4 + 4 * S, R - 4 * S, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "mctx_nibbles", own)]
         elif cm == 6:
             own = "delta"
             F += [(1, 1, "delta_c", own), (2, 1, "delta_q", own), (3, 4, "delta_m", own)]
             cut, (m,) = p[1], struct.unpack_from("<I", p, 3)
             q = 7
-            for _ in range(cut // 8 + (cut % 8 != 0)):   # the low byte streams, the nibble stream
-                q = self._record_fields(p, q, cname, F)
-            q = self._record_fields(p, q, cname, F)      # the packed fields
+            for _ in range(cut // 8):                    # the low byte streams (n symbols each)
+                q = self._record_fields(p, q, cname, F, n)
+            if cut % 8:                                  # the nibble stream
+                q = self._record_fields(p, q, cname, F, (n + 1) // 2)
+            g = 8 // p[2] if p[2] in (2, 4, 8) else 1
+            q = self._record_fields(p, q, cname, F, -(-n // g))   # the packed fields
             if m:                                        # the escape values' bytes
                 for _ in range((self.W - cut + 7) // 8):
-                    q = self._record_fields(p, q, cname, F)
+                    q = self._record_fields(p, q, cname, F, m)
         elif cm == 3:
             own = "temporal"
             F += [(1, 1, "temporal_E", own), (2, 2, "temporal_cmask", own)]
@@ -324,13 +361,19 @@ class Blob:
                 if mask >> k & 1:
                     q = self._freq_fields(p, q, 2 * self.W, own, F)
             (R,) = struct.unpack_from("<I", p, q)
+            S = self.states(n)
+            own = "temporal32" if S == 32 else own
             F += [(q, 4, "temporal_R", own)]
-            F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(4)]
-            F += [(q + 20, R - 16, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "raw_bits", own)]
+            F += [(q + 4 + 4 * k, 4, "rans_state", own) for k in range(S)]
+            F += [(q + 4 + 4 * S, R - 4 * S, "rans_words", own), (q + 4 + R, len(p) - q - 4 - R, "raw_bits", own)]
         return [f for f in F if f[1] > 0]
 
-    def _record_fields(self, p, pos, cname, F):
-        """The fields of the stream record at p[pos:] into F; returns its end."""
+    def states(self, nsym):
+        """The interleaved states of a rANS stream of nsym symbols in this blob (format 7: 32 from 8192 on)."""
+        return rans_states_for(nsym, self.version)
+
+    def _record_fields(self, p, pos, cname, F, nsym):
+        """The fields of the stream record of nsym symbols at p[pos:] into F; returns its end."""
         sm = p[pos]
         (plen,) = struct.unpack_from("<I", p, pos + 1)
         own = f"{cname}/{STREAM_NAMES[sm]}"
@@ -352,9 +395,11 @@ class Blob:
                 F.append((s, L, "huff_substream", own))
                 s += L
         else:
+            S = self.states(nsym)
+            own = own + "32" if S == 32 else own
             t = self._freq_fields(p, q, 255, own, F)
-            F += [(t + 4 * k, 4, "rans_state", own) for k in range(4)]
-            F.append((t + 16, e - t - 16, "rans_words", own))
+            F += [(t + 4 * k, 4, "rans_state", own) for k in range(S)]
+            F.append((t + 4 * S, e - t - 4 * S, "rans_words", own))
         return e
 
     @staticmethod

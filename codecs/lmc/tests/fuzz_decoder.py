@@ -289,7 +289,7 @@ def _valid_table_mutation(b, c, p, F, rng):
     new = bytes([lo, hi]) + _freq_encode(vals)
     p = p[:q] + new + p[t:]
     delta = len(new) - (t - q)
-    if g[3] not in ("temporal", "mctx") and delta:   # a stream record: fix its length
+    if g[3] not in ("temporal", "mctx", "temporal32", "mctx32") and delta:   # a stream record: fix its length
         rec = max(h[0] for h in F if h[2] == "stream_len" and h[0] < q)
         v = struct.unpack_from("<I", p, rec)[0]
         struct.pack_into("<I", p, rec, v + delta)

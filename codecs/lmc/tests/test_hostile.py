@@ -22,7 +22,7 @@ ROOT = os.path.dirname(HERE)
 MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal", "chunk:pred",
          "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const",
          "pred/huffman", "pred/raw", "pred/const", "chunk:mctx", "mctx/huffman", "chunk:delta", "delta/raw",
-         "delta/const"]
+         "delta/const", "temporal32", "alone/rans32", "mctx32", "xor/rans32"]   # *32: format 7's 32-state streams
 # the predicted-exponent forgeries of fuzz_decoder._pred_mutation (chunk mode 4, format v3)
 PRED_KINDS = ("pred:w", "pred:w_zero", "pred:residual_raw", "pred:residual_const", "pred:residual_rans1",
               "pred:all_const", "pred:head_cut", "pred:in_v1", "pred:in_v2", "pred:as_alone",
@@ -57,6 +57,10 @@ def _check_summary(d, min_cases):
     # mode 6 (delta) likewise
     assert d["coverage"].get("chunk:delta", 0) >= 8, d["coverage"]
     assert d["by_owner"].get("delta", 0) >= 5 and d["by_owner"].get("delta/raw", 0) >= 5, d["by_owner"]
+    # format 7's 32-state rANS streams likewise (the pure-Python build's small corpus: one temporal seed)
+    assert d["coverage"].get("temporal32", 0) >= 1, d["coverage"]
+    if d["build"]["jit"]:
+        assert d["by_owner"].get("temporal32", 0) >= 5 and d["by_owner"].get("alone/rans32", 0) >= 5, d["by_owner"]
 
 
 def test_corpus_uses_every_mode(corpus):
@@ -84,9 +88,9 @@ def test_corpus_uses_every_mode(corpus):
 
 
 def test_fuzz_normal_build(corpus):
-    # (seed 5: some forgery kinds of PRED_KINDS are drawn only 2 or 3 times in 4000 cases, so a seed may
-    # miss one; the seed was 1 before the delta seeds joined the corpus, with which pred:in_v2 is not drawn)
-    stats, failures = FZ.run(corpus, 4000, seed=5, stack=0.2)
+    # (some forgery kinds of PRED_KINDS are drawn only 2 or 3 times in 4000 cases, so a seed may miss one:
+    # 4000 cases and seed 1, then seed 5 with the delta seeds, now 8000 and seed 6 with the format-7 seeds)
+    stats, failures = FZ.run(corpus, 8000, seed=6, stack=0.2)
     assert not failures, failures[:3]
     assert sum(v for k, v in stats["by_kind"].items() if k.endswith("+flips")) > 400
     by_owner = stats["by_owner"]
@@ -230,7 +234,7 @@ def test_fuzz_checked_build(build, tmp_path):
     small = build == "nojit_checked"
     corpus_file = str(tmp_path / "corpus.npz")
     FZ.save_corpus(FZ.build_corpus(3, small=small), corpus_file)
-    cases = 400 if small else 6000
+    cases = 500 if small else 6000
     out = str(tmp_path / "summary.json")
     p = _child(env, ["--corpus", corpus_file, "--cases", str(cases), "--seed", "3", "--json", out], 900)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
