@@ -176,7 +176,7 @@ def test_format7_blob_truncated_or_flipped_is_refused():
 
 def test_scalar_build_decodes_the_same(tmp_path):
     """LMC_SIMD=0 (the build a CPU without AVX2 gets): SIMD is off, and the frozen format 7 vectors decode to
-    the same bytes as here."""
+    the same bytes as here and encode to the same blobs (the vector encoder kernels: simd.tsyms8, enc32)."""
     man = json.load(open(os.path.join(OUT, "manifest.json")))
     v7 = sorted(n for n, e in man.items() if e["format_version"] == 7)
     assert v7
@@ -191,8 +191,11 @@ man = json.load(open(os.path.join(OUT, "manifest.json")))
 for name in {v7!r}:
     e = man[name]
     ref = load(name, e, ".ref.npy") if e["reference"] else None
-    y = lmc.decompress(open(os.path.join(OUT, name + ".lmc"), "rb").read(), reference=ref)
+    blob = open(os.path.join(OUT, name + ".lmc"), "rb").read()
+    y = lmc.decompress(blob, reference=ref)
     assert y.tobytes() == load(name, e).tobytes(), name
+    assert lmc.compress(y, reference=ref, chunk_size=e["chunk_size"], format_version=7,
+                        prefer=e.get("prefer", "speed")) == blob, name
 print("scalar ok", len({v7!r}))
 """
     env = dict(os.environ, LMC_SIMD="0")
@@ -214,3 +217,77 @@ def test_simd_flag_follows_the_cpu_and_the_environment():
             if m >> j & 1:
                 assert simd.PERM[m * 8 + j] == k
                 k += 1
+
+
+@pytest.mark.skipif(not simd.SIMD, reason="the vector kernels need AVX2 (SIMD is False here)")
+def test_vector_temporal_kernels_match_the_scalar_loops():
+    """The temporal mode's vector kernels give the scalar loops' outputs on every edge of the monotone map (sign
+    flips, the most negative difference, infinities and NaNs of the exponent contexts), every length mod 8 and
+    every context base; the 32-state encoder's vector rounds give the scalar loop's stream and states."""
+    from lmc.kernels import temporal as kt
+    from lmc.kernels import rans as kr
+    rng = np.random.default_rng(11)
+    for W, T, mb, em in ((16, np.uint16, 7, 0xFF), (16, np.uint16, 10, 0x1F), (32, np.uint32, 23, 0xFF)):
+        edge = np.array([0, 1 << (W - 1), (1 << W) - 1, (1 << (W - 1)) - 1, 1, (1 << (W - 1)) + 1,
+                         em << mb, (em << mb) | 1], np.uint64)
+        for n in (8, 13, 64, 1000, 4099):
+            r = rng.integers(0, 1 << W, n, dtype=np.uint64)
+            x = np.where(rng.random(n) < 0.5, r + rng.integers(-70, 70, n).astype(np.uint64),
+                         rng.integers(0, 1 << W, n, dtype=np.uint64))
+            x[:64] = np.resize(edge, 64)[:n] if n < 64 else np.resize(edge, 64)
+            r[:64] = np.repeat(edge, 8)[:n] if n < 64 else np.repeat(edge, 8)
+            x, r = (x & ((1 << W) - 1)).astype(T), (r & ((1 << W) - 1)).astype(T)
+            for E in (0, 3, 31, 127, 254):
+                j1, j2 = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
+                l1, l2 = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+                a1 = kt._tsyms(x, r, n, W, mb, em, E, j1, l1)
+                a2, m = simd.tsyms8(x, r, n, W, mb, em, E, j2, l2)
+                assert m == n & ~7
+                a2 += kt._tsyms(x[m:], r[m:], n - m, W, mb, em, E, j2[m:], l2[m:])
+                assert a1 == a2 and (j1 == j2).all() and (l1 == l2).all(), (W, mb, n, E)
+                c1, c2 = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
+                o1, o2 = np.zeros(n, T), np.zeros(n, T)
+                u1 = kt._tmask(r, n, E, mb, em, c1, o1, W)
+                u2, m = simd.tmask8(r, n, mb, em, E, c2, o2, W)
+                u2 |= kt._tmask(r[m:], n - m, E, mb, em, c2[m:], o2[m:], W)
+                assert u1 == u2 and (c1 == c2).all() and (o1 == o2).all(), (W, mb, n, E)
+    # the encoder: skewed and flat tables, one-symbol contexts (f = 4096) and f = 1 symbols
+    for trial in range(6):
+        nsym = 65
+        n = 32 * int(rng.integers(1, 40)) + int(rng.integers(0, 32))
+        f = np.zeros(16 * 256, np.int64)
+        cm = np.zeros(16 * 256, np.int64)
+        jb = np.zeros(n + 16, np.uint16)
+        hist = np.zeros(16 * 256, np.int64)
+        for c in range(16):
+            if trial == 0 and c == 3:
+                hist[c * 256 + 7] = 100                       # one symbol: f = 4096
+            else:
+                hist[c * 256:c * 256 + nsym] = rng.integers(0, 50, nsym) ** (trial % 3 + 1)
+                hist[c * 256 + 1] = 1                         # f = 1
+                hist[c * 256] += 1
+        ctx = rng.integers(0, 16, n)
+        for i in range(n):
+            row = hist[ctx[i] * 256:ctx[i] * 256 + nsym].astype(np.float64)
+            jb[i] = ctx[i] * nsym + rng.choice(nsym, p=row / row.sum())
+        et = np.zeros(2 * 16 * nsym, np.uint64)
+        kbt = np.zeros(16 * nsym, np.uint8)
+        cmask = 0
+        for c in range(16):
+            if kr.rans_normalize(hist, c << 8, nsym, f) > 0:
+                cmask |= 1 << c
+                kr.cum_freqs(f, c << 8, cm)
+        out = np.zeros(1 << 16, np.uint8)
+        kr.put_ctx_tables(f, cm, cmask, 16, nsym, out, 0, out.size, et, kbt, True)
+        b1 = np.zeros(2 * n + 4 * 32 + 32, np.uint8)
+        p1 = kr._tenc(jb, n, et, b1, 32)
+        # the scalar rounds: the same loop with the vector path off (lo = 0)
+        b2 = np.zeros_like(b1)
+        p2 = b2.size
+        xl = np.full(32, 1 << 16, np.uint64)
+        for i in range(n - 1, -1, -1):
+            j = int(jb[i])
+            xl[i & 31], p2 = kr._renc2(xl[i & 31], et[2 * j], et[2 * j + 1], b2, p2)
+        p2 -= 128
+        b2[p2:p2 + 128] = xl.astype(np.uint32).view(np.uint8)
+        assert p1 == p2 and b1[p1:].tobytes() == b2[p2:].tobytes(), trial

@@ -7,7 +7,7 @@ from numba import njit
 
 from .intrinsics import ld, load_u16, load_u32, mulhi64, store_u16, store_u32
 from .intrinsics import st as put
-from .simd import LANES, rounds32
+from .simd import LANES, SIMD, enc32, rounds32
 from .base import (ERR_FREQ, ERR_RANS, ERR_TRUNC, OK, PROB_BITS, PROB_SCALE, RANS_L, _S32, _i4, copy_bytes,
                      nonzero_range)
 
@@ -435,10 +435,25 @@ def _tenc(jb, n, et, buf, S):
     if S != 4:
         xl = np.empty(S, np.uint64)
         xl[:] = np.uint64(RANS_L)
-        for i in range(n - 1, -1, -1):
+        # (where the CPU has AVX2, the full rounds of 32 below the last partial one as vectors: simd.enc32)
+        lo = (n // LANES) * LANES if SIMD and S == LANES else 0
+        for i in range(n - 1, lo - 1, -1):
             j = np.int64(ld(jb, i))
             k = i & (S - 1)
             xl[k], p = _renc2(xl[k], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
+        if lo > 0:
+            et32 = np.empty(et.size // 2, np.uint32)
+            for j in range(et.size // 2):
+                info = et[2 * j + 1]
+                fs = np.int64(info >> _S32)
+                cum = np.int64(info & np.uint64(8191)) - (PROB_SCALE - 1) * np.int64(fs == 1)
+                et32[j] = np.uint32(fs | (max(cum, 0) << 13))
+            x32 = np.empty(S, np.uint32)
+            for k in range(S):
+                x32[k] = np.uint32(xl[k])
+            p = enc32(jb, lo // LANES, et32, buf, p, x32)
+            for k in range(S):
+                xl[k] = np.uint64(x32[k])
         p -= 4 * S
         for k in range(S):
             store_u32(buf, p + 4 * k, np.uint32(xl[k]))

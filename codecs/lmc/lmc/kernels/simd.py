@@ -1,4 +1,15 @@
-"""Vector code for the 32-state rANS decoder (format 7): full rounds of 32 symbols stepped as four AVX2 vectors.
+"""AVX2 vector code: the 32-state rANS decoder and encoder (format 7) and the temporal mode's passes.
+
+The same outputs as the scalar loops they replace, where SIMD is True (below); tests/test_rans32.py checks each
+against its scalar loop and the frozen vectors in both builds:
+
+- ``rounds32``: full rounds of 32 symbols of a 32-state stream decoded as four vectors (below);
+- ``enc32``: the encoder's full rounds, four vectors a round (``_make_enc32``);
+- ``tsyms8``, ``tmask8``, ``trecon8``: the temporal mode's symbol pass (encoder), context pass and raw-bit
+  pass (decoder), eight units a vector.  Numba widens the scalar loops' integers to 64 bits (4 lanes to a
+  vector, or none for the serial raw-bit reader); the units fit 32 bits, and so does every value they make.
+
+The decoder:
 
 Format 7 codes a rANS stream of at least ``LANES_MIN`` symbols with 32 interleaved states that share one stream
 of 16-bit words, symbol ``i`` with state ``i mod 32`` (FORMAT.md, "rANS"): the same rule as format 2's 4 states,
@@ -153,6 +164,333 @@ def _make_rounds32(with_cb):
     return _rounds
 
 
+def _make_tsyms8(W):
+    """The temporal mode's symbol pass (``temporal._tsyms``) for W-bit units, eight per ``<8 x i32>`` vector:
+    ``(x, r, n8, mb, em, E, jb, low) -> raw bits`` over the first n8 (a multiple of 8) units.  Numba widens the
+    scalar loop's integers to 64 bits, so it runs 4 lanes to a vector; the units fit 32 bits, and so does every
+    value the pass makes.  Same outputs as the scalar loop."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    V8 = ir.VectorType(I32, 8)
+    U = I16 if W == 16 else I32
+
+    def splat(v):
+        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
+
+    def vsplat(builder, v):
+        u = builder.insert_element(ir.Constant(V8, ir.Undefined), v, ir.Constant(I32, 0))
+        return builder.shuffle_vector(u, u, ir.Constant(V8, [0] * 8))
+
+    @intrinsic
+    def _tsyms8(typingctx, x, r, n8, mb, em, E, jb, low):
+        sig = types.int64(x, r, n8, mb, em, E, jb, low)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                ary = context.make_array(signature.args[k])(context, builder, args[k])
+                return builder.bitcast(ary.data, t)
+
+            VU = ir.VectorType(U, 8)
+            xp = data(0, ir.PointerType(VU))
+            rp = data(1, ir.PointerType(VU))
+            jp = data(6, ir.PointerType(ir.VectorType(I16, 8)))
+            lp = data(7, ir.PointerType(V8))
+            ctlz = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V8, [V8, I1]), "llvm.ctlz.v8i32")
+            vmb = vsplat(builder, builder.trunc(args[3], I32))
+            vem = vsplat(builder, builder.trunc(args[4], I32))
+            vE = vsplat(builder, builder.trunc(args[5], I32))
+            sb = splat(1 << (W - 1))
+            mask = splat((1 << W) - 1)
+            acc = cgutils.alloca_once_value(builder, splat(0))
+            nv = builder.udiv(args[2], ir.Constant(I64, 8))
+            with cgutils.for_range(builder, nv) as loop:
+                j = loop.index
+                xv = builder.load(builder.gep(xp, [j]), align=1)
+                rv = builder.load(builder.gep(rp, [j]), align=1)
+                if W == 16:
+                    xv, rv = builder.zext(xv, V8), builder.zext(rv, V8)
+                e = builder.and_(builder.lshr(rv, vmb), vem)
+                c = builder.sub(vE, e)
+                c = builder.select(builder.icmp_signed("<", c, splat(0)), splat(0), c)
+                c = builder.select(builder.icmp_signed(">", c, splat(14)), splat(14), c)
+                c = builder.select(builder.icmp_unsigned("==", e, vem), splat(15), c)
+
+                def mono(v):   # sign clear: flip the sign bit; set: flip every bit
+                    s = builder.icmp_unsigned("!=", builder.and_(v, sb), splat(0))
+                    return builder.xor(v, builder.select(s, mask, sb))
+                d = builder.and_(builder.sub(mono(xv), mono(rv)), mask)
+                neg = builder.and_(builder.lshr(d, splat(W - 1)), splat(1))
+                a = builder.and_(builder.add(builder.xor(d, builder.sub(splat(0), neg)), neg), mask)
+                nz = builder.zext(builder.icmp_unsigned("!=", a, splat(0)), V8)
+                k = builder.sub(splat(32), builder.call(ctlz, [a, ir.Constant(I1, 0)]))
+                builder.store(builder.add(builder.load(acc), builder.sub(k, nz)), acc)
+                sym = builder.add(builder.mul(c, splat(2 * W + 1)),
+                                  builder.add(builder.sub(builder.add(k, k), nz), neg))
+                builder.store(builder.trunc(sym, ir.VectorType(I16, 8)), builder.gep(jp, [j]), align=1)
+                lead = builder.shl(nz, builder.sub(k, nz))
+                builder.store(builder.xor(a, lead), builder.gep(lp, [j]), align=1)
+            v = builder.load(acc)
+            tot = ir.Constant(I64, 0)
+            for h in range(8):
+                tot = builder.add(tot, builder.zext(builder.extract_element(v, ir.Constant(I32, h)), I64))
+            return tot
+        return sig, codegen
+    return _tsyms8
+
+
+def _make_trecon8(W):
+    """The temporal decoder's raw-bit pass (``temporal._trecon``'s fast loop) for W-bit units, eight per vector:
+    ``(blob, q, bit, o, syms, i0, nvec) -> bits read``.  Element i's raw bits start where those of the elements
+    before it end, so the positions are a prefix sum of the bit counts (within a vector by three shifts and
+    adds, across vectors by the running total); the 4 bytes at each position (two such words for W = 32: up
+    to 31 bits at a shift of up to 7) are gathered, and o[i] (mono(r[i])) becomes unmono(o[i] + d), the unit.  From byte q, bit `bit`
+    (< 8), symbols i0 .. i0 + 8 nvec.  The caller guarantees that every word read lies inside the raw stream
+    (q + nvec * (W - 1) + 8 <= its end); nothing here checks bounds."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    V8 = ir.VectorType(I32, 8)
+    U = ir.IntType(W)
+
+    def splat(v):
+        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
+
+    def vsplat(builder, v):
+        u = builder.insert_element(ir.Constant(V8, ir.Undefined), v, ir.Constant(I32, 0))
+        return builder.shuffle_vector(u, u, ir.Constant(V8, [0] * 8))
+
+    @intrinsic
+    def _trecon8(typingctx, blob, q, bit, o, syms, i0, nvec):
+        sig = types.int64(blob, q, bit, o, syms, i0, nvec)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                ary = context.make_array(signature.args[k])(context, builder, args[k])
+                return builder.bitcast(ary.data, t)
+
+            bp = builder.gep(data(0, ir.PointerType(I8)), [args[1]])
+            op = data(3, ir.PointerType(U))
+            sp = data(4, ir.PointerType(I8))
+            gather = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(V8, [V8, ir.PointerType(I8), V8, V8, I8]),
+                "llvm.x86.avx2.gather.d.d.256")
+            psllv = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V8, [V8, V8]),
+                                                   "llvm.x86.avx2.psllv.d.256")
+            zero = splat(0)
+            sb = splat(1 << (W - 1))
+            mask = splat((1 << W) - 1)
+            tot = cgutils.alloca_once_value(builder, builder.trunc(args[2], I32))
+            with cgutils.for_range(builder, args[6]) as loop:
+                i = builder.add(args[5], builder.mul(loop.index, ir.Constant(I64, 8)))
+                sv = builder.zext(builder.load(builder.bitcast(builder.gep(sp, [i]),
+                                                               ir.PointerType(ir.VectorType(I8, 8))), align=1), V8)
+                k = builder.lshr(builder.add(sv, splat(1)), splat(1))
+                k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
+                nz = builder.zext(builder.icmp_unsigned("!=", k, zero), V8)
+                kb = builder.sub(k, nz)
+                even = builder.icmp_unsigned("==", builder.and_(sv, splat(1)), zero)
+                neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), even), V8)
+                inc = kb
+                for sh in (1, 2, 4):   # inclusive prefix sum of the bit counts across the 8 lanes
+                    mv = builder.shuffle_vector(zero, inc, ir.Constant(V8, [8 + j - sh if j >= sh else 0
+                                                                             for j in range(8)]))
+                    inc = builder.add(inc, mv)
+                t0 = builder.load(tot)
+                pos = builder.add(vsplat(builder, t0), builder.sub(inc, kb))
+                byte = builder.lshr(pos, splat(3))
+                shv = builder.and_(pos, splat(7))
+                v = builder.lshr(builder.call(gather, [zero, bp, byte, splat(-1), ir.Constant(I8, 1)]), shv)
+                if W == 32:
+                    hi = builder.call(gather, [zero, builder.gep(bp, [ir.Constant(I64, 4)]), byte, splat(-1),
+                                               ir.Constant(I8, 1)])
+                    v = builder.or_(v, builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
+                a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))),
+                                builder.shl(nz, kb))
+                d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
+                ov = builder.bitcast(builder.gep(op, [i]), ir.PointerType(ir.VectorType(U, 8)))
+                m = builder.load(ov, align=1)
+                if W == 16:
+                    m = builder.zext(m, V8)
+                y = builder.and_(builder.add(m, d), mask)
+                # the inverse monotone map: sign bit set -> flip it; clear -> flip every bit
+                y = builder.xor(y, builder.select(builder.icmp_unsigned("!=", builder.and_(y, sb), zero), sb, mask))
+                builder.store(builder.trunc(y, ir.VectorType(U, 8)) if W == 16 else y, ov, align=1)
+                builder.store(builder.add(t0, builder.extract_element(inc, ir.Constant(I32, 7))), tot)
+            return builder.sub(builder.zext(builder.load(tot), I64), args[2])
+        return sig, codegen
+    return _trecon8
+
+
+def _make_tmask8(W):
+    """The temporal decoder's context pass (``temporal._tmask``) for W-bit units, eight per vector:
+    ``(r, n8, mb, em, E, cb, o) -> the set of contexts`` over the first n8 (a multiple of 8) units: cb[i] = the
+    context of r[i] << 12, o[i] = mono(r[i])."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    I16, I32, I64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    V8 = ir.VectorType(I32, 8)
+    U = ir.IntType(W)
+
+    def splat(v):
+        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
+
+    def vsplat(builder, v):
+        u = builder.insert_element(ir.Constant(V8, ir.Undefined), v, ir.Constant(I32, 0))
+        return builder.shuffle_vector(u, u, ir.Constant(V8, [0] * 8))
+
+    @intrinsic
+    def _tmask8(typingctx, r, n8, mb, em, E, cb, o):
+        sig = types.int64(r, n8, mb, em, E, cb, o)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                ary = context.make_array(signature.args[k])(context, builder, args[k])
+                return builder.bitcast(ary.data, t)
+
+            VU = ir.VectorType(U, 8)
+            rp = data(0, ir.PointerType(VU))
+            cp = data(5, ir.PointerType(ir.VectorType(I16, 8)))
+            op = data(6, ir.PointerType(VU))
+            vmb = vsplat(builder, builder.trunc(args[2], I32))
+            vem = vsplat(builder, builder.trunc(args[3], I32))
+            vE = vsplat(builder, builder.trunc(args[4], I32))
+            sb = splat(1 << (W - 1))
+            mask = splat((1 << W) - 1)
+            used = cgutils.alloca_once_value(builder, splat(0))
+            with cgutils.for_range(builder, builder.udiv(args[1], ir.Constant(I64, 8))) as loop:
+                j = loop.index
+                rv = builder.load(builder.gep(rp, [j]), align=1)
+                if W == 16:
+                    rv = builder.zext(rv, V8)
+                e = builder.and_(builder.lshr(rv, vmb), vem)
+                c = builder.sub(vE, e)
+                c = builder.select(builder.icmp_signed("<", c, splat(0)), splat(0), c)
+                c = builder.select(builder.icmp_signed(">", c, splat(14)), splat(14), c)
+                c = builder.select(builder.icmp_unsigned("==", e, vem), splat(15), c)
+                builder.store(builder.or_(builder.load(used), builder.shl(splat(1), c)), used)
+                builder.store(builder.trunc(builder.shl(c, splat(12)), ir.VectorType(I16, 8)),
+                              builder.gep(cp, [j]), align=1)
+                neg = builder.icmp_unsigned("!=", builder.and_(rv, sb), splat(0))
+                m = builder.xor(rv, builder.select(neg, mask, sb))
+                builder.store(builder.trunc(m, VU) if W == 16 else m, builder.gep(op, [j]), align=1)
+            v = builder.load(used)
+            tot = builder.extract_element(v, ir.Constant(I32, 0))
+            for h in range(1, 8):
+                tot = builder.or_(tot, builder.extract_element(v, ir.Constant(I32, h)))
+            return builder.zext(tot, I64)
+        return sig, codegen
+    return _tmask8
+
+
+def _permr_table():
+    """PERMR[m * 8 + j]: for an 8-bit mask m of the lanes that emit a word, the lane whose word goes to position j
+    of eight, the emitted words at the top positions (8 - popcount(m) .. 7) in lane order; 0 below them."""
+    t = np.zeros(256 * 8, np.int32)
+    for m in range(256):
+        sel = [j for j in range(8) if m >> j & 1]
+        for q, j in enumerate(sel):
+            t[m * 8 + 8 - len(sel) + q] = j
+    return t
+
+
+PERMR = _permr_table()
+
+
+def _make_enc32():
+    """The 32-state rANS encoder's full rounds (``rans._tenc``), four 8-lane vectors a round, from the last round
+    down: ``(jb, nr, et32, buf, p, xs, permr) -> p``.  et32[j] = f | cum << 13 of joint symbol j; xs (uint32[32])
+    the states, updated.  A lane renormalises where x > (f << 20) - 1: its low 16 bits go to the word stream
+    below p, the emitting lanes of a vector in lane order (``vpermd`` by PERMR moves them to the top of eight
+    words stored at p - 16), as the scalar loop, which takes the lanes from the highest down, writes them; then
+    x = (x div f) * 4096 + x mod f + cum, the quotient from a double division (exact: x < 2^32, f <= 4096).
+    The buffer needs 16 bytes below the final p (the stored words below it are overwritten or lie outside the
+    stream); nothing here checks bounds."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    V8 = ir.VectorType(I32, 8)
+    V4 = ir.VectorType(I32, 4)
+    D4 = ir.VectorType(ir.DoubleType(), 4)
+
+    def splat(v):
+        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
+
+    @intrinsic
+    def _enc32(typingctx, jb, nr, et32, buf, p, xs, permr):
+        sig = types.int64(jb, nr, et32, buf, p, xs, permr)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                ary = context.make_array(signature.args[k])(context, builder, args[k])
+                return builder.bitcast(ary.data, t)
+
+            jp = data(0, ir.PointerType(I16))
+            ep = data(2, ir.PointerType(I8))
+            bp = data(3, ir.PointerType(I8))
+            xp = data(5, ir.PointerType(V8))
+            pp = data(6, ir.PointerType(V8))
+            gather = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(V8, [V8, ir.PointerType(I8), V8, V8, I8]),
+                "llvm.x86.avx2.gather.d.d.256")
+            permd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V8, [V8, V8]),
+                                                   "llvm.x86.avx2.permd")
+            ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I32, [I32]), "llvm.ctpop.i32")
+            vx = [cgutils.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
+                  for h in range(4)]
+            pos = cgutils.alloca_once_value(builder, args[4])
+            lo4 = ir.Constant(V4, [0, 1, 2, 3])
+            hi4 = ir.Constant(V4, [4, 5, 6, 7])
+            with cgutils.for_range(builder, args[1]) as loop:
+                g = builder.mul(builder.sub(builder.sub(args[1], ir.Constant(I64, 1)), loop.index),
+                                ir.Constant(I64, 32))
+                for h in (3, 2, 1, 0):
+                    i = builder.add(g, ir.Constant(I64, 8 * h))
+                    jv = builder.zext(builder.load(builder.bitcast(builder.gep(jp, [i]),
+                                                                   ir.PointerType(ir.VectorType(I16, 8))),
+                                                   align=1), V8)
+                    e = builder.call(gather, [splat(0), ep, jv, splat(-1), ir.Constant(I8, 4)])
+                    f = builder.and_(e, splat(0x1FFF))
+                    cum = builder.lshr(e, splat(13))
+                    x = builder.load(vx[h])
+                    m = builder.icmp_unsigned(">", x, builder.sub(builder.shl(f, splat(20)), splat(1)))
+                    bits = builder.zext(builder.bitcast(m, I8), I32)
+                    q = builder.load(pos)
+                    pv = builder.load(builder.gep(pp, [builder.zext(bits, I64)]), align=4)
+                    w = builder.call(permd, [builder.and_(x, splat(0xFFFF)), pv])
+                    dst = builder.bitcast(builder.gep(bp, [builder.sub(q, ir.Constant(I64, 16))]),
+                                          ir.PointerType(ir.VectorType(I16, 8)))
+                    builder.store(builder.trunc(w, ir.VectorType(I16, 8)), dst, align=1)
+                    step = builder.shl(builder.zext(builder.call(ctpop, [bits]), I64), ir.Constant(I64, 1))
+                    builder.store(builder.sub(q, step), pos)
+                    x = builder.select(m, builder.lshr(x, splat(16)), x)
+                    parts = []
+                    for sel in (lo4, hi4):
+                        xd = builder.uitofp(builder.shuffle_vector(x, x, sel), D4)
+                        fd = builder.uitofp(builder.shuffle_vector(f, f, sel), D4)
+                        parts.append(builder.fptoui(builder.fdiv(xd, fd), V4))
+                    qv = builder.shuffle_vector(parts[0], parts[1], ir.Constant(V8, list(range(8))))
+                    x = builder.add(builder.add(x, cum), builder.mul(qv, builder.sub(splat(4096), f)))
+                    builder.store(x, vx[h])
+            for h in range(4):
+                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+            return builder.load(pos)
+        return sig, codegen
+    return _enc32
+
+
 if SIMD:
     _rounds_cb = _make_rounds32(True)
     _rounds_o0 = _make_rounds32(False)
@@ -165,5 +503,67 @@ if SIMD:
         if cb.size > 0:
             return _rounds_cb(blob, np.int64(p), dtab, cb, out, xs, _PERM, np.int64(i0), np.int64(rounds))
         return _rounds_o0(blob, np.int64(p), dtab, cb, out, xs, _PERM, np.int64(i0), np.int64(rounds))
+
+    _trecon8_16 = _make_trecon8(16)
+    _trecon8_32 = _make_trecon8(32)
+
+    @njit(nogil=True, cache=True)
+    def trecon8(blob, q, bit, o, syms, i0, nvec, W):
+        """The raw-bit pass over symbols i0 .. i0 + 8 nvec as vectors (see _make_trecon8); returns the bits read."""
+        if W == 16:
+            return _trecon8_16(blob, np.int64(q), np.int64(bit), o, syms, np.int64(i0), np.int64(nvec))
+        return _trecon8_32(blob, np.int64(q), np.int64(bit), o, syms, np.int64(i0), np.int64(nvec))
+
+    _enc32 = _make_enc32()
+    _PERMR = PERMR
+
+    @njit(nogil=True, cache=True)
+    def enc32(jb, nr, et32, buf, p, xs):
+        """The 32-state encoder's rounds nr - 1 .. 0 as vectors (see _make_enc32); returns the new p."""
+        if nr <= 0:
+            return p
+        return _enc32(jb, np.int64(nr), et32, buf, np.int64(p), xs, _PERMR)
+
+    _tmask8_16 = _make_tmask8(16)
+    _tmask8_32 = _make_tmask8(32)
+
+    @njit(nogil=True, cache=True)
+    def tmask8(r, n, mb, em, E, cb, o, W):
+        """The context pass over the first n & ~7 units as vectors; returns (the set of contexts, units done)."""
+        n8 = n & ~7
+        if n8 == 0:
+            return np.int64(0), np.int64(0)
+        if W == 16:
+            return _tmask8_16(r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), cb, o), np.int64(n8)
+        return _tmask8_32(r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), cb, o), np.int64(n8)
+
+    _tsyms8_16 = _make_tsyms8(16)
+    _tsyms8_32 = _make_tsyms8(32)
+
+    @njit(nogil=True, cache=True)
+    def tsyms8(x, r, n, W, mb, em, E, jb, low):
+        """The temporal symbol pass over the first n & ~7 units as vectors; returns (raw bits, units done)."""
+        n8 = n & ~7
+        if n8 == 0:
+            return np.int64(0), np.int64(0)
+        if W == 16:
+            return _tsyms8_16(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, low), np.int64(n8)
+        return _tsyms8_32(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, low), np.int64(n8)
 else:
     rounds32 = scalar_rounds
+
+    @njit(nogil=True, cache=True)
+    def tsyms8(x, r, n, W, mb, em, E, jb, low):
+        return np.int64(0), np.int64(0)
+
+    @njit(nogil=True, cache=True)
+    def trecon8(blob, q, bit, o, syms, i0, nvec, W):   # (never called: SIMD is False)
+        return np.int64(0)
+
+    @njit(nogil=True, cache=True)
+    def tmask8(r, n, mb, em, E, cb, o, W):
+        return np.int64(0), np.int64(0)
+
+    @njit(nogil=True, cache=True)
+    def enc32(jb, nr, et32, buf, p, xs):   # (never called: SIMD is False)
+        return p

@@ -12,6 +12,7 @@ from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOU
                      NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono)
 from .rans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
                    rans_cost_bits, rans_normalize, rans_states_for, read_ctx_tables)
+from .simd import SIMD, tmask8, trecon8, tsyms8
 from .streams import count_streams
 
 
@@ -101,6 +102,7 @@ def _tsyms(x, r, n, W, mb, em, E, jb, low):
     return raw
 
 
+TBLOCK = 64   # elements per call of the vector raw-bit pass
 SAMPLE = 32   # the estimates that decide which modes to analyse exactly use 1/SAMPLE
 TSAMPLE_MIN = 64 * 4 * SAMPLE  # shorter chunks are not sampled (every mode is analysed)
 
@@ -187,14 +189,17 @@ def temporal_count(data, ref, start, n, layout, E, jb, low, th):
     W, mb, em = _fparams(layout)
     th[:] = 0
     NK = NCTX * (2 * W + 1)
+    # (where the CPU has AVX2, all but the last n % 8 units as 8-lane vectors: kernels.simd.tsyms8)
     if W == 32:
         x = data[4 * start:4 * (start + n)].view(np.uint32)
         r = ref[4 * start:4 * (start + n)].view(np.uint32)
-        raw = _tsyms(x, r, n, W, mb, em, E, jb, low)
+        raw, m = tsyms8(x, r, n, W, mb, em, E, jb, low)
+        raw += _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], low[m:])
     else:
         x16 = data[2 * start:2 * (start + n)].view(np.uint16)
         r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
-        raw = _tsyms(x16, r16, n, W, mb, em, E, jb, low)
+        raw, m = tsyms8(x16, r16, n, W, mb, em, E, jb, low)
+        raw += _tsyms(x16[m:], r16[m:], n - m, W, mb, em, E, jb[m:], low[m:])
     for i in range(n):
         _inc(th, ((i & 3) * NK) + np.int64(ld(jb, i)))
     return raw
@@ -308,14 +313,17 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     E = np.int64(blob[pos])
     cmask = np.int64(load_u16(blob, pos + 1))
     pos += 3
+    # (where the CPU has AVX2, all but the last n % 8 units as 8-lane vectors: kernels.simd.tmask8)
     if W == 32:
         r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
         o32 = out[4 * start:4 * (start + n)].view(np.uint32)
-        used = _tmask(r32, n, E, mb, em, cb, o32, W)
+        used, m = tmask8(r32, n, mb, em, E, cb, o32, W)
+        used |= _tmask(r32[m:], n - m, E, mb, em, cb[m:], o32[m:], W)
     else:
         r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
         o16 = out[2 * start:2 * (start + n)].view(np.uint16)
-        used = _tmask(r16, n, E, mb, em, cb, o16, W)
+        used, m = tmask8(r16, n, mb, em, E, cb, o16, W)
+        used |= _tmask(r16[m:], n - m, E, mb, em, cb[m:], o16[m:], W)
     if used != cmask:
         return ERR_CTX
     pos = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
@@ -324,12 +332,13 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms, rans_states_for(n, version))
     if st != OK:
         return st
+    # (_trecon's vector blocks write the units of the first iv elements; the rest are still monotone)
     if W == 32:
-        st = _trecon(blob, q, end, o32, n, W, syms)
-        _unmono_all(o32, n, W)
+        st, iv = _trecon(blob, q, end, o32, n, W, syms)
+        _unmono_all(o32[iv:], n - iv, W)
     else:
-        st = _trecon(blob, q, end, o16, n, W, syms)
-        _unmono_all(o16, n, W)
+        st, iv = _trecon(blob, q, end, o16, n, W, syms)
+        _unmono_all(o16[iv:], n - iv, W)
     return st
 
 
@@ -366,7 +375,9 @@ def _trecon(blob, bs, end, o, n, W, syms):
     """Raw bits blob[bs:end] + symbols: o[i] = mono(r[i]) -> mono(r[i]) + d
     (mod 2^W; _unmono_all then gives the units).  The fast
     loop reads 8 bytes at bit b (branch-free) while they lie inside the
-    raw stream; the rest byte by byte with checks."""
+    raw stream; the rest byte by byte with checks.  Where the CPU has AVX2
+    the first blocks go to the vector pass, which writes the units
+    themselves.  Returns (status, the elements the vector pass wrote)."""
     mask = (np.int64(1) << W) - 1
     L = end - bs
     b = 0
@@ -377,6 +388,14 @@ def _trecon(blob, bs, end, o, n, W, syms):
         k = min((s + 1) >> 1, W)
         neg = np.int64(s != 0) & (1 - (s & 1))
         stab[s] = ((np.int64(1) << k) >> 1) | ((k - np.int64(k != 0)) << 32) | (neg << 40)
+    # where the CPU has AVX2, blocks of TBLOCK elements as vectors (kernels.simd.trecon8) while their bits (<= W
+    # - 1 each) and the 8 bytes read at the last lie inside the raw stream
+    if SIMD:
+        span = ((TBLOCK * (W - 1)) >> 3) + 9
+        while i + TBLOCK <= n and (b >> 3) + span <= L:
+            b += trecon8(blob, bs + (b >> 3), b & 7, o, syms, i, TBLOCK // 8, W)
+            i += TBLOCK
+    iv = i
     # an element takes <= W - 1 bits: the 8 bytes at b >> 3 hold them
     while i < n and (b >> 3) + 8 <= L:
         t = ld(stab, np.int64(ld(syms, i)))
@@ -394,7 +413,7 @@ def _trecon(blob, bs, end, o, n, W, syms):
         kb = k - np.int64(k != 0)
         neg = np.int64(s != 0) & (1 - (s & 1))
         if b + kb > 8 * L:
-            return ERR_BITS
+            return ERR_BITS, iv
         acc = np.int64(_slow_load(blob, bs, L, b >> 3) >> np.uint64(b & 7))
         a = ((np.int64(1) << k) >> 1) | (acc & ((np.int64(1) << kb) - 1))
         b += kb
@@ -402,8 +421,8 @@ def _trecon(blob, bs, end, o, n, W, syms):
         o[i] = (np.int64(o[i]) + d) & mask
         i += 1
     if (b + 7) >> 3 != L:
-        return ERR_BITS
+        return ERR_BITS, iv
     if b & 7:
         if (blob[bs + L - 1] >> (b & 7)) != 0:
-            return ERR_BITS
-    return OK
+            return ERR_BITS, iv
+    return OK, iv
