@@ -442,18 +442,7 @@ def _tenc(jb, n, et, buf, S):
             k = i & (S - 1)
             xl[k], p = _renc2(xl[k], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
         if lo > 0:
-            et32 = np.empty(et.size // 2, np.uint32)
-            for j in range(et.size // 2):
-                info = et[2 * j + 1]
-                fs = np.int64(info >> _S32)
-                cum = np.int64(info & np.uint64(8191)) - (PROB_SCALE - 1) * np.int64(fs == 1)
-                et32[j] = np.uint32(fs | (max(cum, 0) << 13))
-            x32 = np.empty(S, np.uint32)
-            for k in range(S):
-                x32[k] = np.uint32(xl[k])
-            p = enc32(jb, lo // LANES, et32, buf, p, x32)
-            for k in range(S):
-                xl[k] = np.uint64(x32[k])
+            p = enc32(jb, lo, et, buf, p, xl)
         p -= 4 * S
         for k in range(S):
             store_u32(buf, p + 4 * k, np.uint32(xl[k]))

@@ -518,11 +518,32 @@ if SIMD:
     _PERMR = PERMR
 
     @njit(nogil=True, cache=True)
-    def enc32(jb, nr, et32, buf, p, xs):
-        """The 32-state encoder's rounds nr - 1 .. 0 as vectors (see _make_enc32); returns the new p."""
-        if nr <= 0:
+    def _enc32_u16(j16, nr, et, buf, p, xl):
+        # et32[j] = f | cum << 13 from rans._enc_entry's packed entries (bias = cum, or cum + 4095 where f = 1)
+        et32 = np.empty(et.size // 2, np.uint32)
+        for j in range(et.size // 2):
+            info = et[2 * j + 1]
+            fs = np.int64(info >> np.uint64(32))
+            cum = np.int64(info & np.uint64(8191)) - 4095 * np.int64(fs == 1)
+            et32[j] = np.uint32(fs | (max(cum, 0) << 13))
+        x32 = np.empty(LANES, np.uint32)
+        for k in range(LANES):
+            x32[k] = np.uint32(xl[k])
+        p = _enc32(j16, np.int64(nr), et32, buf, np.int64(p), x32, _PERMR)
+        for k in range(LANES):
+            xl[k] = np.uint64(x32[k])
+        return p
+
+    @njit(nogil=True, cache=True)
+    def enc32(jb, lo, et, buf, p, xl):
+        """The 32-state encoder's full rounds below symbol lo (a multiple of 32) as vectors (see _make_enc32),
+        from rans._tenc's table et and states xl (uint64[32], updated); returns the new p."""
+        if lo <= 0:
             return p
-        return _enc32(jb, np.int64(nr), et32, buf, np.int64(p), xs, _PERMR)
+        if jb.itemsize == 2:
+            return _enc32_u16(jb.view(np.uint16), lo // LANES, et, buf, p, xl)
+        # (rans_encode's byte symbols or (context, symbol) pairs: below 2^16)
+        return _enc32_u16(jb[:lo].astype(np.uint16), lo // LANES, et, buf, p, xl)
 
     _tmask8_16 = _make_tmask8(16)
     _tmask8_32 = _make_tmask8(32)
@@ -565,5 +586,5 @@ else:
         return np.int64(0), np.int64(0)
 
     @njit(nogil=True, cache=True)
-    def enc32(jb, nr, et32, buf, p, xs):   # (never called: SIMD is False)
+    def enc32(jb, lo, et, buf, p, xl):   # (never called: SIMD is False)
         return p
