@@ -1,0 +1,86 @@
+"""Coding against the previous checkpoint against coding alone, one thread, format 7 (issue 35's target: with a
+reference, at least 0.5x the alone speed to compress and to decompress): per (dtype, kind) of a Trainer series'
+last two checkpoints, compress and decompress MiB/s alone and against the previous step, their ratios, and the
+sizes.  Public API only, so it runs against any lmc on the path (an older commit's through PYTHONPATH).
+
+    cd codecs/lmc && python -m benchmarks.studies.ref_speed SERIES [--kinds weight,exp_avg,exp_avg_sq]
+        [--dtypes bf16,fp32] [--repeat 5]
+
+SERIES: a folder of checkpoint-N/ (model.safetensors and optimizer.pt); tensors of at least 65,536 elements."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import time
+
+import ml_dtypes
+import numpy as np
+
+import lmc
+from benchmarks.benchlib import load_tensors
+
+
+def best(f, repeat):
+    b = np.inf
+    for _ in range(repeat):
+        t = time.perf_counter()
+        f()
+        b = min(b, time.perf_counter() - t)
+    return b
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("series")
+    p.add_argument("--kinds", default="weight,exp_avg,exp_avg_sq")
+    p.add_argument("--dtypes", default="bf16,fp32")
+    p.add_argument("--repeat", type=int, default=5)
+    a = p.parse_args()
+    steps = sorted(int(m.group(1)) for d in os.listdir(a.series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
+    if len(steps) < 2:
+        raise SystemExit(f"ref_speed: {a.series}: needs two checkpoint-N folders")
+    old, new = (load_tensors(os.path.join(a.series, f"checkpoint-{s}"), 65536) for s in steps[-2:])
+    here = os.path.dirname(os.path.abspath(lmc.__file__))
+    try:
+        rev = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+    except OSError:
+        rev = ""
+    print(f"lmc from {here} ({rev or 'no git'}); checkpoint-{steps[-1]} alone and against checkpoint-{steps[-2]}; "
+          f"one thread, format 7, best of {a.repeat}")
+    print("| dtype | kind | MiB | comp alone | comp ref | comp ref/alone | dec alone | dec ref | dec ref/alone | "
+          "ratio alone | ratio ref |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for dt in a.dtypes.split(","):
+        cast = (lambda t: t.astype(ml_dtypes.bfloat16)) if dt == "bf16" else (lambda t: t)
+        for kind in a.kinds.split(","):
+            xs = [cast(t) for t in new[kind]]
+            rs = [cast(t) for t in old[kind]]
+            tot = sum(x.nbytes for x in xs)
+            ba = [lmc.compress(x, threads=1, format_version=7) for x in xs]
+            br = [lmc.compress(x, reference=r, threads=1, format_version=7) for x, r in zip(xs, rs)]
+            for x, r, b1, b2 in zip(xs, rs, ba, br):
+                if (lmc.decompress(b1, threads=1).tobytes() != x.tobytes()
+                        or lmc.decompress(b2, reference=r, threads=1).tobytes() != x.tobytes()):
+                    raise SystemExit("ref_speed: round trip failed")
+            ca = best(lambda: [lmc.compress(x, threads=1, format_version=7) for x in xs], a.repeat)
+            cr = best(lambda: [lmc.compress(x, reference=r, threads=1, format_version=7) for x, r in zip(xs, rs)],
+                      a.repeat)
+            da = best(lambda: [lmc.decompress(b, threads=1) for b in ba], a.repeat)
+            dr = best(lambda: [lmc.decompress(b, reference=r, threads=1) for b, r in zip(br, rs)], a.repeat)
+            mib = tot / 2 ** 20
+            row = dict(dtype=dt, kind=kind, mib=mib, comp_alone=mib / ca, comp_ref=mib / cr, dec_alone=mib / da,
+                       dec_ref=mib / dr, ratio_alone=tot / sum(map(len, ba)), ratio_ref=tot / sum(map(len, br)))
+            rows.append(row)
+            print(f"| {dt} | {kind} | {mib:.0f} | {row['comp_alone']:.0f} | {row['comp_ref']:.0f} | {ca / cr:.2f}x | "
+                  f"{row['dec_alone']:.0f} | {row['dec_ref']:.0f} | {da / dr:.2f}x | {row['ratio_alone']:.4f} | "
+                  f"{row['ratio_ref']:.4f} |", flush=True)
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
