@@ -164,80 +164,104 @@ def _make_rounds32(with_cb):
     return _rounds
 
 
+class _Vec:
+    """LLVM IR pieces shared by the 8-lane kernels below (llvmlite is imported where they are built)."""
+
+    def __init__(self, W=32):
+        from llvmlite import ir
+        from numba.core import cgutils
+        self.ir, self.cg = ir, cgutils
+        self.I1, self.I8, self.I16, self.I32, self.I64 = (ir.IntType(w) for w in (1, 8, 16, 32, 64))
+        self.V8 = ir.VectorType(self.I32, 8)
+        self.U = ir.IntType(W)            # the unit
+        self.VU = ir.VectorType(self.U, 8)
+        self.W = W
+
+    def splat(self, v):
+        return self.ir.Constant(self.V8, [v & 0xFFFFFFFF] * 8)
+
+    def vsplat(self, builder, v):
+        """An i64 argument truncated to 32 bits in every lane."""
+        ir = self.ir
+        u = builder.insert_element(ir.Constant(self.V8, ir.Undefined), builder.trunc(v, self.I32),
+                                   ir.Constant(self.I32, 0))
+        return builder.shuffle_vector(u, u, ir.Constant(self.V8, [0] * 8))
+
+    def data(self, context, builder, signature, args, k, t):
+        """Argument k's (an array's) data as a pointer to t."""
+        ary = context.make_array(signature.args[k])(context, builder, args[k])
+        return builder.bitcast(ary.data, self.ir.PointerType(t))
+
+    def fn(self, builder, name, ret, argtys):
+        return self.cg.get_or_insert_function(builder.module, self.ir.FunctionType(ret, argtys), name)
+
+    def units(self, builder, ptr, j):
+        """Eight units at vector j of ptr, zero-extended to 32 bits."""
+        v = builder.load(builder.gep(ptr, [j]), align=1)
+        return builder.zext(v, self.V8) if self.W == 16 else v
+
+    def context(self, builder, rv, vmb, vem, vE):
+        """The temporal context of each reference unit: clamp(E - e, 0, 14), 15 where e is all ones."""
+        e = builder.and_(builder.lshr(rv, vmb), vem)
+        c = builder.sub(vE, e)
+        c = builder.select(builder.icmp_signed("<", c, self.splat(0)), self.splat(0), c)
+        c = builder.select(builder.icmp_signed(">", c, self.splat(14)), self.splat(14), c)
+        return builder.select(builder.icmp_unsigned("==", e, vem), self.splat(15), c)
+
+    def mono(self, builder, v, inverse=False):
+        """The monotone map (base._mono): every bit flipped where v's sign bit is set, else the sign bit; its
+        inverse (base._unmono): the sign bit flipped where it is set, else every bit."""
+        sb, mask = self.splat(1 << (self.W - 1)), self.splat((1 << self.W) - 1)
+        set_ = builder.icmp_unsigned("!=", builder.and_(v, sb), self.splat(0))
+        return builder.xor(v, builder.select(set_, sb, mask) if inverse else builder.select(set_, mask, sb))
+
+    def hsum(self, builder, v, op):
+        """The eight lanes of v combined by builder.op (add, or_), as i64."""
+        t = builder.extract_element(v, self.ir.Constant(self.I32, 0))
+        for h in range(1, 8):
+            t = getattr(builder, op)(t, builder.extract_element(v, self.ir.Constant(self.I32, h)))
+        return builder.zext(t, self.I64)
+
+
 def _make_tsyms8(W):
     """The temporal mode's symbol pass (``temporal._tsyms``) for W-bit units, eight per ``<8 x i32>`` vector:
     ``(x, r, n8, mb, em, E, jb, low) -> raw bits`` over the first n8 (a multiple of 8) units.  Numba widens the
     scalar loop's integers to 64 bits, so it runs 4 lanes to a vector; the units fit 32 bits, and so does every
     value the pass makes.  Same outputs as the scalar loop."""
-    from llvmlite import ir
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
-
-    I1, I16, I32, I64 = ir.IntType(1), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-    V8 = ir.VectorType(I32, 8)
-    U = I16 if W == 16 else I32
-
-    def splat(v):
-        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
-
-    def vsplat(builder, v):
-        u = builder.insert_element(ir.Constant(V8, ir.Undefined), v, ir.Constant(I32, 0))
-        return builder.shuffle_vector(u, u, ir.Constant(V8, [0] * 8))
+    V = _Vec(W)
+    ir, V8, splat = V.ir, V.V8, V.splat
 
     @intrinsic
     def _tsyms8(typingctx, x, r, n8, mb, em, E, jb, low):
         sig = types.int64(x, r, n8, mb, em, E, jb, low)
 
         def codegen(context, builder, signature, args):
-            def data(k, t):
-                ary = context.make_array(signature.args[k])(context, builder, args[k])
-                return builder.bitcast(ary.data, t)
-
-            VU = ir.VectorType(U, 8)
-            xp = data(0, ir.PointerType(VU))
-            rp = data(1, ir.PointerType(VU))
-            jp = data(6, ir.PointerType(ir.VectorType(I16, 8)))
-            lp = data(7, ir.PointerType(V8))
-            ctlz = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V8, [V8, I1]), "llvm.ctlz.v8i32")
-            vmb = vsplat(builder, builder.trunc(args[3], I32))
-            vem = vsplat(builder, builder.trunc(args[4], I32))
-            vE = vsplat(builder, builder.trunc(args[5], I32))
-            sb = splat(1 << (W - 1))
+            xp = V.data(context, builder, signature, args, 0, V.VU)
+            rp = V.data(context, builder, signature, args, 1, V.VU)
+            jp = V.data(context, builder, signature, args, 6, ir.VectorType(V.I16, 8))
+            lp = V.data(context, builder, signature, args, 7, V8)
+            ctlz = V.fn(builder, "llvm.ctlz.v8i32", V8, [V8, V.I1])
+            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (3, 4, 5))
             mask = splat((1 << W) - 1)
-            acc = cgutils.alloca_once_value(builder, splat(0))
-            nv = builder.udiv(args[2], ir.Constant(I64, 8))
-            with cgutils.for_range(builder, nv) as loop:
+            acc = V.cg.alloca_once_value(builder, splat(0))
+            with V.cg.for_range(builder, builder.udiv(args[2], ir.Constant(V.I64, 8))) as loop:
                 j = loop.index
-                xv = builder.load(builder.gep(xp, [j]), align=1)
-                rv = builder.load(builder.gep(rp, [j]), align=1)
-                if W == 16:
-                    xv, rv = builder.zext(xv, V8), builder.zext(rv, V8)
-                e = builder.and_(builder.lshr(rv, vmb), vem)
-                c = builder.sub(vE, e)
-                c = builder.select(builder.icmp_signed("<", c, splat(0)), splat(0), c)
-                c = builder.select(builder.icmp_signed(">", c, splat(14)), splat(14), c)
-                c = builder.select(builder.icmp_unsigned("==", e, vem), splat(15), c)
-
-                def mono(v):   # sign clear: flip the sign bit; set: flip every bit
-                    s = builder.icmp_unsigned("!=", builder.and_(v, sb), splat(0))
-                    return builder.xor(v, builder.select(s, mask, sb))
-                d = builder.and_(builder.sub(mono(xv), mono(rv)), mask)
+                xv, rv = V.units(builder, xp, j), V.units(builder, rp, j)
+                c = V.context(builder, rv, vmb, vem, vE)
+                d = builder.and_(builder.sub(V.mono(builder, xv), V.mono(builder, rv)), mask)
                 neg = builder.and_(builder.lshr(d, splat(W - 1)), splat(1))
                 a = builder.and_(builder.add(builder.xor(d, builder.sub(splat(0), neg)), neg), mask)
                 nz = builder.zext(builder.icmp_unsigned("!=", a, splat(0)), V8)
-                k = builder.sub(splat(32), builder.call(ctlz, [a, ir.Constant(I1, 0)]))
+                k = builder.sub(splat(32), builder.call(ctlz, [a, ir.Constant(V.I1, 0)]))
                 builder.store(builder.add(builder.load(acc), builder.sub(k, nz)), acc)
                 sym = builder.add(builder.mul(c, splat(2 * W + 1)),
                                   builder.add(builder.sub(builder.add(k, k), nz), neg))
-                builder.store(builder.trunc(sym, ir.VectorType(I16, 8)), builder.gep(jp, [j]), align=1)
+                builder.store(builder.trunc(sym, ir.VectorType(V.I16, 8)), builder.gep(jp, [j]), align=1)
                 lead = builder.shl(nz, builder.sub(k, nz))
                 builder.store(builder.xor(a, lead), builder.gep(lp, [j]), align=1)
-            v = builder.load(acc)
-            tot = ir.Constant(I64, 0)
-            for h in range(8):
-                tot = builder.add(tot, builder.zext(builder.extract_element(v, ir.Constant(I32, h)), I64))
-            return tot
+            return V.hsum(builder, builder.load(acc), "add")
         return sig, codegen
     return _tsyms8
 
@@ -250,47 +274,28 @@ def _make_trecon8(W):
     to 31 bits at a shift of up to 7) are gathered, and o[i] (mono(r[i])) becomes unmono(o[i] + d), the unit.  From byte q, bit `bit`
     (< 8), symbols i0 .. i0 + 8 nvec.  The caller guarantees that every word read lies inside the raw stream
     (q + nvec * (W - 1) + 8 <= its end); nothing here checks bounds."""
-    from llvmlite import ir
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
-
-    I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    V8 = ir.VectorType(I32, 8)
-    U = ir.IntType(W)
-
-    def splat(v):
-        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
-
-    def vsplat(builder, v):
-        u = builder.insert_element(ir.Constant(V8, ir.Undefined), v, ir.Constant(I32, 0))
-        return builder.shuffle_vector(u, u, ir.Constant(V8, [0] * 8))
+    V = _Vec(W)
+    ir, I32, I64, V8, splat = V.ir, V.I32, V.I64, V.V8, V.splat
 
     @intrinsic
     def _trecon8(typingctx, blob, q, bit, o, syms, i0, nvec):
         sig = types.int64(blob, q, bit, o, syms, i0, nvec)
 
         def codegen(context, builder, signature, args):
-            def data(k, t):
-                ary = context.make_array(signature.args[k])(context, builder, args[k])
-                return builder.bitcast(ary.data, t)
-
-            bp = builder.gep(data(0, ir.PointerType(I8)), [args[1]])
-            op = data(3, ir.PointerType(U))
-            sp = data(4, ir.PointerType(I8))
-            gather = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(V8, [V8, ir.PointerType(I8), V8, V8, I8]),
-                "llvm.x86.avx2.gather.d.d.256")
-            psllv = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V8, [V8, V8]),
-                                                   "llvm.x86.avx2.psllv.d.256")
+            bp = builder.gep(V.data(context, builder, signature, args, 0, V.I8), [args[1]])
+            op = V.data(context, builder, signature, args, 3, V.U)
+            sp = V.data(context, builder, signature, args, 4, V.I8)
+            gather = V.fn(builder, "llvm.x86.avx2.gather.d.d.256", V8, [V8, ir.PointerType(V.I8), V8, V8, V.I8])
+            psllv = V.fn(builder, "llvm.x86.avx2.psllv.d.256", V8, [V8, V8])
             zero = splat(0)
-            sb = splat(1 << (W - 1))
             mask = splat((1 << W) - 1)
-            tot = cgutils.alloca_once_value(builder, builder.trunc(args[2], I32))
-            with cgutils.for_range(builder, args[6]) as loop:
+            tot = V.cg.alloca_once_value(builder, builder.trunc(args[2], I32))
+            with V.cg.for_range(builder, args[6]) as loop:
                 i = builder.add(args[5], builder.mul(loop.index, ir.Constant(I64, 8)))
                 sv = builder.zext(builder.load(builder.bitcast(builder.gep(sp, [i]),
-                                                               ir.PointerType(ir.VectorType(I8, 8))), align=1), V8)
+                                                               ir.PointerType(ir.VectorType(V.I8, 8))), align=1), V8)
                 k = builder.lshr(builder.add(sv, splat(1)), splat(1))
                 k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
                 nz = builder.zext(builder.icmp_unsigned("!=", k, zero), V8)
@@ -303,25 +308,24 @@ def _make_trecon8(W):
                                                                              for j in range(8)]))
                     inc = builder.add(inc, mv)
                 t0 = builder.load(tot)
-                pos = builder.add(vsplat(builder, t0), builder.sub(inc, kb))
+                pos = builder.add(V.vsplat(builder, builder.zext(t0, I64)), builder.sub(inc, kb))
                 byte = builder.lshr(pos, splat(3))
                 shv = builder.and_(pos, splat(7))
-                v = builder.lshr(builder.call(gather, [zero, bp, byte, splat(-1), ir.Constant(I8, 1)]), shv)
+                v = builder.lshr(builder.call(gather, [zero, bp, byte, splat(-1), ir.Constant(V.I8, 1)]), shv)
                 if W == 32:
                     hi = builder.call(gather, [zero, builder.gep(bp, [ir.Constant(I64, 4)]), byte, splat(-1),
-                                               ir.Constant(I8, 1)])
+                                               ir.Constant(V.I8, 1)])
                     v = builder.or_(v, builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
                 a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))),
                                 builder.shl(nz, kb))
                 d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
-                ov = builder.bitcast(builder.gep(op, [i]), ir.PointerType(ir.VectorType(U, 8)))
+                ov = builder.bitcast(builder.gep(op, [i]), ir.PointerType(V.VU))
                 m = builder.load(ov, align=1)
                 if W == 16:
                     m = builder.zext(m, V8)
-                y = builder.and_(builder.add(m, d), mask)
-                # the inverse monotone map: sign bit set -> flip it; clear -> flip every bit
-                y = builder.xor(y, builder.select(builder.icmp_unsigned("!=", builder.and_(y, sb), zero), sb, mask))
-                builder.store(builder.trunc(y, ir.VectorType(U, 8)) if W == 16 else y, ov, align=1)
+                # o holds mono(r); the unit is unmono(mono(r) + d)
+                y = V.mono(builder, builder.and_(builder.add(m, d), mask), inverse=True)
+                builder.store(builder.trunc(y, V.VU) if W == 16 else y, ov, align=1)
                 builder.store(builder.add(t0, builder.extract_element(inc, ir.Constant(I32, 7))), tot)
             return builder.sub(builder.zext(builder.load(tot), I64), args[2])
         return sig, codegen
@@ -332,62 +336,31 @@ def _make_tmask8(W):
     """The temporal decoder's context pass (``temporal._tmask``) for W-bit units, eight per vector:
     ``(r, n8, mb, em, E, cb, o) -> the set of contexts`` over the first n8 (a multiple of 8) units: cb[i] = the
     context of r[i] << 12, o[i] = mono(r[i])."""
-    from llvmlite import ir
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
-
-    I16, I32, I64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
-    V8 = ir.VectorType(I32, 8)
-    U = ir.IntType(W)
-
-    def splat(v):
-        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
-
-    def vsplat(builder, v):
-        u = builder.insert_element(ir.Constant(V8, ir.Undefined), v, ir.Constant(I32, 0))
-        return builder.shuffle_vector(u, u, ir.Constant(V8, [0] * 8))
+    V = _Vec(W)
+    ir, splat = V.ir, V.splat
 
     @intrinsic
     def _tmask8(typingctx, r, n8, mb, em, E, cb, o):
         sig = types.int64(r, n8, mb, em, E, cb, o)
 
         def codegen(context, builder, signature, args):
-            def data(k, t):
-                ary = context.make_array(signature.args[k])(context, builder, args[k])
-                return builder.bitcast(ary.data, t)
-
-            VU = ir.VectorType(U, 8)
-            rp = data(0, ir.PointerType(VU))
-            cp = data(5, ir.PointerType(ir.VectorType(I16, 8)))
-            op = data(6, ir.PointerType(VU))
-            vmb = vsplat(builder, builder.trunc(args[2], I32))
-            vem = vsplat(builder, builder.trunc(args[3], I32))
-            vE = vsplat(builder, builder.trunc(args[4], I32))
-            sb = splat(1 << (W - 1))
-            mask = splat((1 << W) - 1)
-            used = cgutils.alloca_once_value(builder, splat(0))
-            with cgutils.for_range(builder, builder.udiv(args[1], ir.Constant(I64, 8))) as loop:
+            rp = V.data(context, builder, signature, args, 0, V.VU)
+            cp = V.data(context, builder, signature, args, 5, ir.VectorType(V.I16, 8))
+            op = V.data(context, builder, signature, args, 6, V.VU)
+            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (2, 3, 4))
+            used = V.cg.alloca_once_value(builder, splat(0))
+            with V.cg.for_range(builder, builder.udiv(args[1], ir.Constant(V.I64, 8))) as loop:
                 j = loop.index
-                rv = builder.load(builder.gep(rp, [j]), align=1)
-                if W == 16:
-                    rv = builder.zext(rv, V8)
-                e = builder.and_(builder.lshr(rv, vmb), vem)
-                c = builder.sub(vE, e)
-                c = builder.select(builder.icmp_signed("<", c, splat(0)), splat(0), c)
-                c = builder.select(builder.icmp_signed(">", c, splat(14)), splat(14), c)
-                c = builder.select(builder.icmp_unsigned("==", e, vem), splat(15), c)
+                rv = V.units(builder, rp, j)
+                c = V.context(builder, rv, vmb, vem, vE)
                 builder.store(builder.or_(builder.load(used), builder.shl(splat(1), c)), used)
-                builder.store(builder.trunc(builder.shl(c, splat(12)), ir.VectorType(I16, 8)),
+                builder.store(builder.trunc(builder.shl(c, splat(12)), ir.VectorType(V.I16, 8)),
                               builder.gep(cp, [j]), align=1)
-                neg = builder.icmp_unsigned("!=", builder.and_(rv, sb), splat(0))
-                m = builder.xor(rv, builder.select(neg, mask, sb))
-                builder.store(builder.trunc(m, VU) if W == 16 else m, builder.gep(op, [j]), align=1)
-            v = builder.load(used)
-            tot = builder.extract_element(v, ir.Constant(I32, 0))
-            for h in range(1, 8):
-                tot = builder.or_(tot, builder.extract_element(v, ir.Constant(I32, h)))
-            return builder.zext(tot, I64)
+                m = V.mono(builder, rv)
+                builder.store(builder.trunc(m, V.VU) if W == 16 else m, builder.gep(op, [j]), align=1)
+            return V.hsum(builder, builder.load(used), "or_")
         return sig, codegen
     return _tmask8
 
@@ -415,39 +388,24 @@ def _make_enc32():
     x = (x div f) * 4096 + x mod f + cum, the quotient from a double division (exact: x < 2^32, f <= 4096).
     The buffer needs 16 bytes below the final p (the stored words below it are overwritten or lie outside the
     stream); nothing here checks bounds."""
-    from llvmlite import ir
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
-
-    I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-    V8 = ir.VectorType(I32, 8)
+    V = _Vec()
+    ir, cgutils, splat = V.ir, V.cg, V.splat
+    I8, I16, I32, I64, V8 = V.I8, V.I16, V.I32, V.I64, V.V8
     V4 = ir.VectorType(I32, 4)
     D4 = ir.VectorType(ir.DoubleType(), 4)
-
-    def splat(v):
-        return ir.Constant(V8, [v & 0xFFFFFFFF] * 8)
 
     @intrinsic
     def _enc32(typingctx, jb, nr, et32, buf, p, xs, permr):
         sig = types.int64(jb, nr, et32, buf, p, xs, permr)
 
         def codegen(context, builder, signature, args):
-            def data(k, t):
-                ary = context.make_array(signature.args[k])(context, builder, args[k])
-                return builder.bitcast(ary.data, t)
-
-            jp = data(0, ir.PointerType(I16))
-            ep = data(2, ir.PointerType(I8))
-            bp = data(3, ir.PointerType(I8))
-            xp = data(5, ir.PointerType(V8))
-            pp = data(6, ir.PointerType(V8))
-            gather = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(V8, [V8, ir.PointerType(I8), V8, V8, I8]),
-                "llvm.x86.avx2.gather.d.d.256")
-            permd = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V8, [V8, V8]),
-                                                   "llvm.x86.avx2.permd")
-            ctpop = cgutils.get_or_insert_function(builder.module, ir.FunctionType(I32, [I32]), "llvm.ctpop.i32")
+            jp, ep, bp, xp, pp = (V.data(context, builder, signature, args, k, t)
+                                  for k, t in ((0, I16), (2, I8), (3, I8), (5, V8), (6, V8)))
+            gather = V.fn(builder, "llvm.x86.avx2.gather.d.d.256", V8, [V8, ir.PointerType(I8), V8, V8, I8])
+            permd = V.fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8])
+            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
             vx = [cgutils.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
                   for h in range(4)]
             pos = cgutils.alloca_once_value(builder, args[4])
