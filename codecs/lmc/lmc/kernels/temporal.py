@@ -182,6 +182,13 @@ def _tsample(x, r, n, layout, E, ts, xs):
 
 
 @njit(nogil=True, cache=True)
+def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
+    """_tsyms over n units: where the CPU has AVX2, all but the last n % 8 as vectors (kernels.simd.tsyms8)."""
+    raw, m = tsyms8(x, r, n, W, mb, em, E, jb, low)
+    return raw + _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], low[m:])
+
+
+@njit(nogil=True, cache=True)
 def temporal_count(data, ref, start, n, layout, E, jb, low, th):
     """Joint symbols jb and raw bits low of the chunk, their counts in 4
     partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns
@@ -189,17 +196,14 @@ def temporal_count(data, ref, start, n, layout, E, jb, low, th):
     W, mb, em = _fparams(layout)
     th[:] = 0
     NK = NCTX * (2 * W + 1)
-    # (where the CPU has AVX2, all but the last n % 8 units as 8-lane vectors: kernels.simd.tsyms8)
     if W == 32:
         x = data[4 * start:4 * (start + n)].view(np.uint32)
         r = ref[4 * start:4 * (start + n)].view(np.uint32)
-        raw, m = tsyms8(x, r, n, W, mb, em, E, jb, low)
-        raw += _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], low[m:])
+        raw = _tsyms_all(x, r, n, W, mb, em, E, jb, low)
     else:
         x16 = data[2 * start:2 * (start + n)].view(np.uint16)
         r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
-        raw, m = tsyms8(x16, r16, n, W, mb, em, E, jb, low)
-        raw += _tsyms(x16[m:], r16[m:], n - m, W, mb, em, E, jb[m:], low[m:])
+        raw = _tsyms_all(x16, r16, n, W, mb, em, E, jb, low)
     for i in range(n):
         _inc(th, ((i & 3) * NK) + np.int64(ld(jb, i)))
     return raw
@@ -313,17 +317,14 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     E = np.int64(blob[pos])
     cmask = np.int64(load_u16(blob, pos + 1))
     pos += 3
-    # (where the CPU has AVX2, all but the last n % 8 units as 8-lane vectors: kernels.simd.tmask8)
     if W == 32:
         r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
         o32 = out[4 * start:4 * (start + n)].view(np.uint32)
-        used, m = tmask8(r32, n, mb, em, E, cb, o32, W)
-        used |= _tmask(r32[m:], n - m, E, mb, em, cb[m:], o32[m:], W)
+        used = _tmask_all(r32, n, E, mb, em, cb, o32, W)
     else:
         r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
         o16 = out[2 * start:2 * (start + n)].view(np.uint16)
-        used, m = tmask8(r16, n, mb, em, E, cb, o16, W)
-        used |= _tmask(r16[m:], n - m, E, mb, em, cb[m:], o16[m:], W)
+        used = _tmask_all(r16, n, E, mb, em, cb, o16, W)
     if used != cmask:
         return ERR_CTX
     pos = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
@@ -340,6 +341,13 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
         st, iv = _trecon(blob, q, end, o16, n, W, syms)
         _unmono_all(o16[iv:], n - iv, W)
     return st
+
+
+@njit(nogil=True, cache=True)
+def _tmask_all(r, n, E, mb, em, cb, o, W):
+    """_tmask over n units: where the CPU has AVX2, all but the last n % 8 as vectors (kernels.simd.tmask8)."""
+    used, m = tmask8(r, n, mb, em, E, cb, o, W)
+    return used | _tmask(r[m:], n - m, E, mb, em, cb[m:], o[m:], W)
 
 
 @njit(nogil=True, cache=True)
