@@ -251,7 +251,7 @@ def check_prefer(prefer, who):
         raise ValueError(f"{who}: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=6,
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=7,
              prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
@@ -263,9 +263,12 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     temporal mode: lmc 0.2), 3 (adds the predicted-exponent mode), 4 (3's
     modes, its checksums over 64-bit words instead of units, ~4x cheaper on
     bf16), 5 (lmc 0.3.4: 4's word checksums with a stronger mix, and the
-    bf16 mantissa-context mode, which only ``prefer="size"`` takes) or 6
-    (the default, lmc 0.3.5: 5's and the delta mode, a float chunk against
-    its reference in byte streams; every blob is version 6).  From 4 on a
+    bf16 mantissa-context mode, which only ``prefer="size"`` takes), 6
+    (lmc 0.3.5: 5's and the delta mode, a float chunk against its reference
+    in byte streams) or 7 (the default, lmc 0.4: 6's modes, every rANS
+    stream of 8192 symbols or more with 32 interleaved states, and with a
+    reference only the codings whose sampled estimates may win counted
+    exactly).  From 4 on a
     blob is written as the version asked for; up to 3, a blob is
     written as the oldest version its chunks need, so one that uses no
     newer mode stays readable by older decoders.
@@ -283,7 +286,7 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
     if isinstance(format_version, bool) or format_version not in VERSIONS:
-        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4, 5 or 6, got {format_version!r}")
+        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4, 5, 6 or 7, got {format_version!r}")
     check_prefer(prefer, "lmc")
     return _compress(data, threads, reference, chunk_size, dtype, format_version, _PREF[prefer])
 

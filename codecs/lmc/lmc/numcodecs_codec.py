@@ -52,8 +52,8 @@ class LMC(Codec):
         ``"speed"`` (default) or ``"size"``: as ``lmc.compress``'s ``prefer`` (``"size"`` takes the slower
         codings wherever they are smaller).
     format_version : int, optional
-        As ``lmc.compress``'s (default: lmc's, 6): ``4`` writes chunks that lmc 0.3.2 and 0.3.3 also read, for a
-        store that older installations must read too.
+        As ``lmc.compress``'s (default: lmc's, 7): ``6`` writes chunks that lmc 0.3.5 and 0.3.6 also read, ``4``
+        chunks that lmc 0.3.2 and later read, for a store that older installations must read too.
     """
 
     codec_id = "lmc"

@@ -29,7 +29,7 @@ def test_fast_takes_it_and_round_trips(dt):
     blob = lmc.compress(x, reference=r, chunk_size=1501, prefer="fast")
     assert _modes(blob) == [6] * 5
     info = lmc.info(blob)
-    assert info["version"] == 6 and info["has_reference"] and info["chunk_modes"] == {"delta": 5}
+    assert info["version"] == 7 and info["has_reference"] and info["chunk_modes"] == {"delta": 5}
     assert all(m > 0 for _, _, m in _heads(blob))        # its far moves are escapes
     assert _round_trip(x, r, blob) == {6}
     # the default takes it where it is smallest (a temporal chunk elsewhere); never the temporal mode in "fast"
@@ -258,11 +258,11 @@ def test_versions(dt):
     x, r = delta_pair(dt, 3003, 5, spread=6, far=0.01)
     fast = lmc.compress(x, reference=r, chunk_size=1001, prefer="fast")
     v5 = lmc.compress(x, reference=r, chunk_size=1001, prefer="fast", format_version=5)
-    assert lmc.info(fast)["version"] == 6 and set(_modes(fast)) == {6}
+    assert lmc.info(fast)["version"] == 7 and set(_modes(fast)) == {6}
     assert lmc.info(v5)["version"] == 5 and 6 not in _modes(v5)
     assert lmc.decompress(v5, reference=r).tobytes() == x.tobytes()
     assert len(fast) < len(v5)
-    assert lmc.info(lmc.compress(x, reference=r))["version"] == 6       # the default writes version 6
+    assert lmc.info(lmc.compress(x, reference=r))["version"] == 7       # the default writes version 7
     # a mode-6 chunk in an older blob: refused (also by the oracle)
     b = Blob(fast)
     for v in (2, 4, 5):
