@@ -4,7 +4,7 @@ last two checkpoints, compress and decompress MiB/s alone and against the previo
 sizes.  Public API only, so it runs against any lmc on the path (an older commit's through PYTHONPATH).
 
     cd codecs/lmc && python -m benchmarks.studies.ref_speed SERIES [--kinds weight,exp_avg,exp_avg_sq]
-        [--dtypes bf16,fp32] [--repeat 5]
+        [--dtypes bf16,fp32] [--repeat 5] [--fresh-pages]
 
 SERIES: a folder of checkpoint-N/ (model.safetensors and optimizer.pt); tensors of at least 65,536 elements."""
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 import ml_dtypes
@@ -42,7 +43,17 @@ def main():
     p.add_argument("--kinds", default="weight,exp_avg,exp_avg_sq")
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--fresh-pages", action="store_true",
+                   help="leave glibc's allocator as it is (its outputs then often land on fresh pages, whose faults "
+                        "cost about as much as decoding into them, on both sides of every ratio)")
     a = p.parse_args()
+    if not a.fresh_pages and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
+        # glibc hands a large allocation fresh pages (mmap) until a free raises its threshold, and gives memory
+        # back to the system (trim) when the heap's top is free, so whether an output costs page faults depended
+        # on what the process had done before (bf16 weights decoded alone at 953 or 2382 MiB/s by the order of
+        # the kinds): the study runs itself again with every allocation up to 32 MiB kept on the heap
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.studies.ref_speed", *sys.argv[1:]], env)
     steps = sorted(int(m.group(1)) for d in os.listdir(a.series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
     if len(steps) < 2:
         raise SystemExit(f"ref_speed: {a.series}: needs two checkpoint-N folders")
@@ -54,7 +65,8 @@ def main():
     except OSError:
         rev = ""
     print(f"lmc from {here} ({rev or 'no git'}); checkpoint-{steps[-1]} alone and against checkpoint-{steps[-2]}; "
-          f"one thread, format 7, best of {a.repeat} (the four measurements interleaved)")
+          f"one thread, format 7, best of {a.repeat} (the four measurements interleaved); "
+          f"{'fresh pages as glibc gives them' if a.fresh_pages else 'allocations up to 32 MiB kept on the heap'}")
     print("| dtype | kind | MiB | comp alone | comp ref | comp ref/alone | dec alone | dec ref | dec ref/alone | "
           "ratio alone | ratio ref |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
