@@ -153,14 +153,18 @@ def cum_freqs(f, c0, cm):
 @njit(nogil=True, cache=True)
 def build_rans_dtab(f, cm, c0, dtab, t0):
     """dtab[t0 + slot] = symbol | (freq - 1) << 8 | (slot - cum) << 20 for a
-    validated table (sum 4096)."""
+    validated table (sum 4096: every store inside dtab[t0:t0 + 4096]).  The
+    entry as a running u32 sum and an unchecked store: the loop becomes
+    vector stores (an indexed store with j << 20 converted per entry did
+    not; 6x as fast, a tenth of a bf16 temporal chunk's decode)."""
     for s in range(256):
         fs = f[c0 + s]
         if fs > 0:
-            base = cm[c0 + s]
-            hi = np.uint32(s | ((fs - 1) << 8))
+            k = t0 + cm[c0 + s]
+            v = np.uint32(s | ((fs - 1) << 8))
             for j in range(fs):
-                dtab[t0 + base + j] = hi | np.uint32(j << 20)
+                put(dtab, k + j, v)
+                v += np.uint32(1 << 20)
 
 
 # Format 7: a stream of at least LANES_MIN symbols has LANES (32) states, which a round of 32 symbols steps as
