@@ -162,9 +162,10 @@ def build_rans_dtab(f, cm, c0, dtab, t0):
         if fs > 0:
             k = t0 + cm[c0 + s]
             v = np.uint32(s | ((fs - 1) << 8))
-            for j in range(fs):
-                put(dtab, k + j, v)
+            put(dtab, k, v)
+            for j in range(1, fs):  # (v stays below 2^32: at most 4095 << 20 added)
                 v += np.uint32(1 << 20)
+                put(dtab, k + j, v)
 
 
 # Format 7: a stream of at least LANES_MIN symbols has LANES (32) states, which a round of 32 symbols steps as
