@@ -1,7 +1,7 @@
-"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: format 5 (the default:
-word checksums with the strong mix) against format 4 (the same payloads, 0.3.3's word checksums) and format 2
-(lmc 0.2's modes, without the predicted exponent), lmc with ``prefer="size"`` (the slower codings wherever they
-are smaller, and on bf16 format 5's mantissa-context mode), z4ai ``compress`` and ZipNN, one thread.
+"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: lmc's default (format 7
+since lmc 0.4) against format 6 (lmc 0.3.5/0.3.6's default) and format 2 (lmc 0.2's modes, without the
+predicted exponent), lmc with ``prefer="size"`` (the slower codings wherever they are smaller, and on bf16 format
+5's mantissa-context mode), z4ai ``compress`` and ZipNN, one thread.
 
 Usage: python codecs/lmc/benchmarks/bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
 
@@ -16,6 +16,7 @@ faults of a fresh output cost (every codec's decompress returns new memory). Spe
 shared machine: compare within a run.
 """
 import argparse
+import inspect
 import time
 
 import ml_dtypes
@@ -29,9 +30,10 @@ PREPARE = {}  # codec -> what its compress is given (made outside the timing); d
 
 
 def codecs(dtype):
-    out = {f"lmc {lmc.__version__} (format 5)": (lambda a: lmc.compress(a, threads=1),
-                                                 lambda b: lmc.decompress(b, threads=1)),
-           "lmc format 4": (lambda a: lmc.compress(a, threads=1, format_version=4),
+    fv = inspect.signature(lmc.compress).parameters["format_version"].default
+    out = {f"lmc {lmc.__version__} (default, format {fv})": (lambda a: lmc.compress(a, threads=1),
+                                                             lambda b: lmc.decompress(b, threads=1)),
+           "lmc format 6": (lambda a: lmc.compress(a, threads=1, format_version=6),
                             lambda b: lmc.decompress(b, threads=1)),
            "lmc format 2": (lambda a: lmc.compress(a, threads=1, format_version=2),
                             lambda b: lmc.decompress(b, threads=1)),
