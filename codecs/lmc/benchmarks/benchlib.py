@@ -5,6 +5,7 @@ sys.path.
 """
 import glob
 import os
+import sys
 import time
 
 import numpy as np
@@ -19,6 +20,36 @@ def best(f, repeat):
         r = f()
         ts.append(time.perf_counter() - t)
     return min(ts), r
+
+
+def interleaved_best(fs, repeat):
+    """The best seconds of each function in ``fs``, timed in turn in each of ``repeat`` rounds: interleaved, so
+    that a slow spell of the machine (on a shared VM, seconds long and up to 2x) falls on all of them rather
+    than on whichever was timed during it. An entry may be a pair ``(prepare, f)``: ``f(prepare())`` is timed,
+    ``prepare()`` (e.g. a fresh copy of an input the function modifies) is not."""
+    b = [float("inf")] * len(fs)
+    for _ in range(repeat):
+        for i, f in enumerate(fs):
+            prepare, f = f if isinstance(f, tuple) else (None, f)
+            arg = () if prepare is None else (prepare(),)
+            t = time.perf_counter()
+            f(*arg)
+            b[i] = min(b[i], time.perf_counter() - t)
+    return b
+
+
+HEAP_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+
+
+def keep_heap(argv):
+    """Run this process again (``argv``: the command line to exec) with glibc keeping every allocation up to
+    32 MiB on its heap and never trimming it, unless that is already so. glibc otherwise hands a large output
+    fresh pages (mmap) until a free raises its threshold, and returns the heap's free top to the system, so
+    whether a decompress paid a page fault per 4 KiB of output depended on what the process had done before
+    (bf16 weights decoded at 953 or 2382 MiB/s by the order of the kinds); a fault costs about as much as the
+    decoding into the page, on both sides of every ratio."""
+    if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
+        os.execve(sys.executable, [sys.executable, *argv], dict(os.environ, **HEAP_ENV))
 
 
 def measure_zipnn(z, x, repeat):

@@ -15,26 +15,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import ml_dtypes
-import numpy as np
 
 import lmc
-from benchmarks.benchlib import load_tensors
-
-
-def best(fs, repeat):
-    """The best seconds of each function in ``fs``, timed in turn in each of ``repeat`` rounds: interleaved, so
-    that a slow spell of the machine or of the process (the first kind measured paid for fresh pages, and read
-    0.42x where the same tensors measured later read 0.30x) falls on all of them."""
-    b = [np.inf] * len(fs)
-    for _ in range(repeat):
-        for i, f in enumerate(fs):
-            t = time.perf_counter()
-            f()
-            b[i] = min(b[i], time.perf_counter() - t)
-    return b
+from benchmarks.benchlib import interleaved_best as best, keep_heap, load_tensors
 
 
 def main():
@@ -47,13 +32,8 @@ def main():
                    help="leave glibc's allocator as it is (its outputs then often land on fresh pages, whose faults "
                         "cost about as much as decoding into them, on both sides of every ratio)")
     a = p.parse_args()
-    if not a.fresh_pages and os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
-        # glibc hands a large allocation fresh pages (mmap) until a free raises its threshold, and gives memory
-        # back to the system (trim) when the heap's top is free, so whether an output costs page faults depended
-        # on what the process had done before (bf16 weights decoded alone at 953 or 2382 MiB/s by the order of
-        # the kinds): the study runs itself again with every allocation up to 32 MiB kept on the heap
-        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(32 << 20), MALLOC_TRIM_THRESHOLD_=str(1 << 40))
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.studies.ref_speed", *sys.argv[1:]], env)
+    if not a.fresh_pages:  # (the first kind measured paid for fresh pages otherwise: see keep_heap)
+        keep_heap(["-m", "benchmarks.studies.ref_speed", *sys.argv[1:]])
     steps = sorted(int(m.group(1)) for d in os.listdir(a.series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
     if len(steps) < 2:
         raise SystemExit(f"ref_speed: {a.series}: needs two checkpoint-N folders")
