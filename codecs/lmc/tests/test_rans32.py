@@ -219,6 +219,48 @@ def test_simd_flag_follows_the_cpu_and_the_environment():
                 k += 1
 
 
+def _raw_bits_reference(blob, bit, o, syms, W):
+    """The temporal raw-bit pass in plain Python (FORMAT.md): symbol s has k = min((s + 1) >> 1, W) and k - 1
+    raw bits after its implied leading one (none for s = 0), negative where s is even and not 0; the unit is
+    unmono(mono(r) + d)."""
+    sb, mask = 1 << (W - 1), (1 << W) - 1
+    bits = int.from_bytes(blob.tobytes(), "little")
+    out = []
+    for i, s in enumerate(int(v) for v in syms):
+        k = min((s + 1) >> 1, W)
+        kb = k - (k != 0)
+        a = ((1 << k) >> 1) | ((bits >> bit) & ((1 << kb) - 1))
+        bit += kb
+        d = -a if s != 0 and s % 2 == 0 else a
+        m = (int(o[i]) + d) & mask
+        out.append(m ^ sb ^ (0 if m & sb else sb - 1))
+    return out, bit
+
+
+@pytest.mark.skipif(not simd.SIMD, reason="the vector kernels need AVX2 (SIMD is False here)")
+def test_vector_raw_bit_pass_matches_the_reference():
+    """trecon8 (bits taken from a window loaded at each vector's first bit) gives the plain reading of the raw
+    bits: every start bit, symbols of no raw bits and of the most (W - 1, the window's far end), mixes."""
+    rng = np.random.default_rng(5)
+    for W, T in ((16, np.uint16), (32, np.uint32)):
+        for trial in range(12):
+            nvec = int(rng.integers(1, 9))
+            n = 8 * nvec
+            if trial % 3 == 0:
+                syms = np.full(n, 2 * W, np.uint8)                   # every element W - 1 raw bits
+            elif trial % 3 == 1:
+                syms = rng.integers(0, 2 * W + 1, n).astype(np.uint8)
+            else:
+                syms = rng.choice(np.array([0, 1, 2, 2 * W - 1, 2 * W], np.uint8), n)
+            bit = int(rng.integers(0, 8))
+            blob = rng.integers(0, 256, n * (W - 1) // 8 + 40, dtype=np.uint8)
+            o = rng.integers(0, 1 << W, n, dtype=np.uint64).astype(T)
+            want, end = _raw_bits_reference(blob, bit, o, syms, W)
+            got = o.copy()
+            used = simd.trecon8(blob, 0, bit, got, syms, 0, nvec, W)
+            assert used == end - bit and got.tolist() == want, (W, trial)
+
+
 @pytest.mark.skipif(not simd.SIMD, reason="the vector kernels need AVX2 (SIMD is False here)")
 def test_vector_temporal_kernels_match_the_scalar_loops():
     """The temporal mode's vector kernels give the scalar loops' outputs on every edge of the monotone map (sign

@@ -270,10 +270,10 @@ def _make_trecon8(W):
     """The temporal decoder's raw-bit pass (``temporal._trecon``'s fast loop) for W-bit units, eight per vector:
     ``(blob, q, bit, o, syms, i0, nvec) -> bits read``.  Element i's raw bits start where those of the elements
     before it end, so the positions are a prefix sum of the bit counts (within a vector by three shifts and
-    adds, across vectors by the running total); the 4 bytes at each position (two such words for W = 32: up
-    to 31 bits at a shift of up to 7) are gathered, and o[i] (mono(r[i])) becomes unmono(o[i] + d), the unit.  From byte q, bit `bit`
-    (< 8), symbols i0 .. i0 + 8 nvec.  The caller guarantees that every word read lies inside the raw stream
-    (q + nvec * (W - 1) + 8 <= its end); nothing here checks bounds."""
+    adds, across vectors by the running total); each element's bits are taken from the 32 (W = 32: 36) bytes at
+    its vector's first bit by vpermd and shifts, and o[i] (mono(r[i])) becomes unmono(o[i] + d), the unit.
+    From byte q, bit `bit` (< 8), symbols i0 .. i0 + 8 nvec.  The caller guarantees that every byte read lies inside the raw stream
+    (q + nvec * (W - 1) + 32 <= its end); nothing here checks bounds."""
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W)
@@ -287,8 +287,8 @@ def _make_trecon8(W):
             bp = builder.gep(V.data(context, builder, signature, args, 0, V.I8), [args[1]])
             op = V.data(context, builder, signature, args, 3, V.U)
             sp = V.data(context, builder, signature, args, 4, V.I8)
-            gather = V.fn(builder, "llvm.x86.avx2.gather.d.d.256", V8, [V8, ir.PointerType(V.I8), V8, V8, V.I8])
             psllv = V.fn(builder, "llvm.x86.avx2.psllv.d.256", V8, [V8, V8])
+            permd = V.fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8])
             zero = splat(0)
             mask = splat((1 << W) - 1)
             tot = V.cg.alloca_once_value(builder, builder.trunc(args[2], I32))
@@ -308,14 +308,24 @@ def _make_trecon8(W):
                                                                              for j in range(8)]))
                     inc = builder.add(inc, mv)
                 t0 = builder.load(tot)
-                pos = builder.add(V.vsplat(builder, builder.zext(t0, I64)), builder.sub(inc, kb))
-                byte = builder.lshr(pos, splat(3))
-                shv = builder.and_(pos, splat(7))
-                v = builder.lshr(builder.call(gather, [zero, bp, byte, splat(-1), ir.Constant(V.I8, 1)]), shv)
-                if W == 32:
-                    hi = builder.call(gather, [zero, builder.gep(bp, [ir.Constant(I64, 4)]), byte, splat(-1),
-                                               ir.Constant(V.I8, 1)])
-                    v = builder.or_(v, builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
+                # the eight elements' bits (<= 8 (W - 1), from bit t0 & 7 of byte t0 >> 3) lie in the 32 bytes
+                # there (W = 16; W = 32: the 36): loaded once, each lane's two 32-bit words at its bit position
+                # moved to it by vpermd (a gather costs several times as much on some CPUs) and joined by shifts
+                # (psllv gives 0 for a shift of 32)
+                start = builder.gep(bp, [builder.zext(builder.lshr(t0, ir.Constant(I32, 3)), I64)])
+                win = builder.load(builder.bitcast(start, ir.PointerType(V8)), align=1)
+                rel = builder.add(V.vsplat(builder, builder.zext(builder.and_(t0, ir.Constant(I32, 7)), I64)),
+                                  builder.sub(inc, kb))
+                dw = builder.lshr(rel, splat(5))
+                shv = builder.and_(rel, splat(31))
+                if W == 16:   # (word dw + 1 <= 4)
+                    hi = builder.call(permd, [win, builder.add(dw, splat(1))])
+                else:         # (word dw + 1 <= 8: from the 32 bytes 4 further on)
+                    win4 = builder.load(builder.bitcast(builder.gep(start, [ir.Constant(I64, 4)]),
+                                                        ir.PointerType(V8)), align=1)
+                    hi = builder.call(permd, [win4, dw])
+                v = builder.or_(builder.lshr(builder.call(permd, [win, dw]), shv),
+                                builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
                 a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))),
                                 builder.shl(nz, kb))
                 d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)

@@ -397,9 +397,9 @@ def _trecon(blob, bs, end, o, n, W, syms):
         neg = np.int64(s != 0) & (1 - (s & 1))
         stab[s] = ((np.int64(1) << k) >> 1) | ((k - np.int64(k != 0)) << 32) | (neg << 40)
     # where the CPU has AVX2, blocks of TBLOCK elements as vectors (kernels.simd.trecon8) while their bits (<= W
-    # - 1 each) and the 8 bytes read at the last lie inside the raw stream
+    # - 1 each) and the 32 bytes read at the last vector lie inside the raw stream
     if SIMD:
-        span = ((TBLOCK * (W - 1)) >> 3) + 9
+        span = ((TBLOCK * (W - 1)) >> 3) + 33
         while i + TBLOCK <= n and (b >> 3) + span <= L:
             b += trecon8(blob, bs + (b >> 3), b & 7, o, syms, i, TBLOCK // 8, W)
             i += TBLOCK
