@@ -356,15 +356,7 @@ def merge_units(planes, n, unit, layout, dst):
             d[i] = np.uint16(((a & 0x4) << 13) | ((np.uint16(p0[i]) & 0x1F) << 10)
                              | ((a & 0x3) << 8) | np.uint16(p2[i]))
     elif layout == LAYOUT_F32:
-        d = dst[:4 * n].view(np.uint32)
-        p0 = planes[0]
-        p1 = planes[1]
-        p2 = planes[2]
-        p3 = planes[3]
-        for i in range(n):
-            a = np.uint32(p1[i])
-            d[i] = np.uint32(((a & 0x80) << 24) | (np.uint32(p0[i]) << 23) | ((a & 0x7F) << 16)
-                             | (np.uint32(p2[i]) << 8) | np.uint32(p3[i]))
+        merge_f32(planes[0], planes[1], planes[2], planes[3], n, dst[:4 * n].view(np.uint32))
     else:
         for j in range(unit):
             p = planes[j]
@@ -379,6 +371,16 @@ def merge_bf16(p0, p1, n, d):
     for i in range(n):
         sm = np.uint16(p1[i])
         d[i] = np.uint16(((sm & 0x80) << 8) | (np.uint16(p0[i]) << 7) | (sm & 0x7F))
+
+
+@njit(nogil=True, cache=True)
+def merge_f32(p0, p1, p2, p3, n, d):
+    """merge_units for fp32 from any four planes (p1..p3 may be raw streams' bytes in the blob itself): d
+    (uint32[n])."""
+    for i in range(n):
+        a = np.uint32(p1[i])
+        d[i] = np.uint32(((a & 0x80) << 24) | (np.uint32(p0[i]) << 23) | ((a & 0x7F) << 16)
+                         | (np.uint32(p2[i]) << 8) | np.uint32(p3[i]))
 
 
 @njit(nogil=True, cache=True)
