@@ -237,6 +237,30 @@ def _raw_bits_reference(blob, bit, o, syms, W):
     return out, bit
 
 
+def test_raw_bit_writer_pairs_give_the_same_bytes():
+    """The temporal encoder's raw-bit writer joining two 16-bit units' bits at a time writes the bytes of the
+    one-at-a-time loop, and the plain reading of them gives the bits back: odd and even lengths, elements of no
+    raw bits and of the most (15), a start inside the buffer."""
+    from lmc.kernels import temporal as kt
+    rng = np.random.default_rng(9)
+    W, KS = 16, 33
+    kbt = np.array([min((s + 1) >> 1, W) - (s > 0) for s in range(KS)] * 16, np.uint8)
+    for n in (1, 2, 3, 64, 1001, 4096):
+        for mix in range(3):
+            sym = rng.integers(0, KS, n) if mix == 0 else (np.full(n, KS - 1) if mix == 1 else rng.choice([0, 1, 32], n))
+            jb = (rng.integers(0, 16, n) * KS + sym).astype(np.uint16)
+            k = kbt[jb].astype(np.int64)
+            low = (rng.integers(0, 1 << 16, n) & ((1 << k) - 1)).astype(np.uint32)
+            a, b = np.zeros(2 * n + 16, np.uint8), np.zeros(2 * n + 16, np.uint8)
+            ea = kt._traw(jb, low, n, kbt, a, 5, False)
+            eb = kt._traw(jb, low, n, kbt, b, 5, True)
+            assert ea == eb and a[:ea].tobytes() == b[:eb].tobytes(), (n, mix)
+            bits = int.from_bytes(b[5:eb].tobytes(), "little")
+            for i in range(n):
+                assert bits & ((1 << int(k[i])) - 1) == int(low[i])
+                bits >>= int(k[i])
+
+
 @pytest.mark.skipif(not simd.SIMD, reason="the vector kernels need AVX2 (SIMD is False here)")
 def test_vector_raw_bit_pass_matches_the_reference():
     """trecon8 (bits taken from a window loaded at each vector's first bit) gives the plain reading of the raw

@@ -243,14 +243,28 @@ def temporal_estimate(hist, f, cm, W, n, fv):
 
 
 @njit(nogil=True, cache=True)
-def _traw(jb, low, n, kbt, out, o):
+def _traw(jb, low, n, kbt, out, o, pairs):
     """The raw bits (low[i], kbt[jb[i]] of them) LSB-first at out[o:];
     returns the end.  Stores 4 bytes at a time speculatively: out must
-    have 4 bytes of room past the end."""
+    have 4 bytes of room past the end.  ``pairs`` (16-bit units: at most 15
+    bits an element): two elements are joined before they meet the
+    accumulator, which then waits on half as many steps (twice as fast)."""
     q = o
     acc = _U0
     nb = 0
-    for i in range(n):
+    i = 0
+    if pairs:   # (30 bits a pair, on top of < 32 pending: inside the 64-bit accumulator)
+        while i + 2 <= n:
+            k0 = np.int64(ld(kbt, np.int64(ld(jb, i))))
+            acc |= (np.uint64(ld(low, i)) | (np.uint64(ld(low, i + 1)) << np.uint64(k0))) << np.uint64(nb)
+            nb += k0 + np.int64(ld(kbt, np.int64(ld(jb, i + 1))))
+            store_u32(out, q, np.uint32(acc & _M32))
+            g = np.int64(nb >= 32)
+            q += g << 2
+            acc >>= np.uint64(g << 5)
+            nb -= g << 5
+            i += 2
+    while i < n:
         acc |= np.uint64(ld(low, i)) << np.uint64(nb)
         nb += np.int64(ld(kbt, np.int64(ld(jb, i))))
         store_u32(out, q, np.uint32(acc & _M32))
@@ -258,6 +272,7 @@ def _traw(jb, low, n, kbt, out, o):
         q += g << 2
         acc >>= np.uint64(g << 5)
         nb -= g << 5
+        i += 1
     while nb > 0:
         out[q] = np.uint8(acc & np.uint64(0xFF))
         q += 1
@@ -285,7 +300,7 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     o = put_rans(jb, n, et, tbuf, out, o, lim, nraw, rans_states_for(n, fv))
     if o < 0:
         return -1
-    q = _traw(jb, low, n, kbt, out, o)
+    q = _traw(jb, low, n, kbt, out, o, W == 16)
     if q != o + nraw:  # pragma: no cover - would be a bug
         return -1
     return q
