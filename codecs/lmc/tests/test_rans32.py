@@ -247,7 +247,8 @@ def test_raw_bit_writer_pairs_give_the_same_bytes():
     kbt = np.array([min((s + 1) >> 1, W) - (s > 0) for s in range(KS)] * 16, np.uint8)
     for n in (1, 2, 3, 64, 1001, 4096):
         for mix in range(3):
-            sym = rng.integers(0, KS, n) if mix == 0 else (np.full(n, KS - 1) if mix == 1 else rng.choice([0, 1, 32], n))
+            sym = (rng.integers(0, KS, n) if mix == 0 else
+                   np.full(n, KS - 1) if mix == 1 else rng.choice([0, 1, 32], n))
             jb = (rng.integers(0, 16, n) * KS + sym).astype(np.uint16)
             k = kbt[jb].astype(np.int64)
             low = (rng.integers(0, 1 << 16, n) & ((1 << k) - 1)).astype(np.uint32)

@@ -32,15 +32,15 @@ from numba import njit
 
 from .intrinsics import load_u32
 from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
-                   ERR_CHECKSUM, ERR_FLAGS, ERR_TRAIL, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRUNC, ERR_VERSION, LAYOUT_BF16,
-                   LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST, PREF_SIZE, PRED_MARGIN,
-                   PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, TEMPORAL_MARGIN7, checksum_units, ck_mode,
-                   MODE_RAW, copy_bytes, merge_chunk, merge_f32, split_chunk, split_units, xor_into)
+                   ERR_CHECKSUM, ERR_FLAGS, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
+                   LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, MODE_RAW, NCTX, NO_MARGIN, OK, PREF_FAST,
+                   PREF_SIZE, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, TEMPORAL_MARGIN7,
+                   checksum_units, ck_mode, copy_bytes, merge_chunk, merge_f32, split_chunk, split_units, xor_into)
 from .huffman import histo4
 from .simd import LANES
-from .streams import (_decode_stream, _read_record, _uses_rans, analysis_scratch, analyze_hist, analyze_planes, decode_bf16,
-                      decode_planes, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist, write_planes,
-                      write_pred)
+from .streams import (_decode_stream, _read_record, _uses_rans, analysis_scratch, analyze_hist, analyze_planes,
+                      decode_bf16, decode_planes, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist,
+                      write_planes, write_pred)
 from .delta.encode import (delta_analyze, delta_build, delta_plan, delta_scratch, delta_write, delta_z,
                       stream_estimates)
 from .delta.decode import delta_decode

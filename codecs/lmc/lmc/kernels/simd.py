@@ -272,8 +272,8 @@ def _make_trecon8(W):
     before it end, so the positions are a prefix sum of the bit counts (within a vector by three shifts and
     adds, across vectors by the running total); each element's bits are taken from the 32 (W = 32: 36) bytes at
     its vector's first bit by vpermd and shifts, and o[i] (mono(r[i])) becomes unmono(o[i] + d), the unit.
-    From byte q, bit `bit` (< 8), symbols i0 .. i0 + 8 nvec.  The caller guarantees that every byte read lies inside the raw stream
-    (q + nvec * (W - 1) + 32 <= its end); nothing here checks bounds."""
+    From byte q, bit `bit` (< 8), symbols i0 .. i0 + 8 nvec.  The caller guarantees that every byte read lies
+    inside the raw stream (q + nvec * (W - 1) + 32 <= its end); nothing here checks bounds."""
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W)
