@@ -437,13 +437,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
         if flags == CHUNK_PRED:
             pos = off + 5
             w = np.int64(load_u32(blob, off + 1))
-        if layout == LAYOUT_F32:
-            base = start * 4
-            st = decode_f32(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w,
-                            out[base:base + 4 * n].view(np.uint32))
-            if st == OK and delta:
-                xor_into(out[base:base + 4 * n], out, ref, base, 4 * n)
-        elif layout != LAYOUT_BF16:
+        if layout != LAYOUT_F32 and layout != LAYOUT_BF16:
             st = decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm,
                                dtab)
             if st != OK:
@@ -453,12 +447,16 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
             # the planes' merge computes the checksum as it writes
             chk = merge_chunk(planes, n, out, ref, delta, start, unit, layout, wk)
             return OK if chk == expected else ERR_CHECKSUM
+        base = start * unit   # fp32 and bf16: merged into the units as their streams are read
+        dst = out[base:base + unit * n]
+        if layout == LAYOUT_F32:
+            st = decode_f32(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w,
+                            dst.view(np.uint32))
         else:
-            base = start * 2
             st = decode_bf16(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w,
-                             out[base:base + 2 * n].view(np.uint16))
-            if st == OK and delta:
-                xor_into(out[base:base + 2 * n], out, ref, base, 2 * n)
+                             dst.view(np.uint16))
+        if st == OK and delta:
+            xor_into(dst, out, ref, base, unit * n)
     if st != OK:
         return st
     return OK if checksum_units(out, start, n, unit, wk) == expected else ERR_CHECKSUM

@@ -243,6 +243,15 @@ def temporal_estimate(hist, f, cm, W, n, fv):
 
 
 @njit(nogil=True, cache=True)
+def _spill(acc, nb, out, q):
+    """_traw's step: the accumulator's low 4 bytes stored at q (speculatively), and moved past where nb >= 32;
+    returns (acc, nb, q)."""
+    store_u32(out, q, np.uint32(acc & _M32))
+    g = np.int64(nb >= 32)
+    return acc >> np.uint64(g << 5), nb - (g << 5), q + (g << 2)
+
+
+@njit(nogil=True, cache=True)
 def _traw(jb, low, n, kbt, out, o, pairs):
     """The raw bits (low[i], kbt[jb[i]] of them) LSB-first at out[o:];
     returns the end.  Stores 4 bytes at a time speculatively: out must
@@ -257,21 +266,11 @@ def _traw(jb, low, n, kbt, out, o, pairs):
         while i + 2 <= n:
             k0 = np.int64(ld(kbt, np.int64(ld(jb, i))))
             acc |= (np.uint64(ld(low, i)) | (np.uint64(ld(low, i + 1)) << np.uint64(k0))) << np.uint64(nb)
-            nb += k0 + np.int64(ld(kbt, np.int64(ld(jb, i + 1))))
-            store_u32(out, q, np.uint32(acc & _M32))
-            g = np.int64(nb >= 32)
-            q += g << 2
-            acc >>= np.uint64(g << 5)
-            nb -= g << 5
+            acc, nb, q = _spill(acc, nb + k0 + np.int64(ld(kbt, np.int64(ld(jb, i + 1)))), out, q)
             i += 2
     while i < n:
         acc |= np.uint64(ld(low, i)) << np.uint64(nb)
-        nb += np.int64(ld(kbt, np.int64(ld(jb, i))))
-        store_u32(out, q, np.uint32(acc & _M32))
-        g = np.int64(nb >= 32)
-        q += g << 2
-        acc >>= np.uint64(g << 5)
-        nb -= g << 5
+        acc, nb, q = _spill(acc, nb + np.int64(ld(kbt, np.int64(ld(jb, i)))), out, q)
         i += 1
     while nb > 0:
         out[q] = np.uint8(acc & np.uint64(0xFF))
