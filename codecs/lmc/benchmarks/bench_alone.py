@@ -74,6 +74,7 @@ def main():
     a = ap.parse_args()
     if not a.fresh_pages:
         keep_heap(sys.argv)
+    untimed = tuple(u for u in a.untimed.split(",") if u)
     kinds = load(a.folder, a.min_elements)
     print(f"{a.folder}: tensors of >= {a.min_elements} elements; lmc {lmc.__version__}; one thread; codecs "
           f"interleaved in each of {a.repeat} rounds, best of each; "
@@ -96,9 +97,7 @@ def main():
             print(f"\n{np.dtype(dtype).name} {kind}: {len(arrs)} tensors, {mib:.1f} MiB")
             print("  ratio   " + "  ".join(f"{n} {r:.4f}" for n, r in ratio.items()))
             first = next(iter(cs))
-            zipnn = "ZipNN" in cs
-            skip = tuple(u for u in a.untimed.split(",") if u)
-            cs = {n: c for n, c in cs.items() if not n.startswith(skip) or not skip}
+            cs = {n: c for n, c in cs.items() if not n.startswith(untimed)}
             for run in range(a.runs):
                 fs = []
                 for name, (enc, dec) in cs.items():
@@ -113,7 +112,7 @@ def main():
                 speed = {n: (mib / ts[2 * i], mib / ts[2 * i + 1]) for i, n in enumerate(cs)}
                 row = [f"{n} {c:.0f}/{d:.0f}" for n, (c, d) in speed.items()]
                 row.append(f"| {first} decompress into out=: {mib / ts[-1]:.0f}")
-                if zipnn:
+                if "ZipNN" in cs and first in cs:
                     (c, d), (zc, zd) = speed[first], speed["ZipNN"]
                     row.append(f"| default / ZipNN: compress {c / zc:.2f}x, decompress {d / zd:.2f}x")
                 print(f"  run {run + 1}  MiB/s compress/decompress: " + "  ".join(row), flush=True)

@@ -33,13 +33,13 @@ from numba import njit
 from .intrinsics import load_u32
 from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
                    ERR_CHECKSUM, ERR_FLAGS, ERR_LEN, ERR_NOREF, ERR_PRED, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
-                   LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, MODE_RAW, NCTX, NO_MARGIN, OK, PREF_FAST,
+                   LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST,
                    PREF_SIZE, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, TEMPORAL_MARGIN7,
                    checksum_units, ck_mode, copy_bytes, merge_chunk, merge_f32, split_chunk, split_units, xor_into)
 from .huffman import histo4
 from .simd import LANES
-from .streams import (_decode_stream, _read_record, _uses_rans, analysis_scratch, analyze_hist, analyze_planes,
-                      decode_bf16, decode_planes, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist,
+from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes, decode_bf16,
+                      decode_planes, read_records, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist,
                       write_planes, write_pred)
 from .delta.encode import (delta_analyze, delta_build, delta_plan, delta_scratch, delta_write, delta_z,
                       stream_estimates)
@@ -467,35 +467,20 @@ def decode_f32(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f
     """decode_planes and merge_units for an fp32 alone, predicted (w > 0: the row length) or XOR chunk into dst
     (uint32[n]; XOR chunks: before the reference is applied); where the three mantissa streams are raw (the
     common case) they are merged straight from the blob, without a copy.  Returns a status."""
-    q1 = q2 = q3 = np.int64(-1)
-    for s in range(4):
-        st, mode, plen = _read_record(blob, pos, end, n, version)
-        if st != OK:
-            return st
-        pos += 5
-        if mode == MODE_RAW and s > 0:
-            if s == 1:
-                q1 = pos
-            elif s == 2:
-                q2 = pos
-            else:
-                q3 = pos
-        else:
-            st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab,
-                                version)
-            if st != OK:
-                return st
-        pos += plen
+    q = np.empty(4, np.int64)
+    st, pos = read_records(blob, pos, end, n, 4, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, q)
+    if st != OK:
+        return st
     if pos != end:
         return ERR_TRAIL
     if w > 0:
         exp_restore(planes[0], n, w)
-    if q1 >= 0 and q2 >= 0 and q3 >= 0:
-        merge_f32(planes[0], blob[q1:q1 + n], blob[q2:q2 + n], blob[q3:q3 + n], n, dst)
+    if q[1] >= 0 and q[2] >= 0 and q[3] >= 0:
+        merge_f32(planes[0], blob[q[1]:q[1] + n], blob[q[2]:q[2] + n], blob[q[3]:q[3] + n], n, dst)
         return OK
-    for s, q in ((1, q1), (2, q2), (3, q3)):
-        if q >= 0:
-            copy_bytes(planes[s], 0, blob, q, n)
+    for s in range(1, 4):
+        if q[s] >= 0:
+            copy_bytes(planes[s], 0, blob, q[s], n)
     merge_f32(planes[0], planes[1], planes[2], planes[3], n, dst)
     return OK
 

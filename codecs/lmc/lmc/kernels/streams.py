@@ -474,14 +474,27 @@ def decode_planes(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, ver
 def decode_records(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab):
     """Read ns stream records of n symbols each from blob[pos:end] into
     planes[s, :n].  Returns (status, the position after them)."""
+    return read_records(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab,
+                        np.empty(0, np.int64))
+
+
+@njit(nogil=True, cache=True)
+def read_records(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, raw_at):
+    """decode_records; where raw_at has ns entries, a raw stream s >= 1 is left in the blob, its payload's
+    position in raw_at[s] (-1 for the others)."""
     for s in range(ns):
         st, mode, plen = _read_record(blob, pos, end, n, version)
         if st != OK:
             return st, pos
         pos += 5
-        st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
-        if st != OK:
-            return st, pos
+        keep = raw_at.size == ns and s > 0 and mode == MODE_RAW
+        if raw_at.size == ns:
+            raw_at[s] = pos if keep else -1
+        if not keep:
+            st = _decode_stream(blob, pos, plen, mode, planes[s], n, lens, dec, dec3, dec1, tmp, f, cm, dtab,
+                                version)
+            if st != OK:
+                return st, pos
         pos += plen
     return OK, pos
 
