@@ -16,8 +16,9 @@ from .kernels.check import check_range, checksum_range
 from .kernels.chunk import decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
-VERSIONS = (1, 2, 3, 4, 5, 6, 7)   # 4-7: checksums over words (5: the strong mix, the mantissa-context mode;
-                                   # 6: the delta mode; 7: 32-state rANS streams);
+VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)   # 4-8: checksums over words (5: the strong mix, the mantissa-context
+                                      # mode; 6: the delta mode; 7: 32-state rANS streams; 8: a checksum of
+                                      # a sixth the multiplies);
                              # up to 3 the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
@@ -251,7 +252,7 @@ def check_prefer(prefer, who):
         raise ValueError(f"{who}: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=7,
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=8,
              prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
@@ -265,10 +266,12 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     bf16), 5 (lmc 0.3.4: 4's word checksums with a stronger mix, and the
     bf16 mantissa-context mode, which only ``prefer="size"`` takes), 6
     (lmc 0.3.5: 5's and the delta mode, a float chunk against its reference
-    in byte streams) or 7 (the default, lmc 0.4: 6's modes, every rANS
-    stream of 8192 symbols or more with 32 interleaved states, and with a
-    reference only the codings whose sampled estimates may win counted
-    exactly).  From 4 on a
+    in byte streams), 7 (6's modes, every rANS stream of 8192 symbols or
+    more with 32 interleaved states, and with a reference only the codings
+    whose sampled estimates may win counted exactly) or 8 (the default, lmc
+    0.4: 7's modes and bytes, each chunk's checksum from the product of its
+    words' 32-bit halves instead of two 64-bit multiplies a word, a third of
+    the time).  From 4 on a
     blob is written as the version asked for; up to 3, a blob is
     written as the oldest version its chunks need, so one that uses no
     newer mode stays readable by older decoders.
@@ -286,7 +289,7 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
     if isinstance(format_version, bool) or format_version not in VERSIONS:
-        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4, 5, 6 or 7, got {format_version!r}")
+        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4, 5, 6, 7 or 8, got {format_version!r}")
     check_prefer(prefer, "lmc")
     return _compress(data, threads, reference, chunk_size, dtype, format_version, _PREF[prefer])
 

@@ -216,7 +216,7 @@ def build_corpus(seed=0, small=False):
         specs = [(nm, cut(x, max(x.size // 5, 256)), cut(r, max(x.size // 5, 256)), max(c // 5, 64))
                  if nm != "int32_xor" else (nm, x, r, c) for nm, x, r, c in specs]   # (its rANS needs n)
     specs += pred_specs(small)
-    # format 4 (word checksums, the default) for all; format 3's unit checksums for three (not in the small
+    # the default (format 8) for all; format 3's unit checksums for three (not in the small
     # corpus of the slow checked builds: their kernels are the same, the checksum aside)
     v3 = set() if small else {"bf16_temporal", "f32_mixed", "bf16_pred2d"}
     return ([dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c))

@@ -177,8 +177,8 @@ def mutations(b, rng, ref):
         shp = big[int(rng.integers(len(big)))]
         # (numpy allows some with 1-byte units: then an empty array of that shape is right)
         return "hdr:huge_shape", owner, b.pack(shape=shp, payloads=[], nch=0), None, ("empty", shp, None)
-    if sub == 0:             # another version (1-5: the newer modes then invalid; 3 <-> 4 <-> 5/6: the other checksum)
-        v = int(rng.choice([v for v in (1, 2, 3, 4, 5, 6, 7) if v != b.version]))
+    if sub == 0:             # another version (1-5: newer modes invalid; 3, 4, 5-7, 8: another checksum)
+        v = int(rng.choice([v for v in (1, 2, 3, 4, 5, 6, 7, 8) if v != b.version]))
         return "hdr:version", owner, b.pack(version=v), ref, None
     if sub == 1:             # another chunk size with the same chunk count
         ch = b.chunk + int(rng.integers(-20, 21))

@@ -1,4 +1,4 @@
-"""Independent pure-Python decoder of the lmc format (versions 1 to 6),
+"""Independent pure-Python decoder of the lmc format (versions 1 to 8),
 written from FORMAT.md, used as an oracle by the tests.  Slow; for small
 blobs only.  decode(blob, ref_bytes) -> (unit bytes, chunk modes used,
 stream modes used); raises ValueError on anything invalid."""
@@ -29,11 +29,30 @@ def checksum(units, strong=False):
     return fold(s1) | fold(s2) << 32
 
 
-def word_checksum(data, strong=False):
-    """Versions 4 and 5: the same sums over the chunk bytes' 64-bit little-endian words, the last
-    zero-padded (version 5: the strong mix)."""
+def halves_checksum(words):
+    """Version 8: s1 the words' sum; s2 the sum of lo * hi, the 32-bit halves of w_i ^ (i * C3); s2 goes through
+    version 5's mix of index 0 before it is folded."""
+    C3 = 0xD6E8FEB86659FD93
+    s1 = sum(words) & M64
+    s2 = 0
+    for i, w in enumerate(words):
+        x = w ^ (i * C3 & M64)
+        s2 += (x & 0xFFFFFFFF) * (x >> 32)
+    s2 = ((s2 & M64) * 0x9E3779B97F4A7C15) & M64
+    s2 = ((s2 ^ (s2 >> 32)) * 0xBF58476D1CE4E5B9) & M64
+    s2 ^= s2 >> 29
+
+    def fold(x):
+        return (x ^ (x >> 32)) & 0xFFFFFFFF
+    return fold(s1) | fold(s2) << 32
+
+
+def word_checksum(data, version):
+    """Versions 4 to 8: over the chunk bytes' 64-bit little-endian words, the last zero-padded: version 4's mix,
+    5-7 the strong mix, 8 the halves' product."""
     data = bytes(data) + bytes(-len(data) % 8)
-    return checksum([int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)], strong)
+    words = [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
+    return halves_checksum(words) if version >= 8 else checksum(words, version >= 5)
 
 
 def split(v, lay, unit):
@@ -383,7 +402,7 @@ def decode(blob, ref=None):
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if version not in (1, 2, 3, 4, 5, 6, 7) or code not in UNIT or flags & ~1 or ndim > 32:
+    if version not in (1, 2, 3, 4, 5, 6, 7, 8) or code not in UNIT or flags & ~1 or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
@@ -457,7 +476,7 @@ def decode(blob, ref=None):
         else:
             raise ValueError("chunk mode")
         chunk_bytes = b"".join(u.to_bytes(unit, "little") for u in units)
-        if (word_checksum(chunk_bytes, version >= 5) if version >= 4 else checksum(units)) != chk:
+        if (word_checksum(chunk_bytes, version) if version >= 4 else checksum(units)) != chk:
             raise ValueError("checksum")
         out += chunk_bytes
         pos = end

@@ -38,8 +38,8 @@ def test_word_checksum_matches_the_oracle(nbytes):
     for unit in (1, 2, 4, 8):
         if nbytes % unit:
             continue
-        assert int(checksum_units(b, 0, nbytes // unit, unit, 1)) == pyref.word_checksum(b.tobytes())
-        assert int(checksum_units(b, 0, nbytes // unit, unit, 2)) == pyref.word_checksum(b.tobytes(), True)
+        for wk, version in ((1, 4), (2, 5), (3, 8)):
+            assert int(checksum_units(b, 0, nbytes // unit, unit, wk)) == pyref.word_checksum(b.tobytes(), version)
         assert int(checksum_units(b, 0, nbytes // unit, unit, 0)) == pyref.checksum(
             [int.from_bytes(b[i:i + unit].tobytes(), "little") for i in range(0, nbytes, unit)])
 
@@ -50,7 +50,7 @@ def test_v4_blobs_decode_in_the_oracle(dt):
     x = _sample(dt, 2003, 1)
     r = _sample(dt, 2003, 2)
     r.reshape(-1)[::3] = x.reshape(-1)[::3]
-    for ref, fv in ((None, 4), (r, 4), (None, 5), (r, 5)):
+    for ref, fv in ((None, 4), (r, 4), (None, 5), (r, 5), (None, 8), (r, 8)):
         for chunk in (257, 1000):
             blob = lmc.compress(x, reference=ref, chunk_size=chunk, format_version=fv)
             assert lmc.info(blob)["version"] == fv
@@ -73,7 +73,7 @@ def test_constant_chunk_checksum_without_writing_it(unit, use_ref):
             units = units ^ ref[start * unit:(start + n) * unit]
         buf = np.zeros((start + n) * unit, np.uint8)
         buf[start * unit:] = units
-        for wk in (0, 1, 2):     # units (versions 1-3), words (4), words with the strong mix (5)
+        for wk in (0, 1, 2, 3):  # units (versions 1-3), words (4), the strong mix (5-7), the halves' product (8)
             want = int(checksum_units(buf, start, n, unit, wk))
             got = int(checksum_fill(ref if use_ref else np.zeros(0, np.uint8), use_ref, start, n, unit,
                                     np.uint64(v), wk))
@@ -137,11 +137,11 @@ def test_reference_hash_follows_the_version():
     x = _sample(np.float32, 4000, 6)
     r = x.copy()
     r[::7] += 1e-3
-    for fv, wk in ((4, 1), (5, 2)):
+    for fv, wk in ((4, 1), (5, 2), (8, 3)):
         blob = lmc.compress(x, reference=r, chunk_size=1000, format_version=fv)
         (rh,) = struct.unpack_from("<Q", blob, 8 + 8 + 8)
         assert rh == api._ref_hash(api._ro_bytes(r), r.size, 1000, 4, 1, wk)
-        for other in {0, 1, 2} - {wk}:
+        for other in {0, 1, 2, 3} - {wk}:
             assert rh != api._ref_hash(api._ro_bytes(r), r.size, 1000, 4, 1, other)
         assert lmc.decompress(blob, reference=r).tobytes() == x.tobytes()
     bad = r.copy()

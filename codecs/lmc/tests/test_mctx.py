@@ -44,14 +44,14 @@ def test_speed_and_other_dtypes_never_take_it():
     x = _weights(40000)
     speed = lmc.compress(x, chunk_size=16384)
     v4 = lmc.compress(x, chunk_size=16384, format_version=4)
-    assert lmc.info(speed)["version"] == 7 and lmc.info(v4)["version"] == 4
+    assert lmc.info(speed)["version"] == 8 and lmc.info(v4)["version"] == 4
     assert Blob(speed).payloads == Blob(v4).payloads    # the same payloads as 0.3.3 wrote; checksums differ
     assert 5 not in _modes(speed)
     for dt in (np.float32, np.float16):
         y = x.astype(np.float32).astype(dt)
         assert 5 not in _modes(lmc.compress(y, prefer="size", chunk_size=16384))
     with pytest.raises(ValueError, match="format_version"):
-        lmc.compress(x, format_version=8)
+        lmc.compress(x, format_version=9)
 
 
 def test_alone_option_in_a_blob_with_a_reference():
@@ -81,7 +81,7 @@ def test_format7_takes_it():
     # 8192 symbols or more have 32 rANS states), and the oracle decodes it
     x = _weights(3 * 32768, seed=2)
     blob = lmc.compress(x, prefer="size", chunk_size=32768)
-    assert lmc.info(blob)["version"] == 7 and _modes(blob) == [5, 5, 5]
+    assert lmc.info(blob)["version"] == 8 and _modes(blob) == [5, 5, 5]
     assert len(blob) < len(lmc.compress(x, chunk_size=32768)) * 0.9985
     assert lmc.decompress(blob).tobytes() == x.tobytes()
     out, cmodes, _ = pyref.decode(blob)

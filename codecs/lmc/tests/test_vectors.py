@@ -22,7 +22,7 @@ def test_vector(name):
     y = lmc.decompress(blob, reference=ref)
     assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
     version = lmc.info(blob)["version"]
-    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,), 6: (6,), 7: (7,)}[e["format_version"]]
+    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,), 6: (6,), 7: (7,), 8: (8,)}[e["format_version"]]
     prefer = e.get("prefer", "speed")
     assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"],
                         prefer=prefer) == blob
@@ -62,3 +62,16 @@ def test_v7_vectors_have_32_state_streams():
         for k, v in lmc.info(open(os.path.join(OUT, n + ".lmc"), "rb").read())["chunk_modes"].items():
             modes[k] = modes.get(k, 0) + v
     assert {"temporal", "mantissa-context"} <= set(modes), modes
+
+
+def test_v8_vectors_cover_every_input():
+    """Format 8 (version 7's chunks, the halves' product checksum): every frozen input once more, bfloat16 ones
+    with prefer="size" too; each blob's chunks are version 7's where that input has a version-7 blob."""
+    v8 = {n: e for n, e in MANIFEST.items() if e["format_version"] == 8}
+    assert {e["input"] for e in v8.values()} == {e["input"] for e in MANIFEST.values()}
+    assert {e["input"] for e in v8.values() if e["prefer"] == "size"} == {
+        e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
+    for n, e in v8.items():
+        old = f'{e["input"]}_v7' + ("s" if e["prefer"] == "size" else "")
+        if old in MANIFEST:
+            assert MANIFEST[old]["size"] == e["size"], n

@@ -1,10 +1,11 @@
-"""Coding against the previous checkpoint against coding alone, one thread, format 7 (issue 35's target: with a
+"""Coding against the previous checkpoint against coding alone, one thread, lmc's default format or ``--format N``
+(issue 35's target: with a
 reference, at least 0.5x the alone speed to compress and to decompress): per (dtype, kind) of a Trainer series'
 last two checkpoints, compress and decompress MiB/s alone and against the previous step, their ratios, and the
 sizes.  Public API only, so it runs against any lmc on the path (an older commit's through PYTHONPATH).
 
     cd codecs/lmc && python -m benchmarks.studies.ref_speed SERIES [--kinds weight,exp_avg,exp_avg_sq]
-        [--dtypes bf16,fp32] [--repeat 5] [--fresh-pages]
+        [--dtypes bf16,fp32] [--repeat 5] [--fresh-pages] [--format N]
 
 SERIES: a folder of checkpoint-N/ (model.safetensors and optimizer.pt); tensors of at least 65,536 elements."""
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main():
     p.add_argument("--kinds", default="weight,exp_avg,exp_avg_sq")
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--format", type=int, default=None, help="format_version (default: lmc's default)")
     p.add_argument("--fresh-pages", action="store_true",
                    help="leave glibc's allocator as it is (its outputs then often land on fresh pages, whose faults "
                         "cost about as much as decoding into them, on both sides of every ratio)")
@@ -54,13 +56,14 @@ def main():
     # allocate (the allocator hands the first kinds measured fresh pages otherwise: bf16 weights measured first
     # decoded alone at 1005 MiB/s, measured last at 2367)
     work = []
+    fv = {} if a.format is None else {"format_version": a.format}
     for dt in a.dtypes.split(","):
         cast = (lambda t: t.astype(ml_dtypes.bfloat16)) if dt == "bf16" else (lambda t: t)
         for kind in a.kinds.split(","):
             xs = [cast(t) for t in new[kind]]
             rs = [cast(t) for t in old[kind]]
-            ba = [lmc.compress(x, threads=1, format_version=7) for x in xs]
-            br = [lmc.compress(x, reference=r, threads=1, format_version=7) for x, r in zip(xs, rs)]
+            ba = [lmc.compress(x, threads=1, **fv) for x in xs]
+            br = [lmc.compress(x, reference=r, threads=1, **fv) for x, r in zip(xs, rs)]
             for x, r, b1, b2 in zip(xs, rs, ba, br):
                 if (lmc.decompress(b1, threads=1).tobytes() != x.tobytes()
                         or lmc.decompress(b2, reference=r, threads=1).tobytes() != x.tobytes()):
@@ -70,8 +73,8 @@ def main():
     for dt, kind, xs, rs, ba, br in work:
         tot = sum(x.nbytes for x in xs)
         ca, cr, da, dr = best([
-            lambda: [lmc.compress(x, threads=1, format_version=7) for x in xs],
-            lambda: [lmc.compress(x, reference=r, threads=1, format_version=7) for x, r in zip(xs, rs)],
+            lambda: [lmc.compress(x, threads=1, **fv) for x in xs],
+            lambda: [lmc.compress(x, reference=r, threads=1, **fv) for x, r in zip(xs, rs)],
             lambda: [lmc.decompress(b, threads=1) for b in ba],
             lambda: [lmc.decompress(b, reference=r, threads=1) for b, r in zip(br, rs)]], a.repeat)
         mib = tot / 2 ** 20

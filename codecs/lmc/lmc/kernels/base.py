@@ -196,34 +196,55 @@ def _csum(d, n):
 
 
 @njit(nogil=True, cache=True)
-def _mix(v, ic, strong):
-    """The mix of word v at index multiple ic: format 4's (x ^ x >> 29 of x = (v ^ ic) * C1) or, strong
-    (format 5), with x ^= x >> 32, x *= C2 between: format 4's lets bit 63 of v reach only bits 63 and 34 of
-    the mix, so an even number of flips of words' top bits (a bf16 sign every 4th element) can cancel."""
+def _mix(v, ic, wk):
+    """The s2 term of word v at index multiple ic (wk as ck_mode).  Format 4: x ^ x >> 29 of x = (v ^ ic) * C1;
+    format 5 (wk 2) with x ^= x >> 32, x *= C2 between (format 4's lets bit 63 of v reach only bits 63 and 34 of
+    the mix, so an even number of flips of words' top bits, a bf16 sign every 4th element, can cancel); format 8
+    (wk 3): lo(x) * hi(x) of x = v ^ ic, the two 32-bit halves' product, one vector multiply for four words where
+    format 5 takes six (AVX2 has no 64-bit multiply), its sum mixed once per chunk (_fold_w)."""
+    if wk >= 3:
+        x = v ^ ic
+        return (x & _M32) * (x >> _S32)
     x = (v ^ ic) * _C1
-    if strong:
+    if wk == 2:
         x ^= x >> _S32
         x *= _C2
     return x ^ (x >> _S29)
 
 
 @njit(nogil=True, cache=True)
-def _mix_add(s2, v, ic, strong):
-    return s2 + _mix(v, ic, strong)
+def _mix_add(s2, v, ic, wk):
+    return s2 + _mix(v, ic, wk)
 
 
 @njit(nogil=True, cache=True)
-def _csum_words(b, nb, strong):
-    """The format-4 (strong: format-5) checksum of the nb bytes b[:nb]: the
-    same sums over their 64-bit little-endian words (the last zero-padded),
-    i = the word's index.  A quarter of the per-unit work on 16-bit units,
-    half on 32-bit ones."""
+def _fold_w(s1, s2, wk):
+    """chk of the word sums: format 8 mixes s2 (format 5's strong mix at index 0, a bijection) before folding, so
+    that a change of its sum reaches both halves."""
+    if wk >= 3:
+        s2 = _mix(s2, _U0, 2)
+    return _fold(s1, s2)
+
+
+@njit(nogil=True, cache=True)
+def _csum_words(b, nb, wk):
+    """The checksum of the nb bytes b[:nb] over their 64-bit little-endian words (the last zero-padded), i = the
+    word's index: format 4 (wk 1), 5 (wk 2, the strong mix) or 8 (wk 3, the halves' product).  A quarter of the
+    per-unit work on 16-bit units, half on 32-bit ones.  One loop per mix: a branch inside would keep the loop
+    from vectorising."""
     n8 = nb >> 3
     d = b[:n8 * 8].view(np.uint64)
     s1 = _U0
     s2 = _U0
     ic = _U0
-    if strong:
+    if wk >= 3:
+        for i in range(n8):
+            v = d[i]
+            s1 += v
+            x = v ^ ic
+            ic += _C3
+            s2 += (x & _M32) * (x >> _S32)
+    elif wk == 2:
         for i in range(n8):
             v = d[i]
             s1 += v
@@ -244,25 +265,25 @@ def _csum_words(b, nb, strong):
         for j in range(nb - n8 * 8):
             v |= np.uint64(b[n8 * 8 + j]) << np.uint64(8 * j)
         s1 += v
-        s2 = _mix_add(s2, v, ic, strong)
-    return _fold(s1, s2)
+        s2 = _mix_add(s2, v, ic, wk)
+    return _fold_w(s1, s2, wk)
 
 
 @njit(nogil=True, cache=True)
 def ck_mode(version):
     """The checksum of a format version: 0 over units (1-3), 1 over words (4),
-    2 over words with the strong mix (5 and 6)."""
-    return 0 if version < 4 else (1 if version == 4 else 2)
+    2 over words with the strong mix (5-7), 3 over words with the halves' product (8)."""
+    return 0 if version < 4 else (1 if version == 4 else (2 if version < 8 else 3))
 
 
 @njit(nogil=True, cache=True)
 def checksum_units(data, start, n, unit, wk):
     """The checksum of the chunk of n units from unit index start: over its
     units (wk 0: format versions 1-3) or over its 64-bit words (wk 1: version
-    4; wk 2: version 5, the strong mix).  See ck_mode."""
+    4; wk 2: versions 5-7, the strong mix; wk 3: version 8).  See ck_mode."""
     base = start * unit
     if wk:
-        return _csum_words(data[base:base + n * unit], n * unit, wk >= 2)
+        return _csum_words(data[base:base + n * unit], n * unit, wk)
     if unit == 1:
         return _csum(data[base:base + n], n)
     if unit == 2:
@@ -439,14 +460,14 @@ def _csum_fill(r, n, v, use_ref):
         if use_ref:
             u = np.uint64(r[i]) ^ v
         s1 += u
-        s2 += _mix(u, ic, False)
+        s2 += _mix(u, ic, 1)
         ic += _C3
     return _fold(s1, s2)
 
 
 @njit(nogil=True, cache=True)
-def _csum_fill_words(r, nb, p, use_ref, strong):
-    """The format-4 (strong: format-5) checksum of nb bytes whose every
+def _csum_fill_words(r, nb, p, use_ref, wk):
+    """The word checksum (wk as ck_mode) of nb bytes whose every
     64-bit word is p (XORed with r's words when use_ref), without
     materialising them."""
     n8 = nb >> 3
@@ -459,7 +480,7 @@ def _csum_fill_words(r, nb, p, use_ref, strong):
         if use_ref:
             u = d[i] ^ p
         s1 += u
-        s2 += _mix(u, ic, strong)
+        s2 += _mix(u, ic, wk)
         ic += _C3
     rem = nb - n8 * 8
     if rem > 0:
@@ -469,8 +490,8 @@ def _csum_fill_words(r, nb, p, use_ref, strong):
                 u ^= np.uint64(r[n8 * 8 + j]) << np.uint64(8 * j)
         u &= (np.uint64(1) << np.uint64(8 * rem)) - np.uint64(1)
         s1 += u
-        s2 = _mix_add(s2, u, ic, strong)
-    return _fold(s1, s2)
+        s2 = _mix_add(s2, u, ic, wk)
+    return _fold_w(s1, s2, wk)
 
 
 @njit(nogil=True, cache=True)
@@ -482,8 +503,7 @@ def checksum_fill(ref, use_ref, start, n, unit, v, wk):
         p = _U0
         for j in range(8 // unit):  # units are 1, 2, 4 or 8 bytes: every word is the same
             p |= v << np.uint64(8 * unit * j)
-        return _csum_fill_words(ref[base:base + n * unit] if use_ref else ref[0:0], n * unit, p, use_ref,
-                                wk >= 2)
+        return _csum_fill_words(ref[base:base + n * unit] if use_ref else ref[0:0], n * unit, p, use_ref, wk)
     if not use_ref:
         return _csum_fill(ref[0:0], n, v, False)
     if unit == 1:
