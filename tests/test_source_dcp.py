@@ -75,6 +75,10 @@ def write_series(root: Path, fmt: str, marker: Path | None = None) -> dict:
         t[("extra.bf16", "weight")] = to_np(sd["extra"]["bf16"]).copy()
         t[("extra.count", "other")] = to_np(sd["extra"]["count"]).copy()
         truth[s] = t
+    if fmt == "lmc":
+        import lmc.dcp
+
+        lmc.dcp.wait()  # (one process: the last reference is re-coded behind its save)
     return truth
 
 

@@ -281,8 +281,9 @@ class LMCDCP(DCP):
 
         ref = None if keyframe or self.prev is None else self.path(self.prev)
         self.prev = step
+        # the re-coding within the save (lmc.dcp's default in one process is behind it: lmc_dcp_behind)
         self._writer = LMCStorageWriter(self.path(step), reference=ref, threads=self.cfg.threads,
-                                        max_chain=self.cfg.keyframe_every)
+                                        max_chain=self.cfg.keyframe_every, background=False)
         return self._writer
 
     def _save(self, state, step, keyframe):

@@ -148,7 +148,8 @@ def main(argv=None):
     p.add_argument("--prefer", default="speed", choices=["speed", "size", "fast"],
                    help="the writer's lmc.compress prefer (default: speed, lmc's default)")
     p.add_argument("--background", action="store_true",
-                   help="also the save against the reference with background=True (blocked and done seconds)")
+                   help="also the save against the reference with background=True, the default where one process "
+                        "saves (blocked and done seconds)")
     p.add_argument("--dir", default=None, help="where to write (default: a temporary folder)")
     a = p.parse_args(argv)
     try:
@@ -189,7 +190,8 @@ def main(argv=None):
                 save_phases.setdefault(label, []).append((row[label], w.last_phases))
 
             lmc_save("lmc save alone", s1, f"{d}/step-1")
-            lmc_save("lmc save vs ref", s2, f"{d}/step-2", reference=f"{d}/step-1")
+            # the re-coding of step 1 within the save (background=False; one process's default is behind it)
+            lmc_save("lmc save vs ref", s2, f"{d}/step-2", reference=f"{d}/step-1", background=False)
             if a.background:  # the same save with the re-coding of the reference behind the call
                 dcp.save(s1, storage_writer=LMCStorageWriter(f"{d}/bg-1", threads=a.threads, prefer=a.prefer))
                 t0 = time.perf_counter()

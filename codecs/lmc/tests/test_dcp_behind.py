@@ -13,7 +13,7 @@ dcp = pytest.importorskip("torch.distributed.checkpoint")
 
 import lmc.dcp  # noqa: E402
 from lmc.dcp import _recode  # noqa: E402
-from test_dcp import assert_same, every_dtype, load, meta, save, snapshot, train_state  # noqa: E402
+from test_dcp import LMCStorageWriter, assert_same, every_dtype, load, meta, snapshot, train_state  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -25,6 +25,11 @@ def _states(n=3):
         out[i] = snapshot(m, opt, every_dtype())
         step()
     return out
+
+
+def save(sd, path, **kw):
+    """A save that does not wait for what it leaves behind (test_dcp.save does)."""
+    dcp.save(sd, storage_writer=LMCStorageWriter(path, **kw))
 
 
 def _data_bytes(path):
@@ -117,4 +122,62 @@ def test_killed_background_recode_is_finished_by_the_next_save(tmp_path):
     assert m1["recoded_for"] == m2["save_id"] and m1["reference"]["save_id"] == m2["save_id"]
     assert not any(n.startswith(".tmp") for n in os.listdir(tmp_path / "step-1"))
     for s in (1, 2, 3):
+        assert_same(st[s], load(st[s], tmp_path / f"step-{s}"))
+
+
+def test_default_is_behind_in_one_process(tmp_path):
+    """background=None (the default): behind the save where one process saves; False: within it; anything but
+    None, True or False is refused when the writer is made."""
+    st = _states(3)
+    save(st[1], tmp_path / "step-1")
+    save(st[2], tmp_path / "step-2", reference=tmp_path / "step-1")
+    assert meta(tmp_path / "step-2")["behind"]["save_id"] == meta(tmp_path / "step-1")["save_id"]
+    lmc.dcp.wait()
+    assert meta(tmp_path / "step-1")["recoded_for"] == meta(tmp_path / "step-2")["save_id"]
+    save(st[3], tmp_path / "step-3", reference=tmp_path / "step-2", background=False)
+    m2 = meta(tmp_path / "step-2")
+    assert "behind" not in meta(tmp_path / "step-3") and m2["reference"]["save_id"] == meta(tmp_path / "step-3")["save_id"]
+    for bad in ("yes", 1, 0):
+        with pytest.raises(ValueError, match="background must be True, False or None"):
+            LMCStorageWriter(tmp_path / "step-4", background=bad)
+    for s in (1, 2, 3):
+        assert_same(st[s], load(st[s], tmp_path / f"step-{s}"))
+
+
+def test_fork_waits_for_the_recoding(tmp_path):
+    """A fork while the reference is re-coded behind the save (a DataLoader starting its workers) waits until
+    the re-coding is done, so the child inherits no lock that thread held: here a fork right after the save
+    returns finds the reference re-coded, and a pool of forked workers started then runs and ends (in a child
+    process with a time limit, so a hang fails the test instead of stopping the suite)."""
+    st = _states(2)
+    for i in (1, 2):
+        torch.save(st[i], tmp_path / f"s{i}.pt")
+    code = textwrap.dedent(f"""
+        import json, multiprocessing as mp, os, torch, torch.distributed.checkpoint as dcp, warnings
+        warnings.simplefilter("ignore")
+        from lmc.dcp import LMCStorageWriter
+        root = {str(tmp_path)!r}
+        def recoded():
+            with open(os.path.join(root, "step-1", "lmc-metadata.json")) as f:
+                return "recoded_for" in json.load(f)
+        dcp.save(torch.load(os.path.join(root, "s1.pt"), weights_only=True),
+                 storage_writer=LMCStorageWriter(os.path.join(root, "step-1")))
+        dcp.save(torch.load(os.path.join(root, "s2.pt"), weights_only=True),
+                 storage_writer=LMCStorageWriter(os.path.join(root, "step-2"), reference=os.path.join(root, "step-1")))
+        before = recoded()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        after = recoded()
+        with mp.get_context("fork").Pool(2) as pool:
+            squares = pool.map(abs, [-1, -2, -3])
+        print(json.dumps([before, after, squares]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 0, r.stderr
+    before, after, squares = __import__("json").loads(r.stdout.strip().splitlines()[-1])
+    assert after is True and squares == [1, 2, 3], (before, after)
+    for s in (1, 2):
         assert_same(st[s], load(st[s], tmp_path / f"step-{s}"))

@@ -102,7 +102,7 @@ def recode(self, *a, **k):
 L.LMCStorageWriter._code_tensor, _Recoder.recoded = code, recode
 torch.manual_seed(7)
 sd = {"big%d" % i: torch.randn(3 << 20) for i in range(4)}  # 12 MiB each: multipart uploads under way
-dcp.save(sd, storage_writer=L.LMCStorageWriter(url, reference=ref))
+dcp.save(sd, storage_writer=L.LMCStorageWriter(url, reference=ref, background=False))  # (the re-coding in the save)
 """
 
 

@@ -241,6 +241,22 @@ _behind: dict = {}  # canonical path of the folder being re-coded -> (thread, [e
 _behind_lock = threading.Lock()
 
 
+def _before_fork():
+    """os.fork() waits until every re-coding behind a save has finished: a child forked while that thread holds
+    a lock (the allocator's, a file's, a pool's queue) would inherit it held, with no thread to release it, and
+    could hang (a DataLoader's workers fork). After the wait no thread of lmc.dcp runs, so the child inherits no
+    lock of ours. A fork from the re-coding thread itself does not wait for itself. Errors stay for wait()."""
+    with _behind_lock:
+        threads = [t for t, _err in _behind.values()]
+    me = threading.current_thread()
+    for t in threads:
+        if t is not me:
+            t.join()
+
+
+_fork_hook = []  # [True] once _before_fork is registered (by the first re-coding behind a save)
+
+
 def start_behind(ref_path, new_path, threads, prefer):
     """Re-code checkpoint ``ref_path`` against ``new_path`` on a (non-daemon) thread: the interpreter's exit,
     :func:`wait`, and every later save, load and prune of this process wait for it."""
@@ -257,6 +273,12 @@ def start_behind(ref_path, new_path, threads, prefer):
     t = threading.Thread(target=run, name="lmc-dcp-behind", daemon=False)
     with _behind_lock:
         _behind[canonical(ref_path)] = (t, err)
+        if not _fork_hook and hasattr(os, "register_at_fork"):
+            # registered at the first such save, not at import: "before" hooks run newest first, so ours runs
+            # before those of the libraries a training script imported earlier (logging's, concurrent.futures'
+            # take locks that this thread may need to finish)
+            os.register_at_fork(before=_before_fork)
+            _fork_hook.append(True)
     t.start()
 
 

@@ -33,6 +33,15 @@ from ._signpost import PLAIN_METADATA, signpost
 
 
 # -------------------------------------------------------------------------------------------------- writer
+def _one_process() -> bool:
+    """True unless torch.distributed runs a process group of more than one rank (background=None's rule)."""
+    import torch.distributed as dist
+    try:
+        return not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+    except (RuntimeError, ValueError):
+        return True
+
+
 class LMCStorageWriter(StorageWriter):
     """A DCP ``StorageWriter`` storing every tensor chunk LMC-coded with its dtype.
 
@@ -51,9 +60,12 @@ class LMCStorageWriter(StorageWriter):
     ``"speed"`` (default), ``"size"`` or ``"fast"``, ``lmc.compress``'s choice for this save's tensors and the
     reference's re-coded ones. Bytes items are stored as they are, or zlib-compressed when smaller.
     ``last_phases``: the last save's seconds per phase (workers' time summed; ``wall``: the whole save).
-    ``background=True``: the save returns once this checkpoint is complete (coded alone); the reference is
+    ``background``: True: the save returns once this checkpoint is complete (coded alone); the reference is
     re-coded against it on a thread of the coordinator's process, from the files (see :func:`wait`; a kill or a
-    failure leaves the reference complete, coded alone, and the next save against this one re-codes it first).
+    failure leaves the reference complete, coded alone, and the next save against this one re-codes it first;
+    ``os.fork()`` waits for that thread, so a DataLoader's workers never inherit a lock it holds). False: the
+    reference is re-coded within the save, each rank its own items. None (default): True where one process
+    saves, False where torch.distributed runs more than one rank.
 
     A ``reference`` that is missing, incomplete (no ``lmc-metadata.json``: make the writer after the previous
     save, an ``async_save`` too, has completed) or the target itself is refused when the writer is made, with one
@@ -62,14 +74,17 @@ class LMCStorageWriter(StorageWriter):
     left in the folder are removed."""
 
     def __init__(self, path, reference=None, keyframe=False, threads=None, sync_files=True,
-                 max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed", background=False):
+                 max_chain=DEFAULT_KEYFRAME_EVERY, prefer="speed", background=None):
         super().__init__()
         check_prefer(prefer, "lmc.dcp")
         self.prefer = prefer
         if max_chain is not None and (isinstance(max_chain, bool) or not isinstance(max_chain, int) or max_chain < 1):
             raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")
         self.max_chain = max_chain
-        self.background = bool(background)
+        if background is not None and not isinstance(background, bool):
+            raise ValueError(f"lmc.dcp: background must be True, False or None (one process: True), got {background!r}")
+        self.background = background
+        self._behind = background if background is not None else _one_process()  # (again in set_up_storage_writer)
         self.path = _location(path)
         self.reference = None if reference is None else _location(reference)
         self.keyframe = bool(keyframe)
@@ -115,6 +130,9 @@ class LMCStorageWriter(StorageWriter):
                                       "written by the coordinator)")
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
+        # behind the save by default where one process saves; with several ranks each re-codes its own items in
+        # the save (behind it, the coordinator alone would re-code every rank's)
+        self._behind = self.background if self.background is not None else _one_process()
         self.save_id = str(uuid.uuid4())  # a new id per save, also when the writer is reused for the same path
 
     def _check_reference(self):
@@ -208,7 +226,7 @@ class LMCStorageWriter(StorageWriter):
         ref = self._reference_checkpoint()
         results = []
         recoder = None
-        if ref is not None and not self.background:  # the reference's items re-coded against this save's, into a new data file of its own
+        if ref is not None and not self._behind:  # the reference's items re-coded against this save's, into a new data file of its own
             gen = next_generation(ref.items)
             recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer, ph)
         # a local file appears by a rename when complete; an object when its upload completes
@@ -333,7 +351,7 @@ class LMCStorageWriter(StorageWriter):
         doc = metadata_json(metadata, items, self.save_id, None, self.path,
                              group=1 if ref is None else self._group_of(ref))
         doc["time"] = int(time.time())  # when it was saved (re-coding it later keeps this)
-        behind = ref is not None and self.background
+        behind = ref is not None and self._behind
         if behind:  # what is left to do once this save is complete (a kill: the next save does it)
             me = self.path if is_url(self.path) else os.path.abspath(self.path)
             doc["behind"] = {"save_id": ref.save_id, "path": relpath(ref.path, me), "abspath": ref.path}
