@@ -107,6 +107,10 @@ CPU = {}  # the process's CPU seconds of each timed call, by label (all threads;
 
 
 def timed(fn, label=None):
+    """Seconds of fn(), after os.sync() and a short pause: every timed save and load starts with no dirty pages
+    of an earlier one (on a disk of capped bandwidth the writeback of the saves before would slow the next)."""
+    os.sync()
+    time.sleep(0.3)
     t, c = time.perf_counter(), time.process_time()
     fn()
     if label is not None:
@@ -194,10 +198,10 @@ def main(argv=None):
             lmc_save("lmc save vs ref", s2, f"{d}/step-2", reference=f"{d}/step-1", background=False)
             if a.background:  # the same save with the re-coding of the reference behind the call
                 dcp.save(s1, storage_writer=LMCStorageWriter(f"{d}/bg-1", threads=a.threads, prefer=a.prefer))
-                t0 = time.perf_counter()
                 lmc_save("lmc bg save blocked", s2, f"{d}/bg-2", reference=f"{d}/bg-1", background=True)
+                t1 = time.perf_counter()
                 lmc.dcp.wait()
-                row["lmc bg save done"] = time.perf_counter() - t0
+                row["lmc bg save done"] = row["lmc bg save blocked"] + time.perf_counter() - t1
                 row["lmc bg MiB older"] = folder_mib(f"{d}/bg-1")
             row["lmc load newest"] = timed(lambda: dcp.load(
                 blank(s2), storage_reader=LMCStorageReader(f"{d}/step-2", threads=a.threads)), "lmc load newest")
