@@ -26,10 +26,14 @@ def interleaved_best(fs, repeat):
     """The best seconds of each function in ``fs``, timed in turn in each of ``repeat`` rounds: interleaved, so
     that a slow spell of the machine (on a shared VM, seconds long and up to 2x) falls on all of them rather
     than on whichever was timed during it. An entry may be a pair ``(prepare, f)``: ``f(prepare())`` is timed,
-    ``prepare()`` (e.g. a fresh copy of an input the function modifies) is not."""
+    ``prepare()`` (e.g. a fresh copy of an input the function modifies) is not. Each round starts one function
+    further on, so that none is always the first after the others (whatever the one before leaves, freed memory
+    or a cold cache, falls on each in turn)."""
     b = [float("inf")] * len(fs)
-    for _ in range(repeat):
-        for i, f in enumerate(fs):
+    for r in range(repeat):
+        for k in range(len(fs)):
+            i = (r + k) % len(fs)
+            f = fs[i]
             prepare, f = f if isinstance(f, tuple) else (None, f)
             arg = () if prepare is None else (prepare(),)
             t = time.perf_counter()
