@@ -36,7 +36,7 @@ from .base import (CHUNK_ALONE, CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORE
                    LAYOUT_BF16, LAYOUT_F32, LAYOUT_PLANES, MODE_CONST, NCTX, NO_MARGIN, OK, PREF_FAST,
                    PREF_SIZE, PRED_MARGIN, PROB_SCALE, RANS_MARGIN, TABSIZE, TEMPORAL_MARGIN, TEMPORAL_MARGIN7,
                    checksum_units, ck_mode, copy_bytes, merge_chunk, merge_f32, split_chunk, split_units, xor_into)
-from .huffman import histo4
+from .histo import histo4
 from .simd import LANES
 from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes, decode_bf16,
                       decode_planes, read_records, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist,

@@ -1,5 +1,5 @@
-"""lmc kernels: the Huffman coder - canonical codes (length-limited, package-merge), histograms per
-sub-stream (``histo4``), the 4-way interleaved encoder, the decoder (multi-symbol tables, 4
+"""lmc kernels: the Huffman coder - canonical codes (length-limited, package-merge) from the counts per
+sub-stream (``kernels.histo``), the 4-way interleaved encoder, the decoder (multi-symbol tables, 4
 sub-streams) with its stream reader (``decode_huff_stream``), and the structural check of a Huffman
 stream record (``check_huff_stream``).  The stream record is written by ``kernels.streams``."""
 
@@ -15,24 +15,6 @@ from .base import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN,
 # ---------------------------------------------------------------------------
 # Huffman code construction
 # ---------------------------------------------------------------------------
-@njit(nogil=True, cache=True)
-def histo4(p, n, h):
-    """h[k, s] += count of symbol s at positions i with i % 4 == k (n < 2^32:
-    counted in 32-bit tables, ~20% faster on a skewed plane than in h's int64)."""
-    t = np.zeros((4, 256), np.uint32)
-    n4 = n & ~3
-    for i in range(0, n4, 4):
-        t[0, p[i]] += 1
-        t[1, p[i + 1]] += 1
-        t[2, p[i + 2]] += 1
-        t[3, p[i + 3]] += 1
-    for i in range(n4, n):
-        t[i & 3, p[i]] += 1
-    for k in range(4):
-        for s in range(256):
-            h[k, s] += t[k, s]
-
-
 @njit(nogil=True, cache=True)
 def _package_merge(w, m, depth):
     """Optimal length-limited (<= MAXLEN) code lengths by package-merge

@@ -16,7 +16,8 @@ from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL,
                      nonzero_range)
 from .rans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                    rans_states_for, read_freq_table, states_ok, write_freq_table)
-from .huffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, histo4, huffman_lengths
+from .histo import histo4
+from .huffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, huffman_lengths
 
 
 # ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from numba import njit
 
 from ..intrinsics import store_u32
 from ..base import CHUNK_DELTA, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, _mono
-from ..huffman import histo4
+from ..histo import histo4
 from ..streams import _write_streams, analyze_hist, analyze_planes, count_streams
 from .fields import ESC_K, _escape_masks, _escape_positions, delta_rows
 
