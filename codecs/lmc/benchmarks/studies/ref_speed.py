@@ -23,6 +23,11 @@ import lmc
 from benchmarks.benchlib import interleaved_best as best, keep_heap, load_tensors
 
 
+def _default_format():
+    import inspect
+    return inspect.signature(lmc.compress).parameters["format_version"].default
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("series")
@@ -47,7 +52,8 @@ def main():
     except OSError:
         rev = ""
     print(f"lmc from {here} ({rev or 'no git'}); checkpoint-{steps[-1]} alone and against checkpoint-{steps[-2]}; "
-          f"one thread, format 7, best of {a.repeat} (the four measurements interleaved); "
+          f"one thread, format {a.format or 'default (' + str(_default_format()) + ')'}, best of {a.repeat} "
+          "(the four measurements interleaved); "
           f"{'fresh pages as glibc gives them' if a.fresh_pages else 'allocations up to 32 MiB kept on the heap'}")
     print("| dtype | kind | MiB | comp alone | comp ref | comp ref/alone | dec alone | dec ref | dec ref/alone | "
           "ratio alone | ratio ref |")
