@@ -1,7 +1,7 @@
 """lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: lmc's default (format 8
 since lmc 0.4) against format 7 (the same chunks with format 5's chunk checksums, two 64-bit multiplies a word)
-and format 2 (lmc 0.2's modes, without the predicted exponent), lmc with ``prefer="size"`` (the slower codings wherever they are smaller, and on bf16 format
-5's mantissa-context mode), z4ai ``compress`` and ZipNN, one thread.
+and format 2 (lmc 0.2's modes, without the predicted exponent), lmc with ``prefer="size"`` (the slower codings
+wherever they are smaller, and on bf16 format 5's mantissa-context mode), z4ai ``compress`` and ZipNN, one thread.
 
 Usage: python codecs/lmc/benchmarks/bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
        [--untimed NAME,...] [--fresh-pages]

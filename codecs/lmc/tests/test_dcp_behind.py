@@ -136,7 +136,8 @@ def test_default_is_behind_in_one_process(tmp_path):
     assert meta(tmp_path / "step-1")["recoded_for"] == meta(tmp_path / "step-2")["save_id"]
     save(st[3], tmp_path / "step-3", reference=tmp_path / "step-2", background=False)
     m2 = meta(tmp_path / "step-2")
-    assert "behind" not in meta(tmp_path / "step-3") and m2["reference"]["save_id"] == meta(tmp_path / "step-3")["save_id"]
+    m3 = meta(tmp_path / "step-3")
+    assert "behind" not in m3 and m2["reference"]["save_id"] == m3["save_id"]
     for bad in ("yes", 1, 0):
         with pytest.raises(ValueError, match="background must be True, False or None"):
             LMCStorageWriter(tmp_path / "step-4", background=bad)
@@ -163,7 +164,8 @@ def test_fork_waits_for_the_recoding(tmp_path):
         dcp.save(torch.load(os.path.join(root, "s1.pt"), weights_only=True),
                  storage_writer=LMCStorageWriter(os.path.join(root, "step-1")))
         dcp.save(torch.load(os.path.join(root, "s2.pt"), weights_only=True),
-                 storage_writer=LMCStorageWriter(os.path.join(root, "step-2"), reference=os.path.join(root, "step-1")))
+                 storage_writer=LMCStorageWriter(os.path.join(root, "step-2"),
+                                                 reference=os.path.join(root, "step-1")))
         before = recoded()
         pid = os.fork()
         if pid == 0:

@@ -82,7 +82,8 @@ class LMCStorageWriter(StorageWriter):
             raise ValueError(f"lmc.dcp: max_chain must be a positive integer or None, got {max_chain!r}")
         self.max_chain = max_chain
         if background is not None and not isinstance(background, bool):
-            raise ValueError(f"lmc.dcp: background must be True, False or None (one process: True), got {background!r}")
+            raise ValueError(f"lmc.dcp: background must be True, False or None (one process: True), "
+                             f"got {background!r}")
         self.background = background
         self._behind = background if background is not None else _one_process()  # (again in set_up_storage_writer)
         self.path = _location(path)
@@ -226,7 +227,8 @@ class LMCStorageWriter(StorageWriter):
         ref = self._reference_checkpoint()
         results = []
         recoder = None
-        if ref is not None and not self._behind:  # the reference's items re-coded against this save's, into a new data file of its own
+        if ref is not None and not self._behind:  # the reference's items re-coded against this save's, into a
+            # new data file of its own
             gen = next_generation(ref.items)
             recoder = _Recoder(ref, f"{sp.prefix}{gen}{SUFFIX}", self.threads, self.sync_files, self.prefer, ph)
         # a local file appears by a rename when complete; an object when its upload completes

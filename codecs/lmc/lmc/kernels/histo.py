@@ -79,8 +79,8 @@ def _make_cmp16():
                                                                         align=1))
                         for j in range(G * g, G * g + G)]
                 with cgutils.for_range(builder, args[2]) as loop:
-                    v = builder.load(builder.bitcast(builder.gep(base, [builder.mul(loop.index, ir.Constant(I64, 32))]),
-                                                     ir.PointerType(V)), align=1)
+                    at = builder.gep(base, [builder.mul(loop.index, ir.Constant(I64, 32))])
+                    v = builder.load(builder.bitcast(at, ir.PointerType(V)), align=1)
                     hit = zeros
                     for j in range(G):
                         eq = builder.icmp_unsigned("==", v, svec[j])
