@@ -20,21 +20,20 @@ before). Codecs named in ``--untimed`` (a name's start, e.g. ``z4ai``, whose com
 give their ratio only.
 """
 import argparse
-import inspect
 import sys
 
 import ml_dtypes
 import numpy as np
 
 import lmc
-from benchlib import interleaved_best as best, keep_heap, load_tensors as load
+from benchlib import default_format, interleaved_best as best, keep_heap, load_tensors as load
 
 
 PREPARE = {}  # codec -> what its compress is given (made outside the timing); default the array itself
 
 
 def codecs(dtype):
-    fv = inspect.signature(lmc.compress).parameters["format_version"].default
+    fv = default_format()
     out = {f"lmc {lmc.__version__} (default, format {fv})": (lambda a: lmc.compress(a, threads=1),
                                                              lambda b: lmc.decompress(b, threads=1)),
            "lmc format 7": (lambda a: lmc.compress(a, threads=1, format_version=7),

@@ -22,6 +22,14 @@ def best(f, repeat):
     return min(ts), r
 
 
+def default_format():
+    """The format_version lmc.compress writes when not told (public API: its signature's default)."""
+    import inspect
+
+    import lmc
+    return inspect.signature(lmc.compress).parameters["format_version"].default
+
+
 def interleaved_best(fs, repeat):
     """The best seconds of each function in ``fs``, timed in turn in each of ``repeat`` rounds: interleaved, so
     that a slow spell of the machine (on a shared VM, seconds long and up to 2x) falls on all of them rather

@@ -20,12 +20,7 @@ import sys
 import ml_dtypes
 
 import lmc
-from benchmarks.benchlib import interleaved_best as best, keep_heap, load_tensors
-
-
-def _default_format():
-    import inspect
-    return inspect.signature(lmc.compress).parameters["format_version"].default
+from benchmarks.benchlib import default_format, interleaved_best as best, keep_heap, load_tensors
 
 
 def main():
@@ -52,7 +47,7 @@ def main():
     except OSError:
         rev = ""
     print(f"lmc from {here} ({rev or 'no git'}); checkpoint-{steps[-1]} alone and against checkpoint-{steps[-2]}; "
-          f"one thread, format {a.format or 'default (' + str(_default_format()) + ')'}, best of {a.repeat} "
+          f"one thread, format {a.format or 'default (' + str(default_format()) + ')'}, best of {a.repeat} "
           "(the four measurements interleaved); "
           f"{'fresh pages as glibc gives them' if a.fresh_pages else 'allocations up to 32 MiB kept on the heap'}")
     print("| dtype | kind | MiB | comp alone | comp ref | comp ref/alone | dec alone | dec ref | dec ref/alone | "

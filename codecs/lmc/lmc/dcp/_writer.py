@@ -85,7 +85,6 @@ class LMCStorageWriter(StorageWriter):
             raise ValueError(f"lmc.dcp: background must be True, False or None (one process: True), "
                              f"got {background!r}")
         self.background = background
-        self._behind = background if background is not None else _one_process()  # (again in set_up_storage_writer)
         self.path = _location(path)
         self.reference = None if reference is None else _location(reference)
         self.keyframe = bool(keyframe)
@@ -98,6 +97,13 @@ class LMCStorageWriter(StorageWriter):
         self._all_keys = None
         self._carried = {}
         self._check_reference()
+
+    @property
+    def _behind(self) -> bool:
+        """Whether the reference is re-coded behind the save: ``background``, or where it is None, where one
+        process saves (with several ranks each re-codes its own items in the save; behind it, the coordinator
+        alone would re-code every rank's)."""
+        return self.background if self.background is not None else _one_process()
 
     def reset(self, checkpoint_id=None) -> None:
         if checkpoint_id:
@@ -131,9 +137,6 @@ class LMCStorageWriter(StorageWriter):
                                       "written by the coordinator)")
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank")
-        # behind the save by default where one process saves; with several ranks each re-codes its own items in
-        # the save (behind it, the coordinator alone would re-code every rank's)
-        self._behind = self.background if self.background is not None else _one_process()
         self.save_id = str(uuid.uuid4())  # a new id per save, also when the writer is reused for the same path
 
     def _check_reference(self):

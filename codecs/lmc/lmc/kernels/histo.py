@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from .intrinsics import ctz64
-from .simd import SIMD
+from .simd import SIMD, _Vec
 
 TOP = 16          # values compared per vector
 G = 4             # values per pass over a block
@@ -44,12 +44,12 @@ def _make_cmp16():
     """``_cmp16(p, i0, nvec, syms, acc, masks)``: for the nvec (<= 255) vectors of 32 bytes at p[i0:], lane l of
     acc[j] (uint8[16 * 32]) += the number of those vectors whose byte l is syms[j]; masks[v] (uint32) = the bits
     of vector v's bytes equal to none of syms. The caller guarantees i0 + 32 nvec <= p.size."""
-    from llvmlite import ir
     from numba import types
-    from numba.core import cgutils
     from numba.extending import intrinsic
 
-    I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    vec = _Vec()
+    ir, cgutils = vec.ir, vec.cg
+    I1, I8, I32, I64 = vec.I1, vec.I8, vec.I32, vec.I64
     V = ir.VectorType(I8, 32)
     B = ir.VectorType(I1, 32)
 
@@ -58,17 +58,14 @@ def _make_cmp16():
         sig = types.void(p, i0, nvec, syms, acc, masks)
 
         def codegen(context, builder, signature, args):
-            def data(k, t):
-                ary = context.make_array(signature.args[k])(context, builder, args[k])
-                return builder.bitcast(ary.data, ir.PointerType(t))
-
-            pp, sp, ap, mp = data(0, I8), data(3, I8), data(4, V), data(5, I32)
+            pp, sp, ap, mp = (vec.data(context, builder, signature, args, k, t)
+                              for k, t in ((0, I8), (3, I8), (4, V), (5, I32)))
             zero = ir.Constant(ir.VectorType(I32, 32), [0] * 32)
             zeros = ir.Constant(B, [0] * 32)
             base = builder.gep(pp, [args[1]])
             # TOP / G passes of G values over the block (in L1 by then): with 4 counting vectors and 4 values a
-            # pass, LLVM's two-vector unrolled loop stays in the 16 vector registers; 8 or 16 a pass spilled to
-            # memory every vector (26 us for 131,072 bytes against 49 with 16 a pass, one table of the plain loop)
+            # pass, LLVM's two-vector unrolled loop stays in the 16 vector registers; with 8 or 16 a pass it
+            # spilled to memory every vector (131,072 bytes: 26 us with 4 a pass, 49 with 16, as the plain loop)
             for g in range(TOP // G):
                 svec = []
                 for j in range(G * g, G * g + G):
