@@ -237,29 +237,35 @@ def _raw_bits_reference(blob, bit, o, syms, W):
     return out, bit
 
 
-def test_raw_bit_writer_pairs_give_the_same_bytes():
-    """The temporal encoder's raw-bit writer joining two 16-bit units' bits at a time writes the bytes of the
-    one-at-a-time loop, and the plain reading of them gives the bits back: odd and even lengths, elements of no
-    raw bits and of the most (15), a start inside the buffer."""
+def test_raw_bit_writer_groups_give_the_same_bytes():
+    """The temporal encoder's raw-bit writer joining the bits of four 16-bit units (two 32-bit units) at a time
+    writes the bytes of the one-at-a-time loop, and the plain reading of them gives the bits back: lengths that
+    are and are not multiples of the group, elements of no raw bits and of the most (W - 1), a start inside the
+    buffer, and nothing written past the 8 bytes of room after the end."""
     from lmc.kernels import temporal as kt
     rng = np.random.default_rng(9)
-    W, KS = 16, 33
-    kbt = np.array([min((s + 1) >> 1, W) - (s > 0) for s in range(KS)] * 16, np.uint8)
-    for n in (1, 2, 3, 64, 1001, 4096):
-        for mix in range(3):
-            sym = (rng.integers(0, KS, n) if mix == 0 else
-                   np.full(n, KS - 1) if mix == 1 else rng.choice([0, 1, 32], n))
-            jb = (rng.integers(0, 16, n) * KS + sym).astype(np.uint16)
-            k = kbt[jb].astype(np.int64)
-            low = (rng.integers(0, 1 << 16, n) & ((1 << k) - 1)).astype(np.uint32)
-            a, b = np.zeros(2 * n + 16, np.uint8), np.zeros(2 * n + 16, np.uint8)
-            ea = kt._traw(jb, low, n, kbt, a, 5, False)
-            eb = kt._traw(jb, low, n, kbt, b, 5, True)
-            assert ea == eb and a[:ea].tobytes() == b[:eb].tobytes(), (n, mix)
-            bits = int.from_bytes(b[5:eb].tobytes(), "little")
-            for i in range(n):
-                assert bits & ((1 << int(k[i])) - 1) == int(low[i])
-                bits >>= int(k[i])
+    for W, group in ((16, 4), (32, 2)):
+        KS = 2 * W + 1
+        kbt = np.array([min((s + 1) >> 1, W) - (s > 0) for s in range(KS)] * 16, np.uint8)
+        for n in (1, 2, 3, 5, 7, 64, 1001, 4096):
+            for mix in range(3):
+                sym = (rng.integers(0, KS, n) if mix == 0 else
+                       np.full(n, KS - 1) if mix == 1 else rng.choice([0, 1, KS - 1], n))
+                jb = (rng.integers(0, 16, n) * KS + sym).astype(np.uint16)
+                k = kbt[jb].astype(np.int64)
+                low = (rng.integers(0, 1 << 32, n, dtype=np.uint64) & ((np.uint64(1) << k.astype(np.uint64))
+                                                                       - np.uint64(1))).astype(np.uint32)
+                end = 5 + (int(k.sum()) + 7) // 8
+                a, b = np.zeros(end + 8, np.uint8), np.full(end + 9, 0xA5, np.uint8)
+                b[5:end + 8] = 0
+                ea = kt._traw(jb, low, n, kbt, a, 5, 1)
+                eb = kt._traw(jb, low, n, kbt, b, 5, group)
+                assert ea == eb == end and a[5:ea].tobytes() == b[5:eb].tobytes(), (W, n, mix)
+                assert b[:5].tobytes() == b"\xa5" * 5 and b[end + 8] == 0xA5, (W, n, mix)
+                bits = int.from_bytes(b[5:eb].tobytes(), "little")
+                for i in range(n):
+                    assert bits & ((1 << int(k[i])) - 1) == int(low[i])
+                    bits >>= int(k[i])
 
 
 @pytest.mark.skipif(not simd.SIMD, reason="the vector kernels need AVX2 (SIMD is False here)")
@@ -303,6 +309,13 @@ def test_vector_temporal_kernels_match_the_scalar_loops():
                          rng.integers(0, 1 << W, n, dtype=np.uint64))
             x[:64] = np.resize(edge, 64)[:n] if n < 64 else np.resize(edge, 64)
             r[:64] = np.repeat(edge, 8)[:n] if n < 64 else np.repeat(edge, 8)
+            if n == 4099:   # |d| at every power of two and beside it (bit lengths 0 .. W), against r = +0
+                sb, full = 1 << (W - 1), (1 << W) - 1
+                ds = sorted({s * v for k in range(W) for v in ((1 << k) - 1, 1 << k, (1 << k) + 1)
+                             for s in (1, -1) if v <= sb} | {-sb})
+                m_ = np.array([(sb + d) & full for d in ds], np.uint64)   # mono(x) = mono(+0) + d
+                x[64:64 + len(ds)] = np.where(m_ & sb, m_ ^ sb, m_ ^ full)
+                r[64:64 + len(ds)] = 0
             x, r = (x & ((1 << W) - 1)).astype(T), (r & ((1 << W) - 1)).astype(T)
             for E in (0, 3, 31, 127, 254):
                 j1, j2 = np.zeros(n, np.uint16), np.zeros(n, np.uint16)

@@ -70,7 +70,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     u16 / u32; th: int32[4 * NCTX * 65]; ha, hx: int32[ns * 1024]; thist,
     tf, tcm: NCTX * 256 int64; tbuf: >= 2n + 16 bytes; rbuf: >= n * unit
     bytes; kbt: uint8[NCTX * 65]; et: uint64[2 * NCTX * 65]; out must have
-    4 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3;
+    8 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3;
     mh: int64[4096], mf, mcm: int64[MCTX_K * 256] for the mantissa-context
     mode, jb then >= n u16 too; the delta mode (v6, a reference, float
     layouts): dsc = delta_scratch(...), one per driver).

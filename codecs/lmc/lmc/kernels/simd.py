@@ -215,6 +215,23 @@ class _Vec:
         set_ = builder.icmp_unsigned("!=", builder.and_(v, sb), self.splat(0))
         return builder.xor(v, builder.select(set_, sb, mask) if inverse else builder.select(set_, mask, sb))
 
+    def bit_length(self, builder, a, nz):
+        """The bit length of each lane of a (unsigned, at most 2^(W - 1); 0 where nz, 1 where a != 0, is 0), from
+        the exponent of its float32 conversion: AVX2 has no vector count of leading zeros (LLVM's emulation takes
+        about a dozen instructions).  A float32 holds 24 bits exactly: W = 32 converts a's top 24 bits where a
+        has more, and adds 8."""
+        ir, splat = self.ir, self.splat
+        t, big = a, None
+        if self.W > 24:
+            h = builder.lshr(a, splat(8))
+            big = builder.icmp_unsigned("!=", h, splat(0))
+            t = builder.select(big, h, a)
+        e = builder.lshr(builder.bitcast(builder.sitofp(t, ir.VectorType(ir.FloatType(), 8)), self.V8), splat(23))
+        k = builder.sub(e, splat(126))
+        if big is not None:
+            k = builder.add(k, builder.select(big, splat(8), splat(0)))
+        return builder.and_(k, builder.sub(splat(0), nz))
+
     def hsum(self, builder, v, op):
         """The eight lanes of v combined by builder.op (add, or_), as i64."""
         t = builder.extract_element(v, self.ir.Constant(self.I32, 0))
@@ -242,7 +259,6 @@ def _make_tsyms8(W):
             rp = V.data(context, builder, signature, args, 1, V.VU)
             jp = V.data(context, builder, signature, args, 6, ir.VectorType(V.I16, 8))
             lp = V.data(context, builder, signature, args, 7, V8)
-            ctlz = V.fn(builder, "llvm.ctlz.v8i32", V8, [V8, V.I1])
             vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (3, 4, 5))
             mask = splat((1 << W) - 1)
             acc = V.cg.alloca_once_value(builder, splat(0))
@@ -254,7 +270,7 @@ def _make_tsyms8(W):
                 neg = builder.and_(builder.lshr(d, splat(W - 1)), splat(1))
                 a = builder.and_(builder.add(builder.xor(d, builder.sub(splat(0), neg)), neg), mask)
                 nz = builder.zext(builder.icmp_unsigned("!=", a, splat(0)), V8)
-                k = builder.sub(splat(32), builder.call(ctlz, [a, ir.Constant(V.I1, 0)]))
+                k = V.bit_length(builder, a, nz)
                 builder.store(builder.add(builder.load(acc), builder.sub(k, nz)), acc)
                 sym = builder.add(builder.mul(c, splat(2 * W + 1)),
                                   builder.add(builder.sub(builder.add(k, k), nz), neg))
@@ -448,7 +464,9 @@ def _make_enc32():
                     for sel in (lo4, hi4):
                         xd = builder.uitofp(builder.shuffle_vector(x, x, sel), D4)
                         fd = builder.uitofp(builder.shuffle_vector(f, f, sel), D4)
-                        parts.append(builder.fptoui(builder.fdiv(xd, fd), V4))
+                        # (the quotient is below 2^20, the state being below f * 2^20 after the renormalisation:
+                        # a signed conversion, one instruction, where an unsigned one takes several)
+                        parts.append(builder.fptosi(builder.fdiv(xd, fd), V4))
                     qv = builder.shuffle_vector(parts[0], parts[1], ir.Constant(V8, list(range(8))))
                     x = builder.add(builder.add(x, cum), builder.mul(qv, builder.sub(splat(4096), f)))
                     builder.store(x, vx[h])

@@ -6,7 +6,7 @@ the structural check (``check_temporal``) and the decoder."""
 import numpy as np
 from numba import njit
 
-from .intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32
+from .intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32, store_u64
 from .intrinsics import st as put
 from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
                      NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono)
@@ -102,7 +102,7 @@ def _tsyms(x, r, n, W, mb, em, E, jb, low):
     return raw
 
 
-TBLOCK = 64   # elements per call of the vector raw-bit pass
+TBLOCK = 64   # the fewest elements a call of the vector raw-bit pass takes
 SAMPLE = 32   # the estimates that decide which modes to analyse exactly use 1/SAMPLE
 TSAMPLE_MIN = 64 * 4 * SAMPLE  # shorter chunks are not sampled (every mode is analysed)
 
@@ -244,30 +244,63 @@ def temporal_estimate(hist, f, cm, W, n, fv):
 
 @njit(nogil=True, cache=True)
 def _spill(acc, nb, out, q):
-    """_traw's step: the accumulator's low 4 bytes stored at q (speculatively), and moved past where nb >= 32;
-    returns (acc, nb, q)."""
+    """_traw's one-element step: the accumulator's low 4 bytes stored at q (speculatively), and moved past where
+    nb >= 32; returns (acc, nb, q)."""
     store_u32(out, q, np.uint32(acc & _M32))
     g = np.int64(nb >= 32)
     return acc >> np.uint64(g << 5), nb - (g << 5), q + (g << 2)
 
 
+@njit(inline="always")
+def _take(acc, nb, v, k, out, q):
+    """_traw's group step: v (k <= 62 bits) joins the nb (< 64) pending bits of acc; the low 8 bytes are stored at
+    q (speculatively) and moved past where 64 bits are complete.  Returns (acc, nb, q)."""
+    lo = acc | (v << np.uint64(nb))
+    hi = (v >> np.uint64(1)) >> np.uint64(63 - nb)   # (the bits of v past bit 63: none where nb = 0)
+    store_u64(out, q, lo)
+    t = nb + k
+    g = np.int64(t >= 64)
+    keep = np.uint64(g - 1)   # (all ones where the 8 bytes stay: no branch, which would be mispredicted)
+    return (lo & keep) | (hi & ~keep), t - (g << 6), q + (g << 3)
+
+
 @njit(nogil=True, cache=True)
-def _traw(jb, low, n, kbt, out, o, pairs):
+def _traw(jb, low, n, kbt, out, o, group):
     """The raw bits (low[i], kbt[jb[i]] of them) LSB-first at out[o:];
-    returns the end.  Stores 4 bytes at a time speculatively: out must
-    have 4 bytes of room past the end.  ``pairs`` (16-bit units: at most 15
-    bits an element): two elements are joined before they meet the
-    accumulator, which then waits on half as many steps (twice as fast)."""
+    returns the end.  Stores 8 bytes at a time speculatively: out must
+    have 8 bytes of room past the end.  ``group``: the bits of that many
+    elements (4 for 16-bit units, at most 15 bits each; 2 for 32-bit units,
+    at most 31; 1: one at a time) are joined before they meet the
+    accumulator, which then waits on one step per group instead of one per
+    element (the step is the writer's critical path)."""
     q = o
     acc = _U0
     nb = 0
     i = 0
-    if pairs:   # (30 bits a pair, on top of < 32 pending: inside the 64-bit accumulator)
-        while i + 2 <= n:
-            k0 = np.int64(ld(kbt, np.int64(ld(jb, i))))
-            acc |= (np.uint64(ld(low, i)) | (np.uint64(ld(low, i + 1)) << np.uint64(k0))) << np.uint64(nb)
-            acc, nb, q = _spill(acc, nb + k0 + np.int64(ld(kbt, np.int64(ld(jb, i + 1)))), out, q)
-            i += 2
+    if group > 1:
+        if group == 4:   # 16-bit units: at most 60 bits
+            while i + 4 <= n:
+                k0 = np.int64(ld(kbt, np.int64(ld(jb, i))))
+                k1 = np.int64(ld(kbt, np.int64(ld(jb, i + 1))))
+                k2 = np.int64(ld(kbt, np.int64(ld(jb, i + 2))))
+                k3 = np.int64(ld(kbt, np.int64(ld(jb, i + 3))))
+                v = (np.uint64(ld(low, i)) | (np.uint64(ld(low, i + 1)) << np.uint64(k0))
+                     | (np.uint64(ld(low, i + 2)) << np.uint64(k0 + k1))
+                     | (np.uint64(ld(low, i + 3)) << np.uint64(k0 + k1 + k2)))
+                acc, nb, q = _take(acc, nb, v, k0 + k1 + k2 + k3, out, q)
+                i += 4
+        else:            # 32-bit units: at most 62 bits
+            while i + 2 <= n:
+                k0 = np.int64(ld(kbt, np.int64(ld(jb, i))))
+                k1 = np.int64(ld(kbt, np.int64(ld(jb, i + 1))))
+                v = np.uint64(ld(low, i)) | (np.uint64(ld(low, i + 1)) << np.uint64(k0))
+                acc, nb, q = _take(acc, nb, v, k0 + k1, out, q)
+                i += 2
+        while nb >= 32:   # (at most 63 pending: the single steps below keep fewer than 32)
+            store_u32(out, q, np.uint32(acc & _M32))
+            acc >>= np.uint64(32)
+            nb -= 32
+            q += 4
     while i < n:
         acc |= np.uint64(ld(low, i)) << np.uint64(nb)
         acc, nb, q = _spill(acc, nb + np.int64(ld(kbt, np.int64(ld(jb, i)))), out, q)
@@ -282,7 +315,7 @@ def _traw(jb, low, n, kbt, out, o, pairs):
 
 @njit(nogil=True, cache=True)
 def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, kbt, et, fv):
-    """Write a temporal chunk at out[o:] without passing lim (out must have 4
+    """Write a temporal chunk at out[o:] without passing lim (out must have 8
     bytes of room past lim; tbuf: >= 2n + 128 bytes, kbt: uint8[NCTX * (2W +
     1)] and et: uint64[2 * NCTX * (2W + 1)] scratch; fv: the format
     version written).  Returns the end position, or -1 if it does not fit."""
@@ -299,7 +332,7 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     o = put_rans(jb, n, et, tbuf, out, o, lim, nraw, rans_states_for(n, fv))
     if o < 0:
         return -1
-    q = _traw(jb, low, n, kbt, out, o, W == 16)
+    q = _traw(jb, low, n, kbt, out, o, 4 if W == 16 else 2)
     if q != o + nraw:  # pragma: no cover - would be a bug
         return -1
     return q
@@ -410,13 +443,17 @@ def _trecon(blob, bs, end, o, n, W, syms):
         k = min((s + 1) >> 1, W)
         neg = np.int64(s != 0) & (1 - (s & 1))
         stab[s] = ((np.int64(1) << k) >> 1) | ((k - np.int64(k != 0)) << 32) | (neg << 40)
-    # where the CPU has AVX2, blocks of TBLOCK elements as vectors (kernels.simd.trecon8) while their bits (<= W
-    # - 1 each) and the 32 bytes read at the last vector lie inside the raw stream
+    # where the CPU has AVX2, runs of vectors of 8 elements (kernels.simd.trecon8) as long as their bits (<= W - 1
+    # each) and the 36 bytes read at the last vector certainly lie inside the raw stream: each run takes as many
+    # vectors as the bytes left allow at W - 1 bits an element, so a chunk takes a few runs (most elements have
+    # far fewer bits)
     if SIMD:
-        span = ((TBLOCK * (W - 1)) >> 3) + 33
-        while i + TBLOCK <= n and (b >> 3) + span <= L:
-            b += trecon8(blob, bs + (b >> 3), b & 7, o, syms, i, TBLOCK // 8, W)
-            i += TBLOCK
+        while True:
+            nv = min((n - i) >> 3, (L - (b >> 3) - 40) // (W - 1))
+            if nv < TBLOCK // 8:
+                break
+            b += trecon8(blob, bs + (b >> 3), b & 7, o, syms, i, nv, W)
+            i += 8 * nv
     iv = i
     # an element takes <= W - 1 bits: the 8 bytes at b >> 3 hold them
     while i < n and (b >> 3) + 8 <= L:
