@@ -268,6 +268,24 @@ def test_raw_bit_writer_groups_give_the_same_bytes():
                     bits >>= int(k[i])
 
 
+def test_encoder_float32_quotient_rule_is_exact():
+    """The vector encoder's x div f (simd._make_enc32): the integer part of one float32 division, corrected by
+    one step either way from the remainder in 32-bit wrapping arithmetic, equals x // f for every frequency f and
+    the states an encoder meets (f * 16 <= x < f * 2^20): at every multiple of f near both ends and near 2^31,
+    one below and one above, and at random states."""
+    rng = np.random.default_rng(4)
+    f = np.arange(1, 4097, dtype=np.int64)[:, None]
+    ks = np.concatenate([np.arange(16, 80), (1 << 20) - np.arange(1, 65), (1 << 31) // np.arange(1, 4097)[:64]])
+    x = (f * ks[None, :]) + np.array([-1, 0, 1])[:, None, None]
+    x = np.concatenate([x.reshape(3, 4096, -1).transpose(1, 0, 2).reshape(4096, -1),
+                        rng.integers(f * 16, f * (1 << 20), (4096, 256))], axis=1)
+    x = np.where((x >= f * 16) & (x < f * (1 << 20)), x, f * 16)
+    q0 = (x.astype(np.float32) / f.astype(np.float32)).astype(np.int64)    # (numpy: IEEE float32, rounded)
+    rem = ((x - q0 * f + (1 << 31)) % (1 << 32)) - (1 << 31)               # (as 32-bit wrapping arithmetic)
+    q = q0 - (rem < 0) + (rem >= f)
+    assert (q == x // f).all()
+
+
 @pytest.mark.skipif(not simd.SIMD, reason="the vector kernels need AVX2 (SIMD is False here)")
 def test_vector_raw_bit_pass_matches_the_reference():
     """trecon8 (bits taken from a window loaded at each vector's first bit) gives the plain reading of the raw

@@ -419,8 +419,7 @@ def _make_enc32():
     V = _Vec()
     ir, cgutils, splat = V.ir, V.cg, V.splat
     I8, I16, I32, I64, V8 = V.I8, V.I16, V.I32, V.I64, V.V8
-    V4 = ir.VectorType(I32, 4)
-    D4 = ir.VectorType(ir.DoubleType(), 4)
+    F8 = ir.VectorType(ir.FloatType(), 8)
 
     @intrinsic
     def _enc32(typingctx, jb, nr, et32, buf, p, xs, permr):
@@ -435,8 +434,6 @@ def _make_enc32():
             vx = [cgutils.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
                   for h in range(4)]
             pos = cgutils.alloca_once_value(builder, args[4])
-            lo4 = ir.Constant(V4, [0, 1, 2, 3])
-            hi4 = ir.Constant(V4, [4, 5, 6, 7])
             with cgutils.for_range(builder, args[1]) as loop:
                 g = builder.mul(builder.sub(builder.sub(args[1], ir.Constant(I64, 1)), loop.index),
                                 ir.Constant(I64, 32))
@@ -460,14 +457,14 @@ def _make_enc32():
                     step = builder.shl(builder.zext(builder.call(ctpop, [bits]), I64), ir.Constant(I64, 1))
                     builder.store(builder.sub(q, step), pos)
                     x = builder.select(m, builder.lshr(x, splat(16)), x)
-                    parts = []
-                    for sel in (lo4, hi4):
-                        xd = builder.uitofp(builder.shuffle_vector(x, x, sel), D4)
-                        fd = builder.uitofp(builder.shuffle_vector(f, f, sel), D4)
-                        # (the quotient is below 2^20, the state being below f * 2^20 after the renormalisation:
-                        # a signed conversion, one instruction, where an unsigned one takes several)
-                        parts.append(builder.fptosi(builder.fdiv(xd, fd), V4))
-                    qv = builder.shuffle_vector(parts[0], parts[1], ir.Constant(V8, list(range(8))))
+                    # q = x div f by one float32 division of the eight lanes and a correction: x < f * 2^20 after
+                    # the renormalisation, so q < 2^20 and the float quotient (two roundings of 2^-24 each) is
+                    # within 1/8 of x / f; its integer part q0 is q - 1, q or q + 1, told apart by the remainder
+                    # x - q0 * f (in [-f, 2f): exact in 32-bit wrapping arithmetic)
+                    q0 = builder.fptosi(builder.fdiv(builder.uitofp(x, F8), builder.sitofp(f, F8)), V8)
+                    rem = builder.sub(x, builder.mul(q0, f))
+                    qv = builder.add(builder.sub(q0, builder.zext(builder.icmp_signed("<", rem, splat(0)), V8)),
+                                     builder.zext(builder.icmp_signed(">=", rem, f), V8))
                     x = builder.add(builder.add(x, cum), builder.mul(qv, builder.sub(splat(4096), f)))
                     builder.store(x, vx[h])
             for h in range(4):
