@@ -9,7 +9,7 @@ from numba import njit
 from .intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32, store_u64
 from .intrinsics import st as put
 from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
-                     NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono)
+                     NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono, log2_count)
 from .rans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
                    rans_cost_bits, rans_normalize, rans_states_for, read_ctx_tables)
 from .simd import SIMD, tmask8, trecon8, tsyms8
@@ -115,11 +115,11 @@ def _ent_bits(cnt, c0, m):
         tot += cnt[c0 + s]
     bits = 0.0
     if tot > 0:
-        lt = np.log2(np.float64(tot))
+        lt = log2_count(tot)
         for s in range(m):
             c = cnt[c0 + s]
             if c > 0:
-                bits += c * (lt - np.log2(np.float64(c)))
+                bits += c * (lt - log2_count(c))
     return bits
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from ..intrinsics import store_u32
-from ..base import CHUNK_DELTA, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, _mono
+from ..base import CHUNK_DELTA, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, _mono, log2_count
 from ..histo import histo4
 from ..streams import _write_streams, analyze_hist, analyze_planes, count_streams
 from .fields import ESC_K, _escape_masks, _escape_positions, delta_rows
@@ -30,18 +30,6 @@ DPLAN_TABLES = 8 + 3 * 8   # the plan's histograms (_plan)
 FAST_RAW = 16           # prefer="fast": a Huffman stream saving less than 1/FAST_RAW is stored raw,
 FAST_MIN_HUFF = 8192    # and so is one of fewer symbols (its decoder tables cost more than it saves)
 
-
-@njit(nogil=True, cache=True)
-def _log2_table(k):
-    """log2(c) for c < k, by the compiled code's own log2 (what _hcost computes above the table)."""
-    t = np.zeros(k, np.float64)
-    for c in range(1, k):
-        t[c] = np.log2(np.float64(c))
-    return t
-
-
-LOG2_K = 4096
-_LOG2 = _log2_table(LOG2_K)   # (a constant of the compiled kernels)
 
 
 @njit(nogil=True, cache=True)
@@ -61,7 +49,7 @@ def _hcost(hs, c0):
     for s in range(256):
         c = hs[c0 + s]
         if c > 0:
-            bits += c * max(1.0, lt - (_LOG2[c] if c < LOG2_K else np.log2(np.float64(c))))
+            bits += c * max(1.0, lt - log2_count(c))
     return np.int64(bits)
 
 
