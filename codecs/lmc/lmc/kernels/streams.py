@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from .intrinsics import ld, load_u32, store_u32
+from .intrinsics import st as put
 from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
                      LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, NEAR_RAW_BITS,
                      NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes, merge_bf16,
@@ -377,21 +378,24 @@ def exp_restore(p, n, w):
         p[i] = np.uint8((np.int32(p[i]) + np.int32(p[i - 4])) & 255)
     if lim >= n:
         return
-    a0 = np.int32(p[lim - 4])
-    a1 = np.int32(p[lim - 3])
-    a2 = np.int32(p[lim - 2])
-    a3 = np.int32(p[lim - 1])
+    # (ld / put: no wrap-around test of each index for a negative value, which Numba adds where it cannot
+    # prove an index non-negative, as here i - w: half the pass's time; every index below is in 0 .. n - 1)
+    a0 = np.int32(ld(p, lim - 4))
+    a1 = np.int32(ld(p, lim - 3))
+    a2 = np.int32(ld(p, lim - 2))
+    a3 = np.int32(ld(p, lim - 1))
     i = lim
     while i + 4 <= n:
         # each stored at once: with w < 4 the next element's up neighbour is this one
-        a0 = (np.int32(p[i]) + _med(a0, np.int32(p[i - w]), np.int32(p[i - w - 4]))) & 255
-        p[i] = np.uint8(a0)
-        a1 = (np.int32(p[i + 1]) + _med(a1, np.int32(p[i + 1 - w]), np.int32(p[i - w - 3]))) & 255
-        p[i + 1] = np.uint8(a1)
-        a2 = (np.int32(p[i + 2]) + _med(a2, np.int32(p[i + 2 - w]), np.int32(p[i - w - 2]))) & 255
-        p[i + 2] = np.uint8(a2)
-        a3 = (np.int32(p[i + 3]) + _med(a3, np.int32(p[i + 3 - w]), np.int32(p[i - w - 1]))) & 255
-        p[i + 3] = np.uint8(a3)
+        u = i - w
+        a0 = (np.int32(ld(p, i)) + _med(a0, np.int32(ld(p, u)), np.int32(ld(p, u - 4)))) & 255
+        put(p, i, np.uint8(a0))
+        a1 = (np.int32(ld(p, i + 1)) + _med(a1, np.int32(ld(p, u + 1)), np.int32(ld(p, u - 3)))) & 255
+        put(p, i + 1, np.uint8(a1))
+        a2 = (np.int32(ld(p, i + 2)) + _med(a2, np.int32(ld(p, u + 2)), np.int32(ld(p, u - 2)))) & 255
+        put(p, i + 2, np.uint8(a2))
+        a3 = (np.int32(ld(p, i + 3)) + _med(a3, np.int32(ld(p, u + 3)), np.int32(ld(p, u - 1)))) & 255
+        put(p, i + 3, np.uint8(a3))
         i += 4
     for j in range(i, n):
         p[j] = np.uint8((np.int32(p[j]) + _med(np.int32(p[j - 4]), np.int32(p[j - w]),
