@@ -216,10 +216,10 @@ class _Vec:
         return builder.xor(v, builder.select(set_, sb, mask) if inverse else builder.select(set_, mask, sb))
 
     def bit_length(self, builder, a, nz):
-        """The bit length of each lane of a (unsigned, at most 2^(W - 1); 0 where nz, 1 where a != 0, is 0), from
-        the exponent of its float32 conversion: AVX2 has no vector count of leading zeros (LLVM's emulation takes
-        about a dozen instructions).  A float32 holds 24 bits exactly: W = 32 converts a's top 24 bits where a
-        has more, and adds 8."""
+        """The bit length of each lane of a (unsigned, at most 2^(W - 1); nz: 1 where a != 0, else 0, and the
+        length 0 there), from the exponent of its float32 conversion: AVX2 has no vector count of leading zeros
+        (LLVM's emulation takes about a dozen instructions).  A float32 holds 24 bits exactly: W = 32 converts a's
+        top 24 bits where a has more, and adds 8."""
         ir, splat = self.ir, self.splat
         t, big = a, None
         if self.W > 24:

@@ -31,7 +31,6 @@ FAST_RAW = 16           # prefer="fast": a Huffman stream saving less than 1/FAS
 FAST_MIN_HUFF = 8192    # and so is one of fewer symbols (its decoder tables cost more than it saves)
 
 
-
 @njit(nogil=True, cache=True)
 def _hcost(hs, c0):
     """Estimated bits of a Huffman code of the counts hs[c0:c0+256]: each symbol at its information
