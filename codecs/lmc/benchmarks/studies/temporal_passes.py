@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import struct
 import sys
 import time
 
@@ -21,6 +20,7 @@ import ml_dtypes
 import numpy as np
 
 import lmc
+from lmc.api import _parse_header
 from lmc.kernels import temporal as kt
 from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NCTX, PROB_SCALE, checksum_units
 from lmc.kernels.delta.encode import delta_plan, delta_scratch, stream_estimates
@@ -33,15 +33,9 @@ FORMAT = 8
 
 
 def chunks_of(blob):
-    """(offset, size) of each chunk payload of a blob with a reference (FORMAT.md, "Header")."""
-    ndim = blob[7]
-    p = 8 + 8 * ndim
-    chunk, nch = struct.unpack_from("<II", blob, p)
-    p += 16   # chunk, nchunks, the reference hash
-    sizes = [struct.unpack_from("<I", blob, p + 12 * c)[0] for c in range(nch)]
-    p += 12 * nch + 4
-    offs = np.cumsum([p] + sizes[:-1])
-    return chunk, list(zip(offs.tolist(), sizes))
+    """(chunk size, [(offset, size) of each chunk payload]) from the blob's header (lmc.api's parser)."""
+    h = _parse_header(np.frombuffer(blob, np.uint8))
+    return h["chunk"], list(zip(h["offsets"].tolist(), h["sizes"].tolist()))
 
 
 class Passes:
@@ -182,10 +176,10 @@ def main():
         r = np.concatenate([t.astype(typ).ravel() for t in old])
         w, blob = whole(x, r, a.repeat)
         ne = x.size
-        nmodes = np.bincount(np.frombuffer(blob, np.uint8)[[o for o, _ in chunks_of(blob)[1]]], minlength=7)
+        modes = lmc.info(blob)["chunk_modes"]
         print(f"## {dt} weights: {ne:,} elements, {x.nbytes / 2**20:.1f} MiB, ratio with the reference "
               f"{x.nbytes / len(blob):.3f}; chunk modes with the reference: "
-              + ", ".join(f"{m} x{k}" for m, k in enumerate(nmodes) if k) + " (3: temporal)\n")
+              + ", ".join(f"{m} x{k}" for m, k in modes.items()) + "\n")
         print("| call | ms | ns per element | MiB/s |\n|---|---:|---:|---:|")
         for k, v in w.items():
             print(f"| {k} | {v * 1e3:.1f} | {v / ne * 1e9:.2f} | {x.nbytes / 2**20 / v:.0f} |")
