@@ -13,12 +13,12 @@ import numpy as np
 from .kernels import intrinsics
 from .kernels.base import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
 from .kernels.check import check_range, checksum_range
-from .kernels.chunk import decode_range, encode_range, gather_range
+from .kernels.drivers import decode_range, encode_range, gather_range
 
 MAGIC = b"LMC1"
-VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)   # 4-8: checksums over words (5: the strong mix, the mantissa-context
-                                      # mode; 6: the delta mode; 7: 32-state rANS streams; 8: a checksum of
-                                      # a sixth the multiplies);
+VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)   # 4-9: checksums over words (5: the strong mix, the mantissa-context
+                                         # mode; 6: the delta mode; 7: 32-state rANS streams; 8: a checksum of
+                                         # a sixth the multiplies; 9: the joint-symbol mode);
                              # up to 3 the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
@@ -252,7 +252,7 @@ def check_prefer(prefer, who):
         raise ValueError(f"{who}: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=8,
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=9,
              prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
@@ -289,7 +289,7 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
     if isinstance(format_version, bool) or format_version not in VERSIONS:
-        raise ValueError(f"lmc: format_version must be 1, 2, 3, 4, 5, 6, 7 or 8, got {format_version!r}")
+        raise ValueError(f"lmc: format_version must be 1 to 9, got {format_version!r}")
     check_prefer(prefer, "lmc")
     return _compress(data, threads, reference, chunk_size, dtype, format_version, _PREF[prefer])
 
@@ -479,7 +479,7 @@ def _blob_view(blob):
     return b
 
 
-_CHUNK_MODE_NAMES = ("alone", "xor", "stored", "temporal", "predicted", "mantissa-context", "delta")
+_CHUNK_MODE_NAMES = ("alone", "xor", "stored", "temporal", "predicted", "mantissa-context", "delta", "joint-symbol")
 
 
 def info(blob):

@@ -576,7 +576,7 @@ def test_tensors_are_coded_with_their_rows(tmp_path):
         f.seek(it["pos"])
         blob = f.read(it["length"])
     inf = lmc.info(blob)
-    assert inf["shape"] == (256, 192) and inf["version"] == 8 and inf["chunk_modes"].get("predicted")
+    assert inf["shape"] == (256, 192) and inf["version"] == 9 and inf["chunk_modes"].get("predicted")
     import ml_dtypes
     flat = v.view(torch.int16).numpy().view(ml_dtypes.bfloat16).reshape(-1)
     assert len(blob) < len(lmc.compress(flat))

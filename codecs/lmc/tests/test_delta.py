@@ -29,7 +29,7 @@ def test_fast_takes_it_and_round_trips(dt):
     blob = lmc.compress(x, reference=r, chunk_size=1501, prefer="fast")
     assert _modes(blob) == [6] * 5
     info = lmc.info(blob)
-    assert info["version"] == 8 and info["has_reference"] and info["chunk_modes"] == {"delta": 5}
+    assert info["version"] == 9 and info["has_reference"] and info["chunk_modes"] == {"delta": 5}
     assert all(m > 0 for _, _, m in _heads(blob))        # its far moves are escapes
     assert _round_trip(x, r, blob) == {6}
     # the default takes it where it is smallest (a temporal chunk elsewhere); never the temporal mode in "fast"
@@ -258,11 +258,11 @@ def test_versions(dt):
     x, r = delta_pair(dt, 3003, 5, spread=6, far=0.01)
     fast = lmc.compress(x, reference=r, chunk_size=1001, prefer="fast")
     v5 = lmc.compress(x, reference=r, chunk_size=1001, prefer="fast", format_version=5)
-    assert lmc.info(fast)["version"] == 8 and set(_modes(fast)) == {6}
+    assert lmc.info(fast)["version"] == 9 and set(_modes(fast)) == {6}
     assert lmc.info(v5)["version"] == 5 and 6 not in _modes(v5)
     assert lmc.decompress(v5, reference=r).tobytes() == x.tobytes()
     assert len(fast) < len(v5)
-    assert lmc.info(lmc.compress(x, reference=r))["version"] == 8       # the default writes version 8
+    assert lmc.info(lmc.compress(x, reference=r))["version"] == 9       # the default writes version 9
     # a mode-6 chunk in an older blob: refused (also by the oracle)
     b = Blob(fast)
     for v in (2, 4, 5):

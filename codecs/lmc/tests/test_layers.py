@@ -21,9 +21,8 @@ PARTS = [
     (5, "hf", ("lmc.hf",)),
 ]
 # lmc.kernels bottom up: a kernel module imports only those before it (the delta encoder not its decoder)
-KERNELS = ["intrinsics", "simd", "histo", "base", "huffman", "rans", "streams", "temporal", "mctx", "delta",
-           "delta.fields",
-           "delta.encode", "delta.decode", "chunk", "check"]
+KERNELS = ["intrinsics", "simd", "histo", "base", "huffman", "huffenc", "rans", "streams", "temporal", "mctx", "joint",
+           "delta", "delta.fields", "delta.encode", "delta.decode", "chunk", "check", "drivers"]
 MAX_LINES = 600
 
 

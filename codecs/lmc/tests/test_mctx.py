@@ -42,16 +42,16 @@ def test_weights_take_it_and_round_trip():
 
 def test_speed_and_other_dtypes_never_take_it():
     x = _weights(40000)
-    speed = lmc.compress(x, chunk_size=16384)
+    speed = lmc.compress(x, chunk_size=16384, format_version=8)
     v4 = lmc.compress(x, chunk_size=16384, format_version=4)
     assert lmc.info(speed)["version"] == 8 and lmc.info(v4)["version"] == 4
     assert Blob(speed).payloads == Blob(v4).payloads    # the same payloads as 0.3.3 wrote; checksums differ
-    assert 5 not in _modes(speed)
+    assert 5 not in _modes(speed) and 5 not in _modes(lmc.compress(x, chunk_size=16384))   # (nor format 9)
     for dt in (np.float32, np.float16):
         y = x.astype(np.float32).astype(dt)
         assert 5 not in _modes(lmc.compress(y, prefer="size", chunk_size=16384))
     with pytest.raises(ValueError, match="format_version"):
-        lmc.compress(x, format_version=9)
+        lmc.compress(x, format_version=10)
 
 
 def test_alone_option_in_a_blob_with_a_reference():
@@ -77,12 +77,14 @@ def test_special_values_and_every_context():
 
 
 def test_format7_takes_it():
-    # the default format (7): every chunk of 32768 elements takes the mode with prefer="size" (its streams of
-    # 8192 symbols or more have 32 rANS states), and the oracle decodes it
+    # format 8: every chunk of 32768 elements takes the mode with prefer="size" (its streams of 8192 symbols or
+    # more have 32 rANS states), and the oracle decodes it; format 9's joint-symbol mode is smaller still here
     x = _weights(3 * 32768, seed=2)
-    blob = lmc.compress(x, prefer="size", chunk_size=32768)
+    blob = lmc.compress(x, prefer="size", chunk_size=32768, format_version=8)
     assert lmc.info(blob)["version"] == 8 and _modes(blob) == [5, 5, 5]
-    assert len(blob) < len(lmc.compress(x, chunk_size=32768)) * 0.9985
+    assert len(blob) < len(lmc.compress(x, chunk_size=32768, format_version=8)) * 0.9985
+    v9 = lmc.compress(x, prefer="size", chunk_size=32768)
+    assert _modes(v9) == [7, 7, 7] and len(v9) < len(blob)
     assert lmc.decompress(blob).tobytes() == x.tobytes()
     out, cmodes, _ = pyref.decode(blob)
     assert out == x.tobytes() and cmodes == {5}

@@ -137,9 +137,9 @@ def test_format_version_for_older_readers():
     x = make(np.dtype("f4"), 5000)
     import lmc
     assert lmc.info(LMC(threads=1, format_version=4).encode(x))["version"] == 4
-    assert lmc.info(LMC(threads=1).encode(x))["version"] == 8
+    assert lmc.info(LMC(threads=1).encode(x))["version"] == 9
     assert LMC().decode(LMC(format_version=4).encode(x)).tobytes() == x.tobytes()
-    for bad in (9, 0, True, "4"):
+    for bad in (10, 0, True, "4"):
         with pytest.raises(ValueError, match="format_version"):
             LMC(format_version=bad)
 

@@ -19,7 +19,7 @@ import numpy as np
 
 import lmc
 from benchmarks.benchlib import best, load_tensors
-from lmc.kernels import chunk as kchunk
+from lmc.kernels import drivers as kdrivers
 from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32
 from lmc.kernels import rans as krans
 from lmc.kernels import simd
@@ -79,7 +79,7 @@ def temporal_profile(x, r, fv, repeat):
         return None
     unit = x.dtype.itemsize
     layout = {4: LAYOUT_F32, 2: LAYOUT_BF16}[unit]
-    planes, dec, dec3, dec1, lens, tmp, f, cm, dtab = kchunk.stream_scratch(2, 131072, n)
+    planes, dec, dec3, dec1, lens, tmp, f, cm, dtab = kdrivers.stream_scratch(2, 131072, n)
     cb = np.empty(n + 16, np.uint16)
     syms = np.empty(n + 16, np.uint8)
     ref = np.frombuffer(r.tobytes(), np.uint8)

@@ -26,6 +26,7 @@ CHUNK_TEMPORAL = 3     # format v2
 CHUNK_PRED = 4         # format v3: alone, the exponent stream as residuals of a 2-D prediction
 CHUNK_MCTX = 5         # format v5: alone, bf16: sign + top 3 mantissa bits with the exponent as context
 CHUNK_DELTA = 6        # format v6: float layouts, a reference: the monotone difference's byte streams
+CHUNK_JOINT = 7        # format v9: alone, bf16: the exponent and top k mantissa bits as one symbol
 
 # rANS (format v2): 32-bit states in [2^16, 2^32), 16-bit renormalisation,
 # 4 interleaved states (symbol i uses state i % 4), frequencies sum to 2^12
@@ -84,6 +85,7 @@ ERR_BITS = 16
 ERR_PRED = 17
 ERR_MCTX = 18
 ERR_DELTA = 19
+ERR_JOINT = 20
 
 ERROR_MESSAGES = {
     ERR_TRUNC: "chunk data truncated (a length points past the end of the chunk)",
@@ -94,7 +96,8 @@ ERROR_MESSAGES = {
     ERR_TABLE: "invalid Huffman table header",
     ERR_KRAFT: "invalid Huffman code lengths (length > 11 or Kraft sum != 1)",
     ERR_STREAM: "Huffman bit stream overrun or length mismatch",
-    ERR_PAD: "non-zero padding bits (a Huffman sub-stream's last byte, or a mantissa-context chunk's unused final nibble)",
+    ERR_PAD: ("non-zero padding bits (a Huffman sub-stream's last byte, a mantissa-context chunk's unused final "
+              "nibble, or a joint-symbol chunk's fields past its last element)"),
     ERR_TRAIL: "unused trailing bytes in chunk",
     ERR_CHECKSUM: "chunk checksum mismatch (corrupt data or wrong reference)",
     ERR_VERSION: "chunk or stream mode newer than the blob's format version",
@@ -106,6 +109,7 @@ ERROR_MESSAGES = {
     ERR_MCTX: "mantissa-context chunk: context count outside 1..8, or a context mask empty or past it",
     ERR_DELTA: ("delta chunk: cut or field width invalid, escape count past the chunk or not the escapes found, "
                 "an escape too large, or a non-zero unused field"),
+    ERR_JOINT: "joint-symbol chunk: mantissa bits per symbol outside 1..3",
 }
 
 _M11 = np.uint64(TABSIZE - 1)

@@ -7,10 +7,11 @@ reject blobs the decoder would reject too."""
 import numpy as np
 from numba import njit
 
-from .base import (CHUNK_DELTA, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR, ERR_CHECKSUM,
-                   ERR_PRED, NCTX, OK, _U0, checksum_fill, checksum_units, ck_mode, merge_units)
+from .base import (CHUNK_DELTA, CHUNK_JOINT, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
+                   ERR_CHECKSUM, ERR_PRED, NCTX, OK, _U0, checksum_fill, checksum_units, ck_mode, merge_units)
 from .streams import check_planes
 from .delta.decode import check_delta
+from .joint import check_joint
 from .mctx import check_mctx
 from .temporal import check_temporal
 from .chunk import chunk_head
@@ -35,6 +36,8 @@ def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expec
         return check_delta(blob, off + 1, end, n, layout, version, lens, f, cm, one)
     if flags == CHUNK_MCTX:
         return check_mctx(blob, off + 1, end, n, version, lens, f, cm, one)
+    if flags == CHUNK_JOINT:
+        return check_joint(blob, off + 1, end, n, version, lens, f, cm, one)
     if flags == CHUNK_STORED:
         return OK
     delta = flags == CHUNK_XOR

@@ -1,15 +1,15 @@
 """lmc kernels: the Huffman coder - canonical codes (length-limited, package-merge) from the counts per
-sub-stream (``kernels.histo``), the 4-way interleaved encoder, the decoder (multi-symbol tables, 4
-sub-streams) with its stream reader (``decode_huff_stream``), and the structural check of a Huffman
-stream record (``check_huff_stream``).  The stream record is written by ``kernels.streams``."""
+sub-stream (``kernels.histo``), the decoder (multi-symbol tables, 4 sub-streams) with its stream reader
+(``decode_huff_stream``), and the structural check of a Huffman stream record (``check_huff_stream``).
+The 4-way interleaved encoder and the payload writer are ``kernels.huffenc``."""
 
 import numpy as np
 from numba import njit
 
-from .intrinsics import clz64, ld, load_u32, load_u64, store_u32, store_u64
+from .intrinsics import clz64, ld, load_u32, load_u64, store_u32
 from .intrinsics import st as put
 from .base import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, OK, TABSIZE, _B57, _CM, _M11,
-                     _M32, _M57, _M63, _S32, _S8, _U0, _i4, _slow_load, _u4)
+                   _M32, _M57, _M63, _S8, _U0, _i4, _slow_load)
 
 
 # ---------------------------------------------------------------------------
@@ -185,98 +185,6 @@ def build_decode_table(lens, dec):
             for idx in range(np.int64(codes[s]), TABSIZE, 1 << L):
                 dec[idx] = e
     return True
-
-
-@njit(nogil=True, cache=True)
-def _encode4(p, n, codes, lens, out, o, sub):
-    """Encode the n symbols of p into 4 interleaved LSB-first sub-streams
-    (symbol i -> sub-stream i % 4) written back to back at out[o:], whose
-    exact byte sizes sub[0..3] are known in advance (codes: uint64[256],
-    lens: int64[256], every length <= MAXLEN = 11).  Never writes outside
-    [o, o + sum(sub)).  Returns the end position (or -1 on a size mismatch,
-    which would be an internal error)."""
-    q0 = o
-    en0 = q0 + sub[0]
-    q1 = en0
-    en1 = q1 + sub[1]
-    q2 = en1
-    en2 = q2 + sub[2]
-    q3 = en2
-    en3 = q3 + sub[3]
-    a0 = _U0
-    a1 = _U0
-    a2 = _U0
-    a3 = _U0
-    n0 = 0
-    n1 = 0
-    n2 = 0
-    n3 = 0
-    # blocks of 20 symbols, 5 per sub-stream: < 8 pending bits + 5 codes of
-    # <= 11 bits fit the 64-bit accumulator, flushed by one 8-byte store
-    nblk = n // 20
-    j = 0
-    while j < nblk:
-        # a block advances a sub-stream by <= 7 bytes: the 8-byte stores of
-        # the next g blocks stay inside every sub-stream (no check per block)
-        g = min(min(en0 - q0, en1 - q1), min(en2 - q2, en3 - q3)) - 8
-        if g < 0:
-            break
-        g = min(g // 7 + 1, nblk - j)
-        for jj in range(j, j + g):
-            i = 20 * jj
-            for t in range(5):
-                c0 = ld(p, i + 4 * t)
-                c1 = ld(p, i + 4 * t + 1)
-                c2 = ld(p, i + 4 * t + 2)
-                c3 = ld(p, i + 4 * t + 3)
-                a0 |= ld(codes, c0) << np.uint64(n0)
-                a1 |= ld(codes, c1) << np.uint64(n1)
-                a2 |= ld(codes, c2) << np.uint64(n2)
-                a3 |= ld(codes, c3) << np.uint64(n3)
-                n0 += ld(lens, c0)
-                n1 += ld(lens, c1)
-                n2 += ld(lens, c2)
-                n3 += ld(lens, c3)
-            store_u64(out, q0, a0)
-            store_u64(out, q1, a1)
-            store_u64(out, q2, a2)
-            store_u64(out, q3, a3)
-            q0 += n0 >> 3
-            q1 += n1 >> 3
-            q2 += n2 >> 3
-            q3 += n3 >> 3
-            a0 >>= np.uint64(n0 & ~7)
-            a1 >>= np.uint64(n1 & ~7)
-            a2 >>= np.uint64(n2 & ~7)
-            a3 >>= np.uint64(n3 & ~7)
-            n0 &= 7
-            n1 &= 7
-            n2 &= 7
-            n3 &= 7
-        j += g
-    qs = _i4(q0, q1, q2, q3)
-    accs = _u4(a0, a1, a2, a3)
-    nbs = _i4(n0, n1, n2, n3)
-    ens = _i4(en0, en1, en2, en3)
-    for k in range(4):
-        q = qs[k]
-        acc = accs[k]
-        nb = nbs[k]
-        for i in range(20 * j + k, n, 4):
-            c = p[i]
-            acc |= codes[c] << np.uint64(nb)
-            nb += lens[c]
-            while nb >= 8:
-                out[q] = np.uint8(acc & np.uint64(0xFF))
-                q += 1
-                acc >>= np.uint64(8)
-                nb -= 8
-        if nb > 0:
-            out[q] = np.uint8(acc & np.uint64(0xFF))
-            q += 1
-        if q != ens[k]:
-            return -1
-    return en3
 
 
 # ---------------------------------------------------------------------------

@@ -18,7 +18,8 @@ from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL,
 from .rans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                    rans_states_for, read_freq_table, states_ok, write_freq_table)
 from .histo import histo4
-from .huffman import _encode4, canonical_codes, check_huff_stream, decode_huff_stream, huffman_lengths
+from .huffman import check_huff_stream, decode_huff_stream, huffman_lengths
+from .huffenc import put_huff
 
 
 # ---------------------------------------------------------------------------
@@ -235,31 +236,9 @@ def _write_stream(p, n, mode, size, h, lens, f, cm, out, o, lim, tbuf, fv):
     if mode == MODE_CONST:
         out[o] = p[0]
         return o + 1
-    lo, hi = nonzero_range(lens, 0, 256)
-    out[o] = lo
-    out[o + 1] = hi
-    o += 2
-    cnt = hi - lo + 1
-    nbt = (cnt + 1) // 2
-    for j in range(nbt):
-        a = lens[lo + 2 * j]
-        b = 0
-        if 2 * j + 1 < cnt:
-            b = lens[lo + 2 * j + 1]
-        out[o + j] = np.uint8(a | (b << 4))
-    o += nbt
     sub = np.empty(4, np.int64)
     _huff_sub_bytes(h, lens, sub)
-    store_u32(out, o, np.uint32(sub[0]))
-    store_u32(out, o + 4, np.uint32(sub[1]))
-    store_u32(out, o + 8, np.uint32(sub[2]))
-    o += 12
-    codes = np.empty(256, np.uint64)
-    canonical_codes(lens, codes)
-    ln = np.empty(256, np.int64)
-    for s in range(256):
-        ln[s] = lens[s]
-    return _encode4(p, n, codes, ln, out, o, sub)
+    return put_huff(p, n, lens, sub, out, o, o + size, tbuf, False)
 
 
 @njit(nogil=True, cache=True)
@@ -337,24 +316,30 @@ def exp_residuals(p, n, w, r):
         q[k] = np.uint8(v[k] - _med8(a[k], b[k], c[k]))
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _ex(p, i, sh):
+    return np.uint8((np.int64(p[i]) >> sh) & 255)
+
+
 @njit(nogil=True, cache=True)
-def pred_gain(p, n, w, step):
+def pred_gain(p, n, w, step, sh=0):
     """Estimated bits per exponent the prediction saves (order-0 entropy of
     the exponents minus that of the residuals), from every step-th element
     past the first 4 (in the first row the residual is against the element
     4 to the left, as exp_residuals; a 1-D tensor is one row); 1.0 when the
-    sample is too small to tell."""
+    sample is too small to tell.  p: the exponent plane, or the units with
+    the exponent at bit sh (bf16: 7)."""
     he = np.zeros(256, np.int64)
     hr = np.zeros(256, np.int64)
     m = 0
     lim = min(w + 4, n)
     for i in range(4, n, step):
-        v = p[i]
+        v = _ex(p, i, sh)
         he[v] += 1
         if i < lim:
-            hr[np.uint8(v - p[i - 4])] += 1
+            hr[np.uint8(v - _ex(p, i - 4, sh))] += 1
         else:
-            hr[np.uint8(v - _med8(p[i - 4], p[i - w], p[i - w - 4]))] += 1
+            hr[np.uint8(v - _med8(_ex(p, i - 4, sh), _ex(p, i - w, sh), _ex(p, i - w - 4, sh)))] += 1
         m += 1
     if m < 256:
         return 1.0
