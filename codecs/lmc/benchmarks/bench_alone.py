@@ -1,6 +1,6 @@
-"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: lmc's default (format 8
-since lmc 0.4) against format 7 (the same chunks with format 5's chunk checksums, two 64-bit multiplies a word)
-and format 2 (lmc 0.2's modes, without the predicted exponent), lmc with ``prefer="size"`` (the slower codings
+"""lmc alone (no reference) against its peers, per kind, on one real Trainer checkpoint: lmc's default (format 9
+since lmc 0.4) against format 8 (the same without the bf16 joint-symbol mode: mode 0's exponent stream and a raw
+sign/mantissa plane) and format 2 (lmc 0.2's modes, without the predicted exponent), lmc with ``prefer="size"`` (the slower codings
 wherever they are smaller, and on bf16 format 5's mantissa-context mode), z4ai ``compress`` and ZipNN, one thread.
 
 Usage: python codecs/lmc/benchmarks/bench_alone.py CHECKPOINT_DIR [--repeat R] [--runs K] [--min-elements N]
@@ -36,7 +36,7 @@ def codecs(dtype):
     fv = default_format()
     out = {f"lmc {lmc.__version__} (default, format {fv})": (lambda a: lmc.compress(a, threads=1),
                                                              lambda b: lmc.decompress(b, threads=1)),
-           "lmc format 7": (lambda a: lmc.compress(a, threads=1, format_version=7),
+           "lmc format 8": (lambda a: lmc.compress(a, threads=1, format_version=8),
                             lambda b: lmc.decompress(b, threads=1)),
            "lmc format 2": (lambda a: lmc.compress(a, threads=1, format_version=2),
                             lambda b: lmc.decompress(b, threads=1)),

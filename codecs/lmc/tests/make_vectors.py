@@ -20,6 +20,10 @@ prefer="speed" and NAME_v7s.lmc with prefer="size"), leaving the older vectors a
 Format 8 (version 7's chunks, a cheaper checksum): `python tests/make_vectors.py --v8` writes NAME_v8.lmc for
 every input already frozen (with its chunk size and reference, prefer="speed"), and NAME_v8s.lmc
 (prefer="size") for the bfloat16 ones, leaving the rest as it is.
+Format 9 (the joint-symbol chunk mode, bfloat16): `python tests/make_vectors.py --v9` first writes the inputs of
+its own (vectors_v9: weight-like chunks that take the mode, chunks for each k, exponent spans at and past the
+mode's limit), then NAME_v9.lmc (prefer="speed": k = 1) for every input frozen by then, with its chunk size and
+reference, and NAME_v9s.lmc (prefer="size": k = 1 to 3) for the bfloat16 ones, leaving the rest as it is.
 """
 import json
 import os
@@ -157,6 +161,73 @@ def vectors_v7():
     yield "i8_rans_lanes", sk, None, 20000
 
 
+def _parity_exponents(rng, n, top):
+    """bfloat16 bit patterns whose exponents are uniform on 0..top (both present; 0: zeros and subnormals), the
+    top mantissa bit the exponent's parity, the other bits random: what the joint symbol codes (a bit an element
+    less than mode 0) wherever it may, i.e. where the exponents span at most 128 values (top <= 127)."""
+    e = rng.integers(0, top + 1, n)
+    e[:2] = (0, top)
+    m = (e & 1) << 6 | rng.integers(0, 64, n)
+    return ((rng.integers(0, 2, n) << 15) | e << 7 | m).astype(np.uint16).view(ml_dtypes.bfloat16)
+
+
+def vectors_v9():
+    """Inputs for format 9's joint-symbol chunks (mode 7, bfloat16, alone), each last chunk of odd length and not a
+    multiple of 128 (a last block of 128 fields with unused ones).  bf16_joint: weights in chunks of 16384, every
+    chunk mode 7 (k = 1 with prefer="speed", 2 with "size").  bf16_joint_k: chunks of 4096 of Laplace, Gaussian
+    and log-normal weights, for which "size" takes k = 1, 2 and 3.  bf16_joint_span: weights (mode 7), zeros
+    beside the integers 1..100 (exponents 0 and 127..133: no k fits, mode 0), exponents 0..127 (the widest span
+    k = 1 fits: base 0, symbols up to 255) and 0..128 (one more: mode 0), weights.  bf16_joint_far: weights beside
+    an unrelated reference, so that every chunk is coded alone, in mode 7 (which does not use the reference) in a
+    blob with one."""
+    bf = ml_dtypes.bfloat16
+    yield "bf16_joint", weights(bf, 2 * 16384 + 12001, 24), None, 16384
+    rng = np.random.default_rng(25)
+    c = 4096
+    sign = np.where(rng.random(c + 4093) < 0.5, -1.0, 1.0)
+    x = np.concatenate([rng.laplace(0, 0.02, c), rng.standard_normal(c) * 0.02,
+                        np.exp(rng.standard_normal(c + 4093) * 0.5) * 0.02 * sign])
+    yield "bf16_joint_k", x.astype(np.float32).astype(bf), None, c
+    rng = np.random.default_rng(26)
+    x = (rng.standard_normal(4 * c + 4093) * 0.02).astype(np.float32)
+    x[c:2 * c] = np.where(rng.random(c) < 0.3, 0, rng.integers(1, 101, c))
+    x = x.astype(bf)
+    x[2 * c:3 * c] = _parity_exponents(rng, c, 127)
+    x[3 * c:4 * c] = _parity_exponents(rng, c, 128)
+    yield "bf16_joint_span", x, None, c
+    n = 3 * c + 4093
+    yield "bf16_joint_far", weights(bf, n, 27), weights(bf, n, 28), c
+
+
+def main_v9():
+    """Format 9's own inputs, then a version-9 blob of every input (the older blobs are left as they are: they
+    must still decode and re-encode byte for byte with their own format_version)."""
+    with open(os.path.join(OUT, "manifest.json")) as f:
+        manifest = json.load(f)
+    inputs = {}
+    for name, e in sorted(manifest.items()):
+        inputs.setdefault(e["input"], e)
+    for name, x, ref, chunk in vectors_v9():
+        np.save(os.path.join(OUT, name + ".npy"), _savable(x))
+        if ref is not None:
+            np.save(os.path.join(OUT, name + ".ref.npy"), _savable(ref))
+        inputs[name] = {"dtype": str(x.dtype), "chunk_size": chunk, "reference": ref is not None}
+    for name, e in sorted(inputs.items()):
+        x = load(name, e)
+        ref = load(name, e, ".ref.npy") if e["reference"] else None
+        runs = [(name + "_v9", "speed")] + ([(name + "_v9s", "size")] if e["dtype"] == "bfloat16" else [])
+        for out, prefer in runs:
+            blob = lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=9, prefer=prefer)
+            with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
+                f.write(blob)
+            manifest[out] = {"dtype": e["dtype"], "chunk_size": e["chunk_size"], "input": name,
+                             "format_version": 9, "prefer": prefer, "reference": ref is not None,
+                             "size": len(blob)}
+            print(f"{out:20s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+
+
 def main_v7():
     with open(os.path.join(OUT, "manifest.json")) as f:
         manifest = json.load(f)
@@ -236,7 +307,9 @@ def load(name, entry, suffix=".npy"):
 
 
 if __name__ == "__main__":
-    if "--v8" in sys.argv[1:]:
+    if "--v9" in sys.argv[1:]:
+        main_v9()
+    elif "--v8" in sys.argv[1:]:
         main_v8()
     else:
         if "--v7" not in sys.argv[1:]:

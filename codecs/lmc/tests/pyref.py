@@ -1,4 +1,4 @@
-"""Independent pure-Python decoder of the lmc format (versions 1 to 8),
+"""Independent pure-Python decoder of the lmc format (versions 1 to 9),
 written from FORMAT.md, used as an oracle by the tests.  Slow; for small
 blobs only.  decode(blob, ref_bytes) -> (unit bytes, chunk modes used,
 stream modes used); raises ValueError on anything invalid."""
@@ -30,7 +30,7 @@ def checksum(units, strong=False):
 
 
 def halves_checksum(words):
-    """Version 8: s1 the words' sum; s2 the sum of lo * hi, the 32-bit halves of w_i ^ (i * C3); s2 goes through
+    """Versions 8 and 9: s1 the words' sum; s2 the sum of lo * hi, the 32-bit halves of w_i ^ (i * C3); s2 goes through
     version 5's mix of index 0 before it is folded."""
     C3 = 0xD6E8FEB86659FD93
     s1 = sum(words) & M64
@@ -48,8 +48,8 @@ def halves_checksum(words):
 
 
 def word_checksum(data, version):
-    """Versions 4 to 8: over the chunk bytes' 64-bit little-endian words, the last zero-padded: version 4's mix,
-    5-7 the strong mix, 8 the halves' product."""
+    """Versions 4 to 9: over the chunk bytes' 64-bit little-endian words, the last zero-padded: version 4's mix,
+    5-7 the strong mix, 8 and 9 the halves' product."""
     data = bytes(data) + bytes(-len(data) % 8)
     words = [int.from_bytes(data[i:i + 8], "little") for i in range(0, len(data), 8)]
     return halves_checksum(words) if version >= 8 else checksum(words, version >= 5)
@@ -252,6 +252,8 @@ def temporal(b, pos, end, n, lay, ref_units, version):
 
 def stream_record(b, q, end, n, version, smodes):
     """One stream record at b[q:end]: (its n symbols, the position after it)."""
+    if end - q < 5:
+        raise ValueError("stream record truncated")
     sm = b[q]
     (L,) = struct.unpack_from("<I", b, q + 1)
     q += 5
@@ -365,6 +367,51 @@ def delta(b, pos, end, n, lay, ref_units, version, smodes):
     return out
 
 
+def joint_fields(blk, w):
+    """The 128 raw fields of one block of 16 * w bytes (FORMAT.md, joint-symbol chunk): bits 0-3 from the 4-bit
+    plane (bytes 0..63: element j low nibble, j + 64 high), bits 4-5 from the 2-bit plane where w >= 6 (bytes
+    64..95: elements j, j + 32, j + 64, j + 96 at bits 0-1, 2-3, 4-5, 6-7), bit w - 1 from the 1-bit plane where
+    w is odd (the last 16 bytes: element j + 16 m at bit m)."""
+    f = [0] * 128
+    for j in range(64):
+        f[j] |= blk[j] & 15
+        f[j + 64] |= blk[j] >> 4
+    if w >= 6:
+        for j in range(32):
+            for m in range(4):
+                f[j + 32 * m] |= (blk[64 + j] >> (2 * m) & 3) << 4
+    if w % 2:
+        for j in range(16):
+            for m in range(8):
+                f[j + 16 * m] |= (blk[16 * (w - 1) + j] >> m & 1) << (w - 1)
+    return f
+
+
+def joint(b, pos, end, n, version, smodes):
+    """A joint-symbol chunk body (FORMAT.md, mode 7): k (1..3), the base exponent b, the stream record of the
+    n symbols t_i = ((e_i - b) mod 256) << k | top k mantissa bits, then the raw fields (sign and the other 7 - k
+    mantissa bits, w = 8 - k bits each) in blocks of 128 elements, 16 * w bytes a block; fields past n must be 0
+    and the blocks must end the chunk."""
+    if end - pos < 2:
+        raise ValueError("joint header")
+    k, base = b[pos], b[pos + 1]
+    if k not in (1, 2, 3):
+        raise ValueError("joint k")
+    syms, q = stream_record(b, pos + 2, end, n, version, smodes)
+    w = 8 - k
+    nblk = (n + 127) // 128
+    if end - q != 16 * w * nblk:
+        raise ValueError("joint raw fields length")
+    fields = []
+    for g in range(nblk):
+        fields += joint_fields(b[q + 16 * w * g:q + 16 * w * (g + 1)], w)
+    if any(fields[n:]):
+        raise ValueError("joint field past n")
+    lo = 7 - k
+    return [(r >> lo) << 15 | ((base + (t >> k)) & 0xFF) << 7 | (t & ((1 << k) - 1)) << lo | (r & ((1 << lo) - 1))
+            for t, r in zip(syms, fields)]
+
+
 def smodes_chunk_all_const(b, q, ns):
     """Every stream record of the chunk at b[q:] is constant (mode 1, or rANS with one symbol)."""
     for _ in range(ns):
@@ -402,7 +449,7 @@ def decode(blob, ref=None):
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if version not in (1, 2, 3, 4, 5, 6, 7, 8) or code not in UNIT or flags & ~1 or ndim > 32:
+    if not 1 <= version <= 9 or code not in UNIT or flags & ~1 or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
@@ -449,6 +496,10 @@ def decode(blob, ref=None):
             if version < 5 or lay != "bf16":
                 raise ValueError("mantissa context not allowed")
             units = mantissa_context(b, pos + 1, end, n, version, smodes)
+        elif mode == 7:
+            if version < 9 or lay != "bf16":
+                raise ValueError("joint symbol not allowed")
+            units = joint(b, pos + 1, end, n, version, smodes)
         elif mode in (0, 1, 4):
             if mode == 1 and refu is None:
                 raise ValueError("no ref")

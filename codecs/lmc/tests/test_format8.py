@@ -27,7 +27,7 @@ def test_same_chunks_as_format_7(dt, with_ref):
     x, r = _pair(dt, 20000, 7)
     r = r if with_ref else None
     b7 = lmc.compress(x, reference=r, chunk_size=4096, format_version=7)
-    b8 = lmc.compress(x, reference=r, chunk_size=4096)
+    b8 = lmc.compress(x, reference=r, chunk_size=4096, format_version=8)
     h7 = api._parse_header(np.frombuffer(b7, np.uint8))
     h8 = api._parse_header(np.frombuffer(b8, np.uint8))
     assert h7["version"] == 7 and h8["version"] == 8

@@ -160,7 +160,7 @@ def test_vectors_decode_with_python_oracle():
         assert out == x.tobytes(), name
         cmodes |= cm
         smodes |= sm
-    assert cmodes == {0, 1, 2, 3, 4, 5, 6} and smodes == {0, 1, 2, 3}
+    assert cmodes == {0, 1, 2, 3, 4, 5, 6, 7} and smodes == {0, 1, 2, 3}
 
 
 @pytest.mark.parametrize("seed", range(20))

@@ -5,6 +5,8 @@ import os
 import pytest
 
 import lmc
+import pyref
+from fuzz_blobs import Blob
 from make_vectors import OUT, load
 
 with open(os.path.join(OUT, "manifest.json")) as f:
@@ -22,7 +24,7 @@ def test_vector(name):
     y = lmc.decompress(blob, reference=ref)
     assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
     version = lmc.info(blob)["version"]
-    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,), 6: (6,), 7: (7,), 8: (8,)}[e["format_version"]]
+    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,), 6: (6,), 7: (7,), 8: (8,), 9: (9,)}[e["format_version"]]
     prefer = e.get("prefer", "speed")
     assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"],
                         prefer=prefer) == blob
@@ -68,10 +70,61 @@ def test_v8_vectors_cover_every_input():
     """Format 8 (version 7's chunks, the halves' product checksum): every frozen input once more, bfloat16 ones
     with prefer="size" too; each blob's chunks are version 7's where that input has a version-7 blob."""
     v8 = {n: e for n, e in MANIFEST.items() if e["format_version"] == 8}
-    assert {e["input"] for e in v8.values()} == {e["input"] for e in MANIFEST.values()}
+    older = [e for e in MANIFEST.values() if e["format_version"] < 9]    # format 9's own inputs came later
+    assert {e["input"] for e in v8.values()} == {e["input"] for e in older}
     assert {e["input"] for e in v8.values() if e["prefer"] == "size"} == {
-        e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
+        e["input"] for e in older if e["dtype"] == "bfloat16"}
     for n, e in v8.items():
         old = f'{e["input"]}_v7' + ("s" if e["prefer"] == "size" else "")
         if old in MANIFEST:
             assert MANIFEST[old]["size"] == e["size"], n
+
+
+def _blob(name):
+    with open(os.path.join(OUT, name + ".lmc"), "rb") as f:
+        return Blob(f.read())
+
+
+def test_v9_vectors_cover_every_input():
+    """Format 9 (version 8's chunks and checksum, and the joint-symbol mode): every frozen input once more, the
+    bfloat16 ones with prefer="size" too.  A blob without a mode-7 chunk has the payloads and checksums of its
+    version-8 twin; a mode-7 chunk has k = 1 with prefer="speed", and "size" takes every k of 1..3."""
+    v9 = {n: e for n, e in MANIFEST.items() if e["format_version"] == 9}
+    assert {e["input"] for e in v9.values() if e["prefer"] == "speed"} == {e["input"] for e in MANIFEST.values()}
+    assert {e["input"] for e in v9.values() if e["prefer"] == "size"} == {
+        e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
+    ks = {"speed": set(), "size": set()}
+    for n, e in v9.items():
+        b = _blob(n)
+        joint = [p[1] for p in b.payloads if p[0] == 7]
+        ks[e["prefer"]] |= set(joint)
+        old = n.replace("_v9", "_v8")
+        if not joint and old in MANIFEST:
+            a = _blob(old)
+            assert (a.payloads, a.chks, a.version, b.version) == (b.payloads, b.chks, 8, 9), n
+    assert ks == {"speed": {1}, "size": {1, 2, 3}}
+
+
+def test_v9_joint_vectors():
+    """Format 9's own inputs (make_vectors.vectors_v9): the chunks that take mode 7 and those that cannot, the
+    last chunk (odd, not a multiple of 128) in mode 7, mode 7 in a blob with a reference; and the widest span
+    k = 1 fits: base 0, symbols to 255."""
+    want = {"bf16_joint": ([7, 7, 7], [1, 1, 1], [2, 2, 2]),
+            "bf16_joint_k": ([7, 7, 7, 7], [1, 1, 1, 1], [1, 2, 3, 2]),
+            "bf16_joint_span": ([7, 0, 7, 0, 7], [1, 1, 1], [2, 1, 2]),
+            "bf16_joint_far": ([7, 7, 7, 7], [1, 1, 1, 1], [1, 1, 2, 2])}
+    for name, (modes, k_speed, k_size) in want.items():
+        e = MANIFEST[name + "_v9"]
+        n = e["chunk_size"]
+        total = int(load(name, e).size)
+        assert total % n % 2 == 1 and total % n % 128, name
+        for suffix, ks in (("_v9", k_speed), ("_v9s", k_size)):
+            b = _blob(name + suffix)
+            assert (b.refhash is not None) == e["reference"] == (name == "bf16_joint_far")
+            assert [p[0] for p in b.payloads] == modes, name + suffix
+            assert [p[1] for p in b.payloads if p[0] == 7] == ks, name + suffix
+            info = lmc.info(b.pack())["chunk_modes"]
+            assert info == {"joint-symbol": modes.count(7), **({"alone": modes.count(0)} if 0 in modes else {})}
+    p = _blob("bf16_joint_span_v9").payloads[2]
+    syms, end = pyref.stream_record(p, 3, len(p), 4096, 9, set())
+    assert (p[1], p[2], min(syms), max(syms), len(p) - end) == (1, 0, 0, 255, 16 * 7 * 32)
