@@ -1,19 +1,20 @@
 """Seed blobs and blob parser of the lmc decoder fuzzer (fuzz_decoder.py).
 
 The corpus the fuzzer damages: real blobs of every chunk mode (alone, XOR,
-stored, temporal, predicted exponent, mantissa context, delta) and stream mode
-(raw, constant, Huffman, rANS) -- weights of a small torch model and one Adam
-step of it, an XOR-coded reference, sparse int8 data, random bits,
-predicted-exponent chunks of bf16/fp32/fp16 tensors, delta chunks
-(prefer="fast") of bf16/fp16/fp32 steps against their reference (build_corpus,
-pred_specs, mctx_specs, delta_specs; save_corpus / load_corpus write / read
+stored, temporal, predicted exponent, mantissa context, delta, joint symbol)
+and stream mode (raw, constant, Huffman, rANS) -- weights of a small torch
+model and one Adam step of it, an XOR-coded reference, sparse int8 data,
+random bits, predicted-exponent chunks of bf16/fp32/fp16 tensors, delta chunks
+(prefer="fast") of bf16/fp16/fp32 steps against their reference, joint-symbol
+chunks of bf16 tensors with k = 1, 2 and 3 (build_corpus, pred_specs,
+mctx_specs, delta_specs, joint_specs; save_corpus / load_corpus write / read
 them as .npz) -- and ``Blob``, which parses a blob down to its fields
 (FORMAT.md: header, chunk table, chunk modes, stream records, Huffman tables
 and jump tables, rANS frequency tables, states and words, temporal context
 masks, R and raw bits, the row length of a predicted-exponent chunk, the cut,
-field width and escape count of a delta chunk) and packs it back with the
-chunk table and header CRC-32 recomputed (``Blob.pack``); coverage() counts
-the modes of a corpus.
+field width and escape count of a delta chunk, k, base and raw fields of a
+joint-symbol chunk) and packs it back with the chunk table and header CRC-32
+recomputed (``Blob.pack``); coverage() counts the modes of a corpus.
 
 A plain module (no tests): fuzz_decoder.py imports it as a sibling, the same
 way as make_vectors, and re-exports its names.
@@ -33,7 +34,7 @@ import lmc  # noqa: E402
 from lmc import api  # noqa: E402
 from lmc.kernels.rans import rans_states_for  # noqa: E402
 
-CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx", 6: "delta"}
+CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx", 6: "delta", 7: "joint"}
 STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
 
 
@@ -124,6 +125,43 @@ def mctx_specs():
     return [("bf16_mctx", x, None, 1051), ("bf16_mctx_ref", x, far, 1051)]
 
 
+def tied(n, seed=0, exps=(120, 121, 122, 123), kb=1, p=1.0):
+    """bf16 units whose exponent is drawn from exps and whose top kb mantissa bits are a function of it (for
+    a share p of the elements; the rest random): exps[i] has the top bits (5 i + 1) mod 2^kb, so that with
+    2^kb exponents (or a multiple) the sign/mantissa byte plane stays uniform and mode 0 stores it raw, while
+    the joint symbol (chunk mode 7, format v9) codes the tied bits for nothing: the encoder takes that mode
+    on every chunk of 1024 elements or more (kb = 1), however many of the last block's fields are padding;
+    with kb = 2, prefer="size" takes k = 2 (p = 1) or 3 (p = 0.9)."""
+    import ml_dtypes
+    g = np.random.default_rng(seed)
+    i = g.integers(0, len(exps), n)
+    e = np.asarray(exps, np.int64)[i]
+    top = np.where(g.random(n) < p, (i * 5 + 1) % (1 << kb), g.integers(0, 1 << kb, n))
+    u = g.integers(0, 2, n) << 15 | e << 7 | top << (7 - kb) | g.integers(0, 1 << (7 - kb), n)
+    return u.astype(np.uint16).view(ml_dtypes.bfloat16)
+
+
+def joint_specs(small=False):
+    """Seeds with joint-symbol chunks (chunk mode 7, format v9, bf16, no reference), as (name, x, ref, chunk,
+    prefer): k = 1 (prefer="speed") on tied data in chunks whose last block of raw fields is partly padding
+    (1500 or 1100 elements, the last chunk 1100 or 1030), and on exponents 251..255 (inf and NaNs beside
+    the largest finite values: base 251, so a forged base wraps past 255); k = 2 and k = 3 (prefer="size",
+    a chunk of each); weights in chunks of 8192 (Huffman records of a bell-shaped distribution; not in the
+    small corpus)."""
+    n, c = (2 * 1100 + 1030, 1100) if small else (2 * 1500 + 1100, 1500)
+    hi = tied(2100, 53, exps=(251, 252, 253, 254))
+    u = hi.view(np.uint16)
+    u[::150] = 0x7F80
+    u[1::150] = 0xFFC1
+    ks = np.concatenate([tied(4095, 54, kb=2), tied(3000, 55, kb=2, p=0.9)])
+    specs = [("bf16_joint", tied(n, 51), None, c, "speed"), ("bf16_joint_hi", hi, None, 2100, "speed"),
+             ("bf16_joint_size", ks, None, 4095, "size")]
+    if not small:
+        w = (np.random.default_rng(56).standard_normal(2 * 8192 + 3000) * 0.02).astype(np.float32)
+        specs.append(("bf16_joint_weights", w.astype(hi.dtype), None, 8192, "speed"))
+    return specs
+
+
 _UINT = {2: np.uint16, 4: np.uint32}
 
 
@@ -177,7 +215,7 @@ def delta_specs(small=False):
 
 def build_corpus(seed=0, small=False):
     """A list of cases {name, x, ref, blob}: every chunk mode (alone, XOR, stored,
-    temporal, predicted exponent, mantissa context, delta) and stream mode (raw,
+    temporal, predicted exponent, mantissa context, delta, joint symbol) and stream mode (raw,
     const, Huffman, rANS) occurs (see coverage()).  small: arrays and chunks
     about 5x smaller (for the pure-Python build; the predicted-exponent seeds
     only a little smaller: the encoder needs chunks of about 700 elements to
@@ -216,7 +254,7 @@ def build_corpus(seed=0, small=False):
         specs = [(nm, cut(x, max(x.size // 5, 256)), cut(r, max(x.size // 5, 256)), max(c // 5, 64))
                  if nm != "int32_xor" else (nm, x, r, c) for nm, x, r, c in specs]   # (its rANS needs n)
     specs += pred_specs(small)
-    # the default (format 8) for all; format 3's unit checksums for three (not in the small
+    # the default (format 9) for all; format 3's unit checksums for three (not in the small
     # corpus of the slow checked builds: their kernels are the same, the checksum aside)
     v3 = set() if small else {"bf16_temporal", "f32_mixed", "bf16_pred2d"}
     return ([dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c))
@@ -229,7 +267,9 @@ def build_corpus(seed=0, small=False):
                for nm, x, r, c in specs if nm in v3]
             + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=7,
                                                            prefer=p))
-               for nm, x, r, c, p in v7_specs(small)])
+               for nm, x, r, c, p in v7_specs(small)]
+            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer=p))
+               for nm, x, r, c, p in joint_specs(small)])
 
 
 def v7_specs(small=False):
@@ -352,6 +392,14 @@ class Blob:
             if m:                                        # the escape values' bytes
                 for _ in range((self.W - cut + 7) // 8):
                     q = self._record_fields(p, q, cname, F, m)
+        elif cm == 7:
+            own = "joint"
+            F += [(1, 1, "joint_k", own), (2, 1, "joint_b", own)]
+            q = self._record_fields(p, 3, cname, F, n)   # the symbols' stream record
+            F.append((q, len(p) - q, "joint_fields", own))
+            blk = 16 * (8 - p[1])                        # the last block (padding fields past n)
+            if n % 128 and len(p) - q >= blk:
+                F.append((len(p) - blk, blk, "joint_last_block", own))
         elif cm == 3:
             own = "temporal"
             F += [(1, 1, "temporal_E", own), (2, 2, "temporal_cmask", own)]

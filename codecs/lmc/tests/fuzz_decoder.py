@@ -3,17 +3,17 @@
 Real blobs (weights of a small torch model and one Adam step of it, an XOR-coded
 reference, sparse int8 data, random bits, predicted-exponent chunks of bf16/fp32/fp16
 tensors with several row lengths, mantissa-context chunks, delta chunks of bf16/fp16/fp32
-steps against their reference) are parsed down to their fields (FORMAT.md: header,
-chunk table, chunk modes, stream records, Huffman tables and jump tables, rANS
-frequency tables, states and words, temporal context masks, R and raw bits, the row
-length of a predicted-exponent chunk, the cut, field width and escape count of a delta
-chunk) and then
+steps against their reference, joint-symbol chunks of bf16 tensors with k = 1, 2, 3) are
+parsed down to their fields (FORMAT.md: header, chunk table, chunk modes, stream records,
+Huffman tables and jump tables, rANS frequency tables, states and words, temporal context
+masks, R and raw bits, the row length of a predicted-exponent chunk, the cut, field width
+and escape count of a delta chunk, k, base and raw fields of a joint-symbol chunk) and then
 damaged where it hurts: fields set to boundary values, bytes flipped or replaced inside
 chunk payloads, chunks truncated, extended, cut or spliced with the chunk table and the
 header CRC-32 recomputed (so that the CRC shields nothing), chunk boundaries moved,
 chunk checksums and header fields forged, and a wrong reference passed (also with its
-hash forged into the header), and the predicted-exponent, mantissa-context and delta
-modes forged (_pred_mutation, _mctx_mutation, _delta_mutation).
+hash forged into the header), and the predicted-exponent, mantissa-context, delta and
+joint-symbol modes forged (_pred_mutation, _mctx_mutation, _delta_mutation, _joint_mutation).
 Every decode must return exactly the original array or raise ``lmc.FormatError``
 (with the required message where a forgery must be refused for a given reason): any
 other exception (an ``IndexError`` from the checked build is an out-of-bounds access
@@ -34,8 +34,9 @@ decodes: no encoder to compile).  The summary is printed as JSON; exit status 1 
 any case failed.
 
 The seed blobs (build_corpus, save_corpus, load_corpus), the blob parser (Blob) and
-coverage() live in the sibling module fuzz_blobs.py, the forgeries of chunk modes 4, 5 and 6
-(_pred_mutation, _mctx_mutation, _delta_mutation) in fuzz_modes.py; both are re-exported here. This module
+coverage() live in the sibling module fuzz_blobs.py, the forgeries of chunk modes 4, 5, 6 and 7
+(_pred_mutation, _mctx_mutation, _delta_mutation, _joint_mutation) in fuzz_modes.py; both are re-exported
+here. This module
 holds the generic mutations and the driver (run, main).
 """
 import argparse
@@ -54,10 +55,11 @@ import lmc  # noqa: E402
 from lmc import api  # noqa: E402
 from lmc.kernels.base import ck_mode  # noqa: E402
 from fuzz_blobs import (  # noqa: E402,F401  (the seed blobs and the blob parser; re-exported)
-    CHUNK_NAMES, STREAM_NAMES, Blob, build_corpus, coverage, delta_specs, load_corpus, pred_specs, save_corpus)
-from fuzz_modes import (  # noqa: E402,F401  (the mode-4, -5 and -6 forgeries; re-exported)
-    MSG_DELTA, MSG_FLAGS, MSG_LEN, MSG_MCTX, MSG_PAD, MSG_PRED, MSG_TRUNC, MSG_VERSION, _delta_mutation,
-    _mctx_mutation, _pred_mutation)
+    CHUNK_NAMES, STREAM_NAMES, Blob, build_corpus, coverage, delta_specs, joint_specs, load_corpus, pred_specs,
+    save_corpus)
+from fuzz_modes import (  # noqa: E402,F401  (the mode-4, -5, -6 and -7 forgeries; re-exported)
+    MSG_DELTA, MSG_FLAGS, MSG_JOINT, MSG_LEN, MSG_MCTX, MSG_PAD, MSG_PRED, MSG_SMODE, MSG_TRUNC, MSG_VERSION,
+    _delta_mutation, _joint_mutation, _mctx_mutation, _pred_mutation)
 
 
 # ---------------------------------------------------------------------------
@@ -84,6 +86,10 @@ def mutations(b, rng, ref):
         kinds.append("delta")                        # without mode-6 chunks draws as before them)
         probs[0] -= .04
         probs.append(.04)
+    if any(x[:1] == b"\x07" for x in b.payloads):   # the joint-symbol forgeries likewise
+        kinds.append("joint")
+        probs[0] -= .05
+        probs.append(.05)
     kind = rng.choice(kinds, p=probs)
     if kind == "pred":
         r = _pred_mutation(b, rng, ref)
@@ -97,6 +103,11 @@ def mutations(b, rng, ref):
         kind = "field"
     if kind == "delta":
         r = _delta_mutation(b, rng, ref)
+        if r is not None:
+            return r
+        kind = "field"
+    if kind == "joint":
+        r = _joint_mutation(b, rng, ref)
         if r is not None:
             return r
         kind = "field"
@@ -135,7 +146,7 @@ def mutations(b, rng, ref):
     if kind == "mode":
         modes = [g for g in F if g[2] in ("chunk_mode", "stream_mode")]
         g = modes[int(rng.integers(len(modes)))]
-        p[g[0]] = int(rng.integers(8))     # 0..6 valid chunk modes (0..3 stream modes), 7 not
+        p[g[0]] = int(rng.integers(9))     # 0..7 valid chunk modes (0..3 stream modes), 8 not
         pl[c] = bytes(p)
         return f"mode:{g[2]}", g[3], b.pack(pl), ref, None
     if kind == "truncate":   # cut inside a field, sizes and CRC fixed
@@ -177,8 +188,8 @@ def mutations(b, rng, ref):
         shp = big[int(rng.integers(len(big)))]
         # (numpy allows some with 1-byte units: then an empty array of that shape is right)
         return "hdr:huge_shape", owner, b.pack(shape=shp, payloads=[], nch=0), None, ("empty", shp, None)
-    if sub == 0:             # another version (1-5: newer modes invalid; 3, 4, 5-7, 8: another checksum)
-        v = int(rng.choice([v for v in (1, 2, 3, 4, 5, 6, 7, 8) if v != b.version]))
+    if sub == 0:             # another version (1-8: newer modes invalid; 3, 4, 5-7, 8-9: another checksum)
+        v = int(rng.choice([v for v in (1, 2, 3, 4, 5, 6, 7, 8, 9) if v != b.version]))
         return "hdr:version", owner, b.pack(version=v), ref, None
     if sub == 1:             # another chunk size with the same chunk count
         ch = b.chunk + int(rng.integers(-20, 21))

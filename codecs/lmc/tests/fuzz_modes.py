@@ -1,7 +1,8 @@
 """Forgeries of the chunk modes with rules of their own, for the decoder fuzzer (fuzz_decoder.py): the
 predicted-exponent mode (chunk mode 4, format v3: ``_pred_mutation``), the mantissa-context mode (chunk mode
-5, format v5: ``_mctx_mutation``) and the delta mode (chunk mode 6, format v6: ``_delta_mutation``), and the
-FormatError messages (MSG_*) the forgeries FORMAT.md requires to be refused must carry.
+5, format v5: ``_mctx_mutation``), the delta mode (chunk mode 6, format v6: ``_delta_mutation``) and the
+joint-symbol mode (chunk mode 7, format v9: ``_joint_mutation``), and the FormatError messages (MSG_*) the
+forgeries FORMAT.md requires to be refused must carry.
 
 A plain module (no tests): fuzz_decoder.py imports it as a sibling and re-exports its names.
 """
@@ -23,6 +24,8 @@ MSG_MCTX = "mantissa-context chunk"
 MSG_PAD = "non-zero padding bits"
 MSG_LEN = "payload length inconsistent"
 MSG_DELTA = "delta chunk"
+MSG_JOINT = "joint-symbol chunk"
+MSG_SMODE = "invalid stream mode"
 
 
 def _records(p, pos, ns):
@@ -316,3 +319,115 @@ def _delta_mutation(b, rng, ref):
     pl[c] = bytes(p[:recs[k][0]]) + rec + bytes(p[recs[k][1]:])
     what = "low" if k < nb else ("nibble" if k < pk else ("packed" if k == pk else "escape"))
     return f"delta:records_{what}", "delta", b.pack(pl), ref, None
+
+
+def _joint_bit(w, j, bit):
+    """(byte inside its block, bit of that byte) that holds bit `bit` of field j (0..127) of a block of w-bit
+    raw fields (FORMAT.md, joint-symbol chunk): bits 0-3 in the 4-bit plane, bits 4-5 in the 2-bit plane
+    (w >= 6), bit w - 1 in the 1-bit plane (w odd)."""
+    if bit < 4:
+        return j % 64, 4 * (j // 64) + bit
+    if w >= 6 and bit < 6:
+        return 64 + j % 32, 2 * (j // 32) + bit - 4
+    return 16 * (w - 1) + j % 16, j // 16
+
+
+def _joint_mutation(b, rng, ref):
+    """A forgery of the joint-symbol mode (chunk mode 7: byte 7, k in 1..3, the base b, the stream record of
+    the n symbols, then 16 (8 - k) ceil(n / 128) bytes of raw fields in blocks of 128, the fields past n zero;
+    format v9, bfloat16 only).  Refused: k = 0 or > 3; another valid k (the raw fields are then of another
+    length); the raw fields cut or extended by 1 byte up to a block; a set bit in a padding field of the last
+    block (n not a multiple of 128: each bit of a field, so each plane); a stream mode byte above 3; a record
+    length past the end of the chunk; a cut inside the 3-byte head or the record's 5-byte header; the blob's
+    version set to 8, 5 or 2; the dtype relabelled float16 or int16 (units of 2 bytes, no mode 7; the message
+    required where chunk 0 is the mode-7 chunk, or with version 8, whose checksums are version 9's: another
+    chunk may fail first).  Not refused by structure (they must decode exactly or fail with a FormatError: the
+    checksum, the Huffman tables): another base b (symbols that wrap past 255), another record length inside
+    the chunk, the symbol record replaced by a raw one of random bytes, a constant or a one-symbol rANS one, a
+    flipped bit of a field inside n, the chunk read as mode 0.  Returns (kind, owner, blob, reference,
+    expected) as mutations() or None if the blob has no mode-7 chunk."""
+    drawn = _draw_chunk(b, rng, 0x07)
+    if drawn is None:
+        return None
+    jc, pl, c, p, n = drawn
+    k = p[1]
+    w = 8 - k
+    (L,) = struct.unpack_from("<I", p, 4)
+    q = 8 + L                    # the raw fields
+    nblk = (n + 127) // 128
+    sub = rng.choice(["k_bad", "k_other", "base", "rec_mode", "rec_len", "rec_swap", "area_len", "pad",
+                      "field", "head_cut", "version", "relabel", "as_alone"],
+                     p=[.07, .06, .1, .07, .1, .1, .1, .12, .08, .06, .05, .05, .04])
+    if sub == "k_bad":
+        p[1] = int(rng.choice([0, 4, 5, 7, 8, 128, 255]))
+        pl[c] = bytes(p)
+        return "joint:k_bad", "joint", b.pack(pl), ref, ("error", MSG_JOINT, None)
+    if sub == "k_other":
+        p[1] = int(rng.choice([v for v in (1, 2, 3) if v != k]))
+        pl[c] = bytes(p)
+        return "joint:k_other", "joint", b.pack(pl), ref, ("error", MSG_LEN, None)
+    if sub == "base":
+        p[2] = int(rng.choice([0, 255, p[2] - 1, p[2] + 1, p[2] ^ 128, int(rng.integers(256))])) & 0xFF
+        pl[c] = bytes(p)
+        return "joint:base", "joint", b.pack(pl), ref, None
+    if sub == "rec_mode":        # an unknown stream mode (refused), or another known one
+        p[3] = int(rng.choice([0, 1, 2, 3, 4, 5, 128, 255]))
+        pl[c] = bytes(p)
+        exp = ("error", MSG_SMODE, None) if p[3] > 3 else None
+        return "joint:rec_mode", "joint", b.pack(pl), ref, exp
+    if sub == "rec_len":         # past the end of the chunk (refused), or inside it
+        past = rng.random() < 0.5
+        if past:
+            v = int(rng.choice([len(p) - 7, len(p), 1 << 31, (1 << 32) - 1, len(p) - 8 + int(rng.integers(1, 99))]))
+        else:
+            v = int(rng.choice([0, 1, L - 1, L + 1, n, len(p) - 8, int(rng.integers(len(p) - 7))]))
+        struct.pack_into("<I", p, 4, v & 0xFFFFFFFF)
+        pl[c] = bytes(p)
+        exp = ("error", MSG_TRUNC, None) if v > len(p) - 8 else None
+        return "joint:rec_len", "joint", b.pack(pl), ref, exp
+    if sub == "rec_swap":        # a structurally valid record of other symbols
+        how = rng.choice(["raw", "const"])
+        if how == "raw":
+            rec = _raw_record(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+        else:
+            rec = _const_record(rng)
+        pl[c] = bytes(p[:3]) + rec + bytes(p[q:])
+        return f"joint:rec_{how}", "joint", b.pack(pl), ref, None
+    if sub == "area_len":        # 1 byte up to a block less or more
+        d = int(rng.choice([1, 2, 15, 16 * w - 1, 16 * w]))
+        if rng.random() < 0.5:
+            pl[c] = bytes(p[:max(q, len(p) - d)])
+        else:
+            pl[c] = bytes(p) + rng.integers(0, 256, d, dtype=np.uint8).tobytes()
+        return "joint:area_len", "joint", b.pack(pl), ref, ("error", MSG_LEN, None)
+    if sub == "pad" and n % 128:  # a bit of a field past n set (each plane in turn)
+        j = int(rng.integers(n % 128, 128))
+        byte, bit = _joint_bit(w, j, int(rng.integers(w)))
+        p[q + 16 * w * (nblk - 1) + byte] |= 1 << bit
+        pl[c] = bytes(p)
+        return "joint:pad", "joint", b.pack(pl), ref, ("error", MSG_PAD, None)
+    if sub in ("field", "pad"):  # a bit of a field inside n flipped: other units (the checksum)
+        i = int(rng.integers(n))
+        byte, bit = _joint_bit(w, i % 128, int(rng.integers(w)))
+        p[q + 16 * w * (i // 128) + byte] ^= 1 << bit
+        pl[c] = bytes(p)
+        return "joint:field", "joint", b.pack(pl), ref, None
+    if sub == "head_cut":        # 0..7 bytes: the mode byte, k, b and the record's header
+        pl[c] = bytes(p[:int(rng.integers(8))])
+        return "joint:head_cut", "joint", b.pack(pl), ref, ("error", MSG_TRUNC, None)
+    if sub == "version":         # (a reference hash forged to that version's, as _mctx_mutation)
+        v = int(rng.choice([2, 5, 8]))
+        h = b.refhash
+        if ref is not None:
+            h = api._ref_hash(api._ro_bytes(ref), b.h["total"], b.chunk, b.h["unit"], 1, ck_mode(v))
+        exp = ("error", MSG_VERSION, None) if jc[0] == 0 or v == 8 else None
+        return f"joint:in_v{v}", "joint", b.pack(version=v, refhash=h), ref, exp
+    if sub == "relabel":         # float16 or int16: no mode 7 there
+        code = int(rng.choice([2, 7]))
+        r = None if ref is None else ref.view(api._DTYPES[code][0])
+        exp = ("error", MSG_FLAGS, None) if jc[0] == 0 else ("relabel", code, None)
+        return f"joint:as_{'f16' if code == 2 else 'int16'}", "joint", b.pack(code=code), r, exp
+    # as_alone: mode byte 0, k, b and the rest read as mode 0's two stream records
+    p[0] = 0
+    pl[c] = bytes(p)
+    return "joint:as_alone", "joint", b.pack(pl), ref, None

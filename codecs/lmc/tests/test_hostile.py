@@ -22,7 +22,8 @@ ROOT = os.path.dirname(HERE)
 MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal", "chunk:pred",
          "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const",
          "pred/huffman", "pred/raw", "pred/const", "chunk:mctx", "mctx/huffman", "chunk:delta", "delta/raw",
-         "delta/const", "temporal32", "alone/rans32", "mctx32", "xor/rans32"]   # *32: format 7's 32-state streams
+         "delta/const", "temporal32", "alone/rans32", "mctx32", "xor/rans32",   # *32: format 7's 32-state streams
+         "chunk:joint", "joint/huffman"]
 # the predicted-exponent forgeries of fuzz_decoder._pred_mutation (chunk mode 4, format v3)
 PRED_KINDS = ("pred:w", "pred:w_zero", "pred:residual_raw", "pred:residual_const", "pred:residual_rans1",
               "pred:all_const", "pred:head_cut", "pred:in_v1", "pred:in_v2", "pred:as_alone",
@@ -57,6 +58,9 @@ def _check_summary(d, min_cases):
     # mode 6 (delta) likewise
     assert d["coverage"].get("chunk:delta", 0) >= 8, d["coverage"]
     assert d["by_owner"].get("delta", 0) >= 5 and d["by_owner"].get("delta/raw", 0) >= 5, d["by_owner"]
+    # mode 7 (joint symbol) likewise
+    assert d["coverage"].get("chunk:joint", 0) >= 4, d["coverage"]
+    assert d["by_owner"].get("joint", 0) >= 5, d["by_owner"]
     # format 7's 32-state rANS streams likewise (the pure-Python build's small corpus: one temporal seed)
     assert d["coverage"].get("temporal32", 0) >= 1, d["coverage"]
     if d["build"]["jit"]:
@@ -172,6 +176,38 @@ def test_fuzz_delta(corpus):
         assert any(msg in e for e in errs), (msg, errs)
 
 
+# the joint-symbol forgeries of fuzz_decoder._joint_mutation (chunk mode 7, format v9)
+JOINT_KINDS = ("joint:k_bad", "joint:k_other", "joint:base", "joint:rec_mode", "joint:rec_len", "joint:rec_raw",
+               "joint:rec_const", "joint:area_len", "joint:pad", "joint:field", "joint:head_cut", "joint:in_v2",
+               "joint:in_v5", "joint:in_v8", "joint:as_f16", "joint:as_int16", "joint:as_alone")
+
+
+def test_fuzz_joint(corpus):
+    """Mode-7 seeds (bf16, no reference; k = 1, 2 and 3, last blocks of raw fields partly padding, a base of
+    251 beside inf and NaN): every forgery of the mode and the generic mutations, with the refusals
+    FORMAT.md requires."""
+    jc = [c for c in corpus if any(p[:1] == b"\x07" for p in FZ.Blob(c["blob"]).payloads)]
+    assert all(c["ref"] is None for c in jc)
+    heads = set()
+    for c in jc:
+        b = FZ.Blob(c["blob"])
+        for ch, p in enumerate(b.payloads):
+            if p[0] == 7:
+                heads.add((p[1], b.n_of(ch) % 128 != 0))
+    assert heads >= {(1, True), (2, True), (3, True), (1, False)}, heads
+    stats, failures = FZ.run(jc, 8000, seed=1, stack=0.2)
+    assert not failures, failures[:3]
+    for kind in JOINT_KINDS:
+        assert _kinds(stats["by_kind"], kind) > 0, (kind, stats["by_kind"])
+    assert stats["by_owner"]["joint"] >= 1000 and stats["by_owner"]["joint/huffman"] >= 1000, stats["by_owner"]
+    assert stats["exact_by_owner"]["joint"] > 0     # e.g. k or b set to their own value, another shape
+    errs = stats["errors"]
+    for msg in ("joint-symbol chunk: ", "non-zero padding bits", "newer than the blob's format version",
+                "invalid chunk flags byte", "chunk data truncated", "payload length inconsistent",
+                "invalid stream mode", "chunk checksum mismatch"):
+        assert any(msg in e for e in errs), (msg, errs)
+
+
 def test_fuzzer_catches_a_wrong_output(corpus, monkeypatch):
     """The oracle is not blind: a decoder that returns damaged data is reported."""
     real = lmc.decompress
@@ -234,7 +270,7 @@ def test_fuzz_checked_build(build, tmp_path):
     small = build == "nojit_checked"
     corpus_file = str(tmp_path / "corpus.npz")
     FZ.save_corpus(FZ.build_corpus(3, small=small), corpus_file)
-    cases = 500 if small else 6000
+    cases = 600 if small else 6000   # (600: the joint-symbol seeds took a share of 500, leaving 2 pred_w fields)
     out = str(tmp_path / "summary.json")
     p = _child(env, ["--corpus", corpus_file, "--cases", str(cases), "--seed", "3", "--json", out], 900)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
