@@ -212,20 +212,7 @@ def main_v9():
         if ref is not None:
             np.save(os.path.join(OUT, name + ".ref.npy"), _savable(ref))
         inputs[name] = {"dtype": str(x.dtype), "chunk_size": chunk, "reference": ref is not None}
-    for name, e in sorted(inputs.items()):
-        x = load(name, e)
-        ref = load(name, e, ".ref.npy") if e["reference"] else None
-        runs = [(name + "_v9", "speed")] + ([(name + "_v9s", "size")] if e["dtype"] == "bfloat16" else [])
-        for out, prefer in runs:
-            blob = lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=9, prefer=prefer)
-            with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
-                f.write(blob)
-            manifest[out] = {"dtype": e["dtype"], "chunk_size": e["chunk_size"], "input": name,
-                             "format_version": 9, "prefer": prefer, "reference": ref is not None,
-                             "size": len(blob)}
-            print(f"{out:20s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
-    with open(os.path.join(OUT, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
+    _write_version(inputs, manifest, 9)
 
 
 def main_v7():
@@ -246,26 +233,32 @@ def main_v7():
         json.dump(manifest, f, indent=1, sort_keys=True)
 
 
+def _write_version(inputs, manifest, fv):
+    """NAME_v{fv}.lmc (prefer "speed") of every input, and NAME_v{fv}s.lmc (prefer "size") of the bfloat16
+    ones, with their chunk size and reference; then the manifest."""
+    for name, e in sorted(inputs.items()):
+        x = load(name, e)
+        ref = load(name, e, ".ref.npy") if e["reference"] else None
+        runs = [(f"{name}_v{fv}", "speed")] + ([(f"{name}_v{fv}s", "size")] if e["dtype"] == "bfloat16" else [])
+        for out, prefer in runs:
+            blob = lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=fv, prefer=prefer)
+            with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
+                f.write(blob)
+            manifest[out] = {"dtype": e["dtype"], "chunk_size": e["chunk_size"], "input": name,
+                             "format_version": fv, "prefer": prefer, "reference": ref is not None,
+                             "size": len(blob)}
+            print(f"{out:20s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+
+
 def main_v8():
     with open(os.path.join(OUT, "manifest.json")) as f:
         manifest = json.load(f)
     inputs = {}
     for name, e in sorted(manifest.items()):
         inputs.setdefault(e["input"], e)
-    for name, e in sorted(inputs.items()):
-        x = load(name, e)
-        ref = load(name, e, ".ref.npy") if e["reference"] else None
-        runs = [(name + "_v8", "speed")] + ([(name + "_v8s", "size")] if e["dtype"] == "bfloat16" else [])
-        for out, prefer in runs:
-            blob = lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=8, prefer=prefer)
-            with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
-                f.write(blob)
-            manifest[out] = {"dtype": e["dtype"], "chunk_size": e["chunk_size"], "input": name,
-                             "format_version": 8, "prefer": prefer, "reference": ref is not None,
-                             "size": len(blob)}
-            print(f"{out:20s} {x.dtype!s:9s} {str(x.shape):10s} {x.nbytes:7d} -> {len(blob):7d}")
-    with open(os.path.join(OUT, "manifest.json"), "w") as f:
-        json.dump(manifest, f, indent=1, sort_keys=True)
+    _write_version(inputs, manifest, 8)
 
 
 def main():

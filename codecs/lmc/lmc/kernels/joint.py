@@ -24,11 +24,11 @@ from .intrinsics import ld
 from .intrinsics import st as put
 from .intrinsics import store_u32
 from .base import (CHUNK_JOINT, ERR_JOINT, ERR_LEN, ERR_PAD, ERR_TRUNC, LAYOUT_BF16, MAXLEN, MODE_CONST, MODE_HUFF,
-                   MODE_RAW, NEAR_RAW_BITS, NO_MARGIN, OK, checksum_units, split_chunk)
+                   MODE_RAW, NO_MARGIN, OK, checksum_units, split_chunk)
 from .huffman import huffman_lengths
 from .huffenc import put_huff
 from .streams import (_decode_stream, _huff_sub_bytes, _read_record, _table_bytes, _write_stream, analyze_planes,
-                      check_planes, pred_gain)
+                      check_planes, near_raw_counts, pred_gain)
 
 JOINT_KMAX = 3
 JOINT_MIN = 1024    # smaller chunks are not planned
@@ -430,14 +430,7 @@ def _sample_plan(x, n, lo, hi, lj):
         f[c] = 16 * ht[c] + (1 if c < 2 * (hi - lo + 1) else 0)
     huffman_lengths(f, lj)
     estj = (_bits(ht, lj) + 7 * m) * n // m
-    k = 0
-    acc = 0.0
-    for c in range(256):
-        if hs[c] > 0:
-            k += 1
-            acc += hs[c] * np.log2(np.float64(hs[c]))
-    ent = np.log2(np.float64(m)) - acc / m + (k - 1) / (2.0 * m * np.log(2.0))
-    return est0, estj, ent >= 8.0 - NEAR_RAW_BITS
+    return est0, estj, near_raw_counts(hs, m)
 
 
 @njit(nogil=True, cache=True)

@@ -132,6 +132,12 @@ def near_raw(p, n):
         for i in range(b0, b0 + 64):
             t[p[i]] += 1
         m += 64
+    return near_raw_counts(t, m)
+
+
+@njit(nogil=True, cache=True)
+def near_raw_counts(t, m):
+    """near_raw's test on the counts t of a sample of m bytes."""
     k = 0
     acc = 0.0
     for c in range(256):
