@@ -253,7 +253,9 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     best = CHUNK_ALONE
     score = cost_a
     cost = cost_a
-    if 0 <= cost_j < score:
+    # (the joint-symbol mode decided by a sample, jsize -1, is taken over mode 0 as the sample says, with or without a
+    # reference and whether mode 0 was counted: so a chunk is never larger with a reference than without)
+    if cost_j >= 0 and (jsize < 0 or cost_j < score):
         best = CHUNK_JOINT
         score = cost_j
         cost = cost_j
