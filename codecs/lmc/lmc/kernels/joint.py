@@ -257,7 +257,8 @@ def _tail_checks(blob, q, end, n, k):
 @njit(nogil=True, cache=True)
 def check_joint(blob, pos, end, n, version, lens, f, cm, one):
     """Structural check of a joint-symbol chunk body blob[pos:end] (after the mode byte), nothing decoded:
-    header, the symbol record (as check_planes) and the raw fields' length and padding.  Returns a status."""
+    header, the symbol record (as check_planes) and the raw fields' length (their padding is the decoder's to
+    check: it unpacks them).  Returns a status."""
     st, k, b, m0, l0 = _head(blob, pos, end, n, version)
     if st != OK:
         return st
