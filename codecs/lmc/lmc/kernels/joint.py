@@ -403,7 +403,8 @@ def _bits(h, ln):
 
 @njit(nogil=True, cache=True)
 def _sample_plan(x, n, lo, hi, lj):
-    """From 32 elements in every 512 (a 16th of the chunk, 1 cache line in 16): the estimated bits of mode 0
+    """From 32 elements in every 544 (a 17th of the chunk; not a power of two, so that on rows of 2^j elements
+    the sampled columns move along the row instead of repeating): the estimated bits of mode 0
     (the exponent stream's Huffman code and the sign/mantissa plane stored raw) and of the joint-symbol mode
     with k = 1 and base lo, and whether that plane is near raw (as near_raw).  lj: the joint mode's code
     lengths, from the sample's counts plus one for every symbol of the exponents lo..hi (so that every symbol
@@ -413,7 +414,7 @@ def _sample_plan(x, n, lo, hi, lj):
     ht = np.zeros(256, np.int64)
     hs = np.zeros(256, np.int64)
     m = 0
-    for b0 in range(0, n - 31, 512):
+    for b0 in range(0, n - 31, 544):
         for i in range(b0, b0 + 32):
             v = np.int64(x[i])
             e = (v >> 7) & 255
