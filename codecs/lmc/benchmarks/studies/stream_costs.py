@@ -22,7 +22,8 @@ from benchmarks.benchlib import best, load_tensors
 from lmc.kernels.huffman import huffman_lengths
 from lmc.kernels.rans import (build_rans_dtab, cum_freqs, freq_table_bytes, rans_cost_bits, rans_decode, rans_encode,
                         rans_normalize)
-from lmc.kernels.streams import exp_residuals, exp_restore
+from lmc.kernels.restore import exp_restore
+from lmc.kernels.streams import exp_residuals
 
 CHUNK = 1 << 17
 

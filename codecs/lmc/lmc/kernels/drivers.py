@@ -97,10 +97,10 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
 def _checked_pure_python():
     """LMC_CHECKED=1 with NUMBA_DISABLE_JIT=1: the kernels allocate checked
     arrays (lmc.api passes its buffers as checked arrays too)."""
-    from . import base, chunk, huffenc, huffman, intrinsics, joint, mctx, rans, streams, temporal
+    from . import base, chunk, huffenc, huffman, intrinsics, joint, mctx, rans, restore, streams, temporal
     from .delta import decode, encode, fields
     import sys
-    for m in (base, huffman, huffenc, rans, streams, temporal, mctx, joint, fields, encode, decode, chunk,
+    for m in (restore, base, huffman, huffenc, rans, streams, temporal, mctx, joint, fields, encode, decode, chunk,
               sys.modules[__name__]):
         m.np = intrinsics.checked_numpy
 

@@ -406,22 +406,31 @@ def _sample_plan(x, n, lo, hi, lj):
     """From 32 elements in every 544 (a 17th of the chunk; not a power of two, so that on rows of 2^j elements
     the sampled columns move along the row instead of repeating): the estimated bits of mode 0
     (the exponent stream's Huffman code and the sign/mantissa plane stored raw) and of the joint-symbol mode
-    with k = 1 and base lo, and whether that plane is near raw (as near_raw).  lj: the joint mode's code
+    with k = 1 and base lo (lo, hi: the chunk's exponent span, hi - lo < 128), and whether that plane is near
+    raw (as near_raw).  lj: the joint mode's code
     lengths, from the sample's counts plus one for every symbol of the exponents lo..hi (so that every symbol
     of the chunk has a code).  The two estimates err together (the same elements); the joint mode wins by
     about 0.5% on weights where it wins at all."""
-    he = np.zeros(256, np.int64)
-    ht = np.zeros(256, np.int64)
-    hs = np.zeros(256, np.int64)
+    # (four counts of each kind, element i into copy i % 4, summed after: the samples of one chunk hit few
+    # bins, and one count incremented again before its last increment is stored waits on it, 3x the time)
+    ht4 = np.zeros(1024, np.int64)
+    hs4 = np.zeros(1024, np.int64)
     m = 0
     for b0 in range(0, n - 31, 544):
-        for i in range(b0, b0 + 32):
-            v = np.int64(x[i])
-            e = (v >> 7) & 255
-            he[e] += 1
-            ht[((e - lo) << 1) | ((v >> 6) & 1)] += 1
-            hs[((v >> 8) & 0x80) | (v & 0x7F)] += 1
+        for i in range(b0, b0 + 32, 4):
+            for u in range(4):
+                v = np.int64(ld(x, i + u))
+                ht4[(u << 8) | ((((v >> 7) & 255) - lo) << 1) | ((v >> 6) & 1)] += 1
+                hs4[(u << 8) | ((v >> 8) & 0x80) | (v & 0x7F)] += 1
         m += 32
+    ht = np.zeros(256, np.int64)
+    hs = np.zeros(256, np.int64)
+    for c in range(256):
+        ht[c] = ht4[c] + ht4[256 + c] + ht4[512 + c] + ht4[768 + c]
+        hs[c] = hs4[c] + hs4[256 + c] + hs4[512 + c] + hs4[768 + c]
+    he = np.zeros(256, np.int64)   # (the exponents lo .. hi, from the joint counts)
+    for e in range(lo, hi + 1):
+        he[e] = ht[2 * (e - lo)] + ht[2 * (e - lo) + 1]
     if m < 1024:
         return 0, 0, False
     ln = np.empty(256, np.uint8)

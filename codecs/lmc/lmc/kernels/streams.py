@@ -18,6 +18,7 @@ from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL,
 from .rans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                    rans_states_for, read_freq_table, states_ok, write_freq_table)
 from .histo import histo4
+from .restore import exp_restore
 from .huffman import check_huff_stream, decode_huff_stream, huffman_lengths
 from .huffenc import put_huff
 
@@ -283,17 +284,12 @@ def _uses_rans(modes, ns):
 #   median(a, b, a + b - c), a = p[i-4], b = p[i-w], c = p[i-w-4] (after).
 # The left neighbour at distance 4 rather than 1 costs ~0.007 bits per
 # exponent on Adam second moments and gives the decoder 4 independent
-# dependency chains instead of one (FORMAT.md, "Predicted-exponent chunk").
+# dependency chains instead of one (FORMAT.md, "Predicted-exponent chunk"); the
+# decoder's pass, exp_restore, is kernels.restore's.
 # ---------------------------------------------------------------------------
 @njit(nogil=True, cache=True)
-def _med(a, b, c):
-    """The LOCO-I median of a, b and a + b - c, branch-free."""
-    return max(min(a, b), min(max(a, b), a + b - c))
-
-
-@njit(nogil=True, cache=True)
 def _med8(a, b, c):
-    """_med of three bytes as a byte: min(a, b) if c >= max(a, b), max(a, b)
+    """restore._med of three bytes as a byte: min(a, b) if c >= max(a, b), max(a, b)
     if c <= min(a, b), else a + b - c (then in [min, max]: its value mod 256
     is exact).  Selects on bytes: the encoder's loop over it vectorises."""
     lo = min(a, b)
@@ -356,41 +352,6 @@ def pred_gain(p, n, w, step, sh=0):
         if hr[s] > 0:
             d += hr[s] * np.log2(hr[s] / m)
     return d / m
-
-
-@njit(nogil=True, cache=True)
-def exp_restore(p, n, w):
-    """Undo exp_residuals in place (p[:n] holds the residuals).  Four
-    elements per step, each the next of its own chain (i mod 4), kept in
-    registers: the chains overlap where one chain would wait on its
-    predecessor."""
-    lim = min(w + 4, n)
-    for i in range(4, lim):
-        p[i] = np.uint8((np.int32(p[i]) + np.int32(p[i - 4])) & 255)
-    if lim >= n:
-        return
-    # (ld / put: no wrap-around test of each index for a negative value, which Numba adds where it cannot
-    # prove an index non-negative, as here i - w: half the pass's time; every index below is in 0 .. n - 1)
-    a0 = np.int32(ld(p, lim - 4))
-    a1 = np.int32(ld(p, lim - 3))
-    a2 = np.int32(ld(p, lim - 2))
-    a3 = np.int32(ld(p, lim - 1))
-    i = lim
-    while i + 4 <= n:
-        # each stored at once: with w < 4 the next element's up neighbour is this one
-        u = i - w
-        a0 = (np.int32(ld(p, i)) + _med(a0, np.int32(ld(p, u)), np.int32(ld(p, u - 4)))) & 255
-        put(p, i, np.uint8(a0))
-        a1 = (np.int32(ld(p, i + 1)) + _med(a1, np.int32(ld(p, u + 1)), np.int32(ld(p, u - 3)))) & 255
-        put(p, i + 1, np.uint8(a1))
-        a2 = (np.int32(ld(p, i + 2)) + _med(a2, np.int32(ld(p, u + 2)), np.int32(ld(p, u - 2)))) & 255
-        put(p, i + 2, np.uint8(a2))
-        a3 = (np.int32(ld(p, i + 3)) + _med(a3, np.int32(ld(p, u + 3)), np.int32(ld(p, u - 1)))) & 255
-        put(p, i + 3, np.uint8(a3))
-        i += 4
-    for j in range(i, n):
-        p[j] = np.uint8((np.int32(p[j]) + _med(np.int32(p[j - 4]), np.int32(p[j - w]),
-                                                np.int32(p[j - w - 4]))) & 255)
 
 
 @njit(nogil=True, cache=True)
