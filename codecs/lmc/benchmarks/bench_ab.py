@@ -11,7 +11,6 @@ reference relative to the speed without one.  Blob sizes are printed
 for both, so that a change of ratio shows.
 """
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -20,17 +19,7 @@ import ml_dtypes
 import numpy as np
 
 import lmc
-from benchlib import default_series, load_step
-
-
-def load_old(folder):
-    spec = importlib.util.spec_from_file_location(
-        "lmc_old", os.path.join(folder, "lmc", "__init__.py"),
-        submodule_search_locations=[os.path.join(folder, "lmc")])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["lmc_old"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from benchlib import default_series, load_old, load_step
 
 
 def main():

@@ -4,6 +4,7 @@ Imported by its plain name (``from benchlib import best``): a script run by its 
 sys.path.
 """
 import glob
+import importlib.util
 import os
 import sys
 import time
@@ -28,6 +29,18 @@ def default_format():
 
     import lmc
     return inspect.signature(lmc.compress).parameters["format_version"].default
+
+
+def load_old(folder):
+    """The ``lmc`` package in ``folder`` (an older commit's ``codecs/lmc``) imported as ``lmc_old``, beside this
+    tree's ``lmc``."""
+    spec = importlib.util.spec_from_file_location(
+        "lmc_old", os.path.join(folder, "lmc", "__init__.py"),
+        submodule_search_locations=[os.path.join(folder, "lmc")])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["lmc_old"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def interleaved_best(fs, repeat):
