@@ -16,6 +16,9 @@ import pytest
 
 import lmc
 import pyref
+from lmc.kernels import joint
+from lmc.kernels.jmerge import merge_blocks
+from lmc.kernels.simd import SIMD
 from fuzz_blobs import Blob, tied
 
 BF = ml_dtypes.bfloat16
@@ -510,3 +513,30 @@ def test_never_larger_with_a_reference_where_the_sample_errs():
         with_ref = lmc.compress(x, reference=r, chunk_size=16384)
         assert len(with_ref) <= len(lmc.compress(x, chunk_size=16384)) + 8, seed
         assert lmc.decompress(with_ref, reference=r).tobytes() == x.tobytes()
+
+
+@pytest.mark.skipif(not SIMD, reason="the vector pass runs only where simd.SIMD holds")
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_vector_pass_gives_the_three_passes_units(k):
+    """kernels.jmerge.merge_blocks (sub-streams, fields and units in one vector pass) against the scalar passes
+    (interleave, _unpack, _merge) on symbols of every byte value (a base and symbols past 255 wrap) and random
+    fields, blocks 1 to 40."""
+    rng = np.random.default_rng(k)
+    for nb in (1, 2, 7, 40):
+        n = 128 * nb
+        t = rng.integers(0, 256, n).astype(np.uint8)
+        fields = rng.integers(0, 1 << (8 - k), n + 128).astype(np.uint8)
+        fields[n:] = 0
+        blob = np.zeros(joint.rest_bytes(n, k) + 5, np.uint8)
+        end = joint._pack(fields, n, k, blob, 3, blob.size)
+        assert end == 3 + joint.rest_bytes(n, k)
+        r = ((n + 3) >> 2) + 16
+        tmp = np.zeros(4 * r, np.uint8)
+        for s in range(4):
+            tmp[s * r:s * r + len(t[s::4])] = t[s::4]
+        for b in (0, 1, 100, 255):
+            want = np.zeros(n, np.uint16)
+            joint._merge(t, fields, n, k, b, want)
+            got = np.zeros(n + 8, np.uint16)
+            merge_blocks(blob, 3, tmp, r, nb, k, b, got)
+            assert np.array_equal(got[:n], want) and not got[n:].any()

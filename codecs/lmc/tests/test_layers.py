@@ -22,7 +22,7 @@ PARTS = [
 ]
 # lmc.kernels bottom up: a kernel module imports only those before it (the delta encoder not its decoder)
 KERNELS = ["intrinsics", "simd", "restore", "histo", "base", "huffman", "huffenc", "rans", "streams", "temporal", "mctx",
-           "joint", "delta", "delta.fields", "delta.encode", "delta.decode", "chunk", "check", "drivers"]
+           "jmerge", "joint", "delta", "delta.fields", "delta.encode", "delta.decode", "chunk", "check", "drivers"]
 MAX_LINES = 600
 
 

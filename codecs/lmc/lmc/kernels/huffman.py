@@ -219,14 +219,15 @@ def build_multi_table(dec, dec3):
 
 
 @njit(nogil=True, cache=True)
-def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
+def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp, inter=True):
     """Decode n symbols from 4 interleaved LSB-first sub-streams (symbol i in
     sub-stream i % 4); sub-stream k occupies buf[st[k] : st[k] + ln[k]].
     Sub-stream k is first decoded into tmp[k*r : k*r + (n+3-k)//4],
     r = (n+3)//4 + 16 (tmp needs 4*r bytes; the fast loop stores 4 bytes at
     a time, up to 3 past the last symbol), then interleaved into out[:n].
     single: every code is >= 6 bits long; then dec1 (uint16[2048], entry =
-    length | symbol << 8) is used instead of dec3."""
+    length | symbol << 8) is used instead of dec3.  inter False: the symbols
+    are left in tmp (out is not written)."""
     m = (n + 3) >> 2
     r = m + 16
     s0 = st[0]
@@ -357,6 +358,8 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp):
         if b & 7:
             if (buf[sk + L - 1] >> (b & 7)) != 0:
                 return ERR_PAD
+    if not inter:
+        return OK
     # interleave: out[4i + k] = sub-stream k symbol i
     q = n >> 2
     t0 = tmp[0:q]
@@ -404,7 +407,7 @@ def read_huff_table(blob, pos, plen, lens):
 
 
 @njit(nogil=True, cache=True)
-def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
+def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp, inter=True):
     end = pos + plen
     status, lo, hi, q = read_huff_table(blob, pos, plen, lens)
     if status != OK:
@@ -439,7 +442,7 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp):
         acc += ln[k]
     st[3] = q + acc
     ln[3] = rem - acc
-    return huff_decode4(blob, st, ln, dec, dec3, dec1, single, p, n, tmp)
+    return huff_decode4(blob, st, ln, dec, dec3, dec1, single, p, n, tmp, inter)
 
 
 @njit(nogil=True, cache=True)

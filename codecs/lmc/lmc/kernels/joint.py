@@ -25,7 +25,9 @@ from .intrinsics import st as put
 from .intrinsics import store_u32
 from .base import (CHUNK_JOINT, ERR_JOINT, ERR_LEN, ERR_PAD, ERR_TRUNC, LAYOUT_BF16, MAXLEN, MODE_CONST, MODE_HUFF,
                    MODE_RAW, NO_MARGIN, OK, checksum_units, split_chunk)
-from .huffman import huffman_lengths
+from .huffman import decode_huff_stream, huffman_lengths
+from .jmerge import merge_blocks
+from .simd import SIMD
 from .huffenc import put_huff
 from .streams import (_decode_stream, _huff_sub_bytes, _read_record, _table_bytes, _write_stream, analyze_planes,
                       check_planes, near_raw_counts, pred_gain)
@@ -367,10 +369,30 @@ def joint_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version,
     if st != OK:
         return st
     pos += 2
+    q = pos + 5 + l0
+    if SIMD and m0 == MODE_HUFF and n >= 128:   # (one vector pass from the sub-streams: kernels.jmerge)
+        st = decode_huff_stream(blob, pos + 5, l0, planes[0], n, lens, dec, dec3, dec1, tmp, False)
+        if st == OK:
+            st = _tail_checks(blob, q, end, n, k)
+        if st != OK:
+            return st
+        nb = n >> 7
+        r = ((n + 3) >> 2) + 16   # (huff_decode4's sub-stream stride)
+        merge_blocks(blob, q, tmp, r, nb, k, b, dst)
+        m = n - (nb << 7)
+        if m == 0:
+            return OK
+        t = planes[0]
+        for i in range(m):
+            e = (nb << 7) + i
+            t[i] = tmp[(e & 3) * r + (e >> 2)]
+        if not _unpack(blob, q + (8 - k) * 16 * nb, m, k, planes[1]):
+            return ERR_PAD
+        _merge(t, planes[1], m, k, b, dst[nb << 7:])
+        return OK
     st = _decode_stream(blob, pos + 5, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
     if st != OK:
         return st
-    q = pos + 5 + l0
     st = _tail_checks(blob, q, end, n, k)    # (the fields' bounds, before _merge reads them)
     if st != OK:
         return st
