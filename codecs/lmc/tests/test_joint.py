@@ -17,6 +17,7 @@ import pytest
 import lmc
 import pyref
 from lmc.kernels import joint
+from lmc.kernels.base import _fold_w, checksum_units
 from lmc.kernels.jmerge import merge_blocks
 from lmc.kernels.simd import SIMD
 from fuzz_blobs import Blob, tied
@@ -519,8 +520,8 @@ def test_never_larger_with_a_reference_where_the_sample_errs():
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_vector_pass_gives_the_three_passes_units(k):
     """kernels.jmerge.merge_blocks (sub-streams, fields and units in one vector pass) against the scalar passes
-    (interleave, _unpack, _merge) on symbols of every byte value (a base and symbols past 255 wrap) and random
-    fields, blocks 1 to 40."""
+    (interleave, _unpack, _merge, then the chunk checksum) on symbols of every byte value (a base and symbols past
+    255 wrap) and random fields, blocks 1 to 40."""
     rng = np.random.default_rng(k)
     for nb in (1, 2, 7, 40):
         n = 128 * nb
@@ -538,5 +539,8 @@ def test_vector_pass_gives_the_three_passes_units(k):
             want = np.zeros(n, np.uint16)
             joint._merge(t, fields, n, k, b, want)
             got = np.zeros(n + 8, np.uint16)
-            merge_blocks(blob, 3, tmp, r, nb, k, b, got)
+            acc = np.zeros(2, np.uint64)
+            merge_blocks(blob, 3, tmp, r, nb, k, b, got, acc)
             assert np.array_equal(got[:n], want) and not got[n:].any()
+            # the chunk checksum's two sums, taken as the units are written
+            assert _fold_w(acc[0], acc[1], 3) == checksum_units(want.view(np.uint8), 0, n, 2, 3)

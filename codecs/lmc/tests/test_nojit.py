@@ -16,6 +16,10 @@ for dt in (np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.float64):
         b = lmc.compress(x, chunk_size=128, reference=ref)
         y = lmc.decompress(b, reference=ref)
         assert y.tobytes() == x.tobytes()
+xj = (rng.standard_normal(40000) * 0.02).astype(ml_dtypes.bfloat16)   # joint-symbol chunks, partial last blocks
+bj = lmc.compress(xj, chunk_size=20000)
+assert lmc.info(bj)["chunk_modes"].get("joint-symbol", 0) >= 1, lmc.info(bj)
+assert lmc.decompress(bj).tobytes() == xj.tobytes()
 sk = np.zeros(500, np.int8); sk[::29] = 2          # rANS stream
 assert lmc.decompress(lmc.compress(sk)).tobytes() == sk.tobytes()
 print("NOJIT OK")

@@ -274,6 +274,31 @@ def _csum_words(b, nb, wk):
 
 
 @njit(nogil=True, cache=True)
+def csum_sums(b, nb, i0, s1, s2):
+    """Format 8's checksum (wk 3) as its two sums, s1 and s2 (given) continued over the nb bytes b[:nb] as the words
+    numbered i0, i0 + 1, ... (the last zero-padded): the checksum of words 0 .. is _fold_w(s1, s2, 3).  Local sums
+    from 0, so that the loop vectorises."""
+    n8 = nb >> 3
+    d = b[:n8 * 8].view(np.uint64)
+    t1 = _U0
+    t2 = _U0
+    ic = np.uint64(i0) * _C3
+    for i in range(n8):
+        v = d[i]
+        t1 += v
+        x = v ^ ic
+        ic += _C3
+        t2 += (x & _M32) * (x >> _S32)
+    if nb > n8 * 8:
+        v = _U0
+        for j in range(nb - n8 * 8):
+            v |= np.uint64(b[n8 * 8 + j]) << np.uint64(8 * j)
+        t1 += v
+        t2 = _mix_add(t2, v, ic, 3)
+    return s1 + t1, s2 + t2
+
+
+@njit(nogil=True, cache=True)
 def ck_mode(version):
     """The checksum of a format version: 0 over units (1-3), 1 over words (4),
     2 over words with the strong mix (5-7), 3 over words with the halves' product (8)."""

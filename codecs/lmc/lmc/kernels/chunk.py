@@ -460,8 +460,12 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
                           version, f, cm, dtab)
     elif flags == CHUNK_JOINT:
         base = start * 2
-        st = joint_decode(blob, off + 1, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab,
-                          out[base:base + 2 * n].view(np.uint16))
+        # (the chunk's checksum computed as its units are written: compared here, not read back below)
+        st, chk = joint_decode(blob, off + 1, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab,
+                               out[base:base + 2 * n].view(np.uint16))
+        if st != OK:
+            return st
+        return OK if chk == expected else ERR_CHECKSUM
     elif flags == CHUNK_MCTX:
         base = start * 2
         st = mctx_decode(blob, off + 1, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, cb, syms,

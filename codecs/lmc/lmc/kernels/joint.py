@@ -24,7 +24,7 @@ from .intrinsics import ld
 from .intrinsics import st as put
 from .intrinsics import store_u32
 from .base import (CHUNK_JOINT, ERR_JOINT, ERR_LEN, ERR_PAD, ERR_TRUNC, LAYOUT_BF16, MAXLEN, MODE_CONST, MODE_HUFF,
-                   MODE_RAW, NO_MARGIN, OK, checksum_units, split_chunk)
+                   MODE_RAW, NO_MARGIN, OK, _U0, _fold_w, checksum_units, ck_mode, csum_sums, split_chunk)
 from .huffman import decode_huff_stream, huffman_lengths
 from .jmerge import merge_blocks
 from .simd import SIMD
@@ -363,43 +363,45 @@ def _merge(t, r, n, k, b, dst):
 
 @njit(nogil=True, cache=True)
 def joint_decode(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, dst):
-    """Decode a joint-symbol chunk body blob[pos:end] (after the mode byte) into dst (uint16[n]).
-    Returns a status (checksum not checked here)."""
+    """Decode a joint-symbol chunk body blob[pos:end] (after the mode byte) into dst (uint16[n]).  Returns (status,
+    the checksum of the units written: format 8's, ck_mode(version) being 3 for every version with the mode)."""
     st, k, b, m0, l0 = _head(blob, pos, end, n, version)
     if st != OK:
-        return st
+        return st, _U0
     pos += 2
     q = pos + 5 + l0
+    d8 = dst.view(np.uint8)
     if SIMD and m0 == MODE_HUFF and n >= 128:   # (one vector pass from the sub-streams: kernels.jmerge)
         st = decode_huff_stream(blob, pos + 5, l0, planes[0], n, lens, dec, dec3, dec1, tmp, False)
         if st == OK:
             st = _tail_checks(blob, q, end, n, k)
         if st != OK:
-            return st
+            return st, _U0
         nb = n >> 7
         r = ((n + 3) >> 2) + 16   # (huff_decode4's sub-stream stride)
-        merge_blocks(blob, q, tmp, r, nb, k, b, dst)
+        acc = np.zeros(2, np.uint64)
+        merge_blocks(blob, q, tmp, r, nb, k, b, dst, acc)
         m = n - (nb << 7)
-        if m == 0:
-            return OK
-        t = planes[0]
-        for i in range(m):
-            e = (nb << 7) + i
-            t[i] = tmp[(e & 3) * r + (e >> 2)]
-        if not _unpack(blob, q + (8 - k) * 16 * nb, m, k, planes[1]):
-            return ERR_PAD
-        _merge(t, planes[1], m, k, b, dst[nb << 7:])
-        return OK
+        if m > 0:
+            t = planes[0]
+            for i in range(m):
+                e = (nb << 7) + i
+                t[i] = tmp[(e & 3) * r + (e >> 2)]
+            if not _unpack(blob, q + (8 - k) * 16 * nb, m, k, planes[1]):
+                return ERR_PAD, _U0
+            _merge(t, planes[1], m, k, b, dst[nb << 7:])
+        s1, s2 = csum_sums(d8[nb << 8:2 * n], 2 * m, nb << 5, acc[0], acc[1])
+        return OK, _fold_w(s1, s2, 3)
     st = _decode_stream(blob, pos + 5, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
     if st != OK:
-        return st
+        return st, _U0
     st = _tail_checks(blob, q, end, n, k)    # (the fields' bounds, before _merge reads them)
     if st != OK:
-        return st
+        return st, _U0
     if not _unpack(blob, q, n, k, planes[1]):
-        return ERR_PAD
+        return ERR_PAD, _U0
     _merge(planes[0], planes[1], n, k, b, dst)
-    return OK
+    return OK, checksum_units(d8, 0, n, 2, ck_mode(version))
 
 
 @njit(nogil=True, cache=True)
