@@ -231,49 +231,6 @@ def _fold_w(s1, s2, wk):
 
 
 @njit(nogil=True, cache=True)
-def _csum_words(b, nb, wk):
-    """The checksum of the nb bytes b[:nb] over their 64-bit little-endian words (the last zero-padded), i = the
-    word's index: format 4 (wk 1), 5 (wk 2, the strong mix) or 8 (wk 3, the halves' product).  A quarter of the
-    per-unit work on 16-bit units, half on 32-bit ones.  One loop per mix: a branch inside would keep the loop
-    from vectorising."""
-    n8 = nb >> 3
-    d = b[:n8 * 8].view(np.uint64)
-    s1 = _U0
-    s2 = _U0
-    ic = _U0
-    if wk >= 3:
-        for i in range(n8):
-            v = d[i]
-            s1 += v
-            x = v ^ ic
-            ic += _C3
-            s2 += (x & _M32) * (x >> _S32)
-    elif wk == 2:
-        for i in range(n8):
-            v = d[i]
-            s1 += v
-            x = (v ^ ic) * _C1
-            ic += _C3
-            x ^= x >> _S32
-            x *= _C2
-            s2 += x ^ (x >> _S29)
-    else:
-        for i in range(n8):
-            v = d[i]
-            s1 += v
-            x = (v ^ ic) * _C1
-            ic += _C3
-            s2 += x ^ (x >> _S29)
-    if nb > n8 * 8:
-        v = _U0
-        for j in range(nb - n8 * 8):
-            v |= np.uint64(b[n8 * 8 + j]) << np.uint64(8 * j)
-        s1 += v
-        s2 = _mix_add(s2, v, ic, wk)
-    return _fold_w(s1, s2, wk)
-
-
-@njit(nogil=True, cache=True)
 def csum_sums(b, nb, i0, s1, s2):
     """Format 8's checksum (wk 3) as its two sums, s1 and s2 (given) continued over the nb bytes b[:nb] as the words
     numbered i0, i0 + 1, ... (the last zero-padded): the checksum of words 0 .. is _fold_w(s1, s2, 3).  Local sums
@@ -296,6 +253,45 @@ def csum_sums(b, nb, i0, s1, s2):
         t1 += v
         t2 = _mix_add(t2, v, ic, 3)
     return s1 + t1, s2 + t2
+
+
+@njit(nogil=True, cache=True)
+def _csum_words(b, nb, wk):
+    """The checksum of the nb bytes b[:nb] over their 64-bit little-endian words (the last zero-padded), i = the
+    word's index: format 4 (wk 1), 5 (wk 2, the strong mix) or 8 (wk 3, the halves' product).  A quarter of the
+    per-unit work on 16-bit units, half on 32-bit ones.  One loop per mix: a branch inside would keep the loop
+    from vectorising."""
+    if wk >= 3:
+        s1, s2 = csum_sums(b, nb, 0, _U0, _U0)
+        return _fold_w(s1, s2, wk)
+    n8 = nb >> 3
+    d = b[:n8 * 8].view(np.uint64)
+    s1 = _U0
+    s2 = _U0
+    ic = _U0
+    if wk == 2:
+        for i in range(n8):
+            v = d[i]
+            s1 += v
+            x = (v ^ ic) * _C1
+            ic += _C3
+            x ^= x >> _S32
+            x *= _C2
+            s2 += x ^ (x >> _S29)
+    else:
+        for i in range(n8):
+            v = d[i]
+            s1 += v
+            x = (v ^ ic) * _C1
+            ic += _C3
+            s2 += x ^ (x >> _S29)
+    if nb > n8 * 8:
+        v = _U0
+        for j in range(nb - n8 * 8):
+            v |= np.uint64(b[n8 * 8 + j]) << np.uint64(8 * j)
+        s1 += v
+        s2 = _mix_add(s2, v, ic, wk)
+    return _fold_w(s1, s2, wk)
 
 
 @njit(nogil=True, cache=True)
