@@ -12,7 +12,6 @@ for both, so that a change of ratio shows.
 """
 import argparse
 import os
-import sys
 import time
 
 import ml_dtypes

@@ -460,7 +460,7 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
                           version, f, cm, dtab)
     elif flags == CHUNK_JOINT:
         base = start * 2
-        # (the chunk's checksum computed as its units are written: compared here, not read back below)
+        # (joint_decode returns the chunk's checksum, taken in its vector pass as the units are written)
         st, chk = joint_decode(blob, off + 1, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab,
                                out[base:base + 2 * n].view(np.uint16))
         if st != OK:

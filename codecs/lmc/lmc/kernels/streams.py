@@ -10,7 +10,6 @@ import numpy as np
 from numba import njit
 
 from .intrinsics import ld, load_u32, store_u32
-from .intrinsics import st as put
 from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
                      LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, NEAR_RAW_BITS,
                      NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes, merge_bf16,
