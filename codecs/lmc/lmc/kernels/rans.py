@@ -202,14 +202,10 @@ def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf, S):
 
 @njit(nogil=True, cache=True)
 def rans_put_states(buf, p, x0, x1, x2, x3):
-    """The encoder's 4 final states, u32 each, below buf[p] (they open the
-    stream); returns the stream start p - 16."""
-    p -= 16
-    store_u32(buf, p, np.uint32(x0))
-    store_u32(buf, p + 4, np.uint32(x1))
-    store_u32(buf, p + 8, np.uint32(x2))
-    store_u32(buf, p + 12, np.uint32(x3))
-    return p
+    """The encoder's 4 final states, u32 each, below buf[p] (they open the stream); returns the start p - 16."""
+    for k, x in enumerate((x0, x1, x2, x3)):
+        store_u32(buf, p - 16 + 4 * k, np.uint32(x))
+    return p - 16
 
 
 @njit(nogil=True, cache=True)
@@ -248,22 +244,33 @@ def _renorm(x, blob, p):
 @njit(nogil=True, cache=True)
 def lanes_decode(blob, pos, end, dtab, cb, out, n):
     """Decode n symbols from the 32-state rANS stream blob[pos:end] into out[0:n] (symbol i with the table at
-    dtab[cb[i]:], or dtab[0:4096] where cb is empty).  Full rounds of 32 symbols go to kernels.simd.rounds32 in
-    blocks whose words certainly lie inside the stream (a round reads at most 32 words; a vector reads 16 bytes
-    at the pointer); the rest one symbol at a time, every word checked against end.  The stream must be
-    consumed exactly and all 32 final states must equal 2^16."""
-    if end - pos < 4 * LANES:
-        return ERR_RANS
+    dtab[cb[i]:], or dtab[0:4096] where cb is empty)."""
     xs = np.empty(LANES, np.uint32)
+    ok = lanes_states(blob, pos, end, xs)
+    return lanes_rest(blob, pos + 4 * LANES, end, dtab, cb, out, xs, 0, n) if ok else ERR_RANS
+
+
+@njit(nogil=True, cache=True)
+def lanes_states(blob, pos, end, xs):
+    """The 32 initial states at blob[pos:] into xs; False where they do not lie inside end or one is below 2^16."""
+    if end - pos < 4 * LANES:
+        return False
     for k in range(LANES):
         x = load_u32(blob, pos + 4 * k)
         if np.int64(x) < RANS_L:
-            return ERR_RANS
+            return False
         xs[k] = x
-    p = pos + 4 * LANES
+    return True
+
+
+@njit(nogil=True, cache=True)
+def lanes_rest(blob, p, end, dtab, cb, out, xs, g, n):
+    """Symbols 32 g .. n - 1 of a 32-state stream (states xs, the next word at blob[p]) into out (as
+    lanes_decode).  Full rounds go to simd.rounds32 in blocks whose words lie inside the stream (a round reads
+    <= 32 words, a vector 16 bytes at the pointer); the rest one symbol at a time, every word checked against
+    end.  The stream must be consumed exactly and all 32 final states must equal 2^16."""
     use_cb = cb.size > 0
     full = n // LANES
-    g = 0
     while g < full:
         r = min(full - g, (end - p - 16) // (2 * LANES))
         if r <= 0:

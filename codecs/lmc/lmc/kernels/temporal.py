@@ -8,11 +8,13 @@ from numba import njit
 
 from .intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32, store_u64
 from .intrinsics import st as put
-from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32,
-                     NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono, log2_count)
-from .rans import (check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, put_ctx_tables, put_rans,
-                   rans_cost_bits, rans_normalize, rans_states_for, read_ctx_tables)
-from .simd import SIMD, tmask8, trecon8, tsyms8
+from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
+                   LAYOUT_F32, NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono, log2_count)
+from .rans import (_rans_len, check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, lanes_rest,
+                   lanes_states, put_ctx_tables, put_rans, rans_cost_bits, rans_normalize, rans_states_for,
+                   read_ctx_tables)
+from .simd import LANES, SIMD, tmask8, trecon8, tsyms8
+from .tfuse import fused_rounds
 from .streams import count_streams
 
 
@@ -351,8 +353,11 @@ def check_temporal(blob, pos, end, layout, f, cm, n, version):
 
 
 # Decoder: a vectorized pass checks the context mask, one loop decodes the
-# symbols (context from the reference through a 256-entry table, 4
+# symbols (context from the reference through a 256-entry table, 4 or 32
 # interleaved rANS states), one loop reads the raw bits and writes the units.
+# Where the CPU has AVX2, a 32-state chunk's rounds go through the three as
+# one vector pass (kernels.tfuse) while their words and raw bytes certainly
+# lie inside the blob; the rest through the three.
 @njit(nogil=True, cache=True)
 def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb, syms, version):
     """Decode a temporal chunk body blob[pos:end] (after the mode byte) into
@@ -363,30 +368,77 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
         return ERR_TRUNC
     E = np.int64(blob[pos])
     cmask = np.int64(load_u16(blob, pos + 1))
-    pos += 3
+    S = rans_states_for(n, version)
     if W == 32:
         r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
         o32 = out[4 * start:4 * (start + n)].view(np.uint32)
-        used = _tmask_all(r32, n, E, mb, em, cb, o32, W)
-    else:
-        r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
-        o16 = out[2 * start:2 * (start + n)].view(np.uint16)
-        used = _tmask_all(r16, n, E, mb, em, cb, o16, W)
-    if used != cmask:
+        if SIMD and S == LANES:
+            return _tdec_fused(blob, pos + 3, end, n, W, mb, em, E, cmask, r32, o32, f, cm, dtab, cb, syms)
+        return _tdec(blob, pos + 3, end, n, W, mb, em, E, cmask, r32, o32, f, cm, dtab, cb, syms, S)
+    r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
+    o16 = out[2 * start:2 * (start + n)].view(np.uint16)
+    if SIMD and S == LANES:
+        return _tdec_fused(blob, pos + 3, end, n, W, mb, em, E, cmask, r16, o16, f, cm, dtab, cb, syms)
+    return _tdec(blob, pos + 3, end, n, W, mb, em, E, cmask, r16, o16, f, cm, dtab, cb, syms, S)
+
+
+@njit(nogil=True, cache=True)
+def _tdec(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms, S):
+    """The three passes: contexts (checked against cmask), symbols, raw bits."""
+    if _tmask_all(r, n, E, mb, em, cb, o, W) != cmask:
         return ERR_CTX
     pos = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
     if pos < 0:
         return ERR_FREQ
-    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms, rans_states_for(n, version))
+    st, q = decode_ctx_stream(blob, pos, end, cb, n, dtab, syms, S)
     if st != OK:
         return st
     # (_trecon's vector blocks write the units of the first iv elements; the rest are still monotone)
-    if W == 32:
-        st, iv = _trecon(blob, q, end, o32, n, W, syms)
-        _unmono_all(o32[iv:], n - iv, W)
-    else:
-        st, iv = _trecon(blob, q, end, o16, n, W, syms)
-        _unmono_all(o16[iv:], n - iv, W)
+    st, iv = _trecon(blob, q, end, o, n, W, syms, 0, 0)
+    _unmono_all(o[iv:], n - iv, W)
+    return st
+
+
+@njit(nogil=True, cache=True)
+def _tdec_fused(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms):
+    """A 32-state chunk: its first m = 32 g elements' rounds through kernels.tfuse, the rest through the three
+    passes from element m.  The same statuses as _tdec: ERR_CTX wherever the contexts differ from cmask (checked
+    before anything past the fused rounds is decoded; where the tables or the stream's head fail, the contexts
+    are taken first)."""
+    st = OK
+    p = read_ctx_tables(blob, pos, end, cmask, NCTX, 2 * W, f, cm, dtab)
+    R = _rans_len(blob, p, end) if p >= 0 else -1
+    xs = np.empty(LANES, np.uint32)
+    if p < 0:
+        st = ERR_FREQ
+    elif R < 0:
+        st = ERR_TRUNC
+    elif not lanes_states(blob, p + 4, p + 4 + R, xs):
+        st = ERR_RANS
+    if st != OK:
+        return ERR_CTX if _tmask_all(r, n, E, mb, em, cb, o, W) != cmask else st
+    rs = p + 4 + R          # the raw bits: blob[rs:end]
+    L = end - rs
+    io = np.empty(2, np.int64)
+    io[0] = p + 4 + 4 * LANES
+    io[1] = 0
+    g = 0
+    full = n // LANES
+    used = np.int64(0)
+    while g < full:   # (a round reads <= 32 words and <= 32 (W - 1) raw bits: see kernels.tfuse)
+        k = min(full - g, (rs - io[0] - 16) // (2 * LANES), (L - (io[1] >> 3) - 40) // (4 * (W - 1)))
+        if k <= 0:
+            break
+        used |= fused_rounds(blob, io, rs, dtab, r, o, xs, g * LANES, k, mb, em, E, W)
+        g += k
+    m = g * LANES
+    if (used | _tmask_all(r[m:], n - m, E, mb, em, cb[m:], o[m:], W)) != cmask:
+        return ERR_CTX
+    st = lanes_rest(blob, io[0], rs, dtab, cb[:n], syms, xs, g, n)
+    if st != OK:
+        return st
+    st, iv = _trecon(blob, rs, end, o, n, W, syms, m, io[1])
+    _unmono_all(o[iv:], n - iv, W)
     return st
 
 
@@ -426,8 +478,8 @@ def _unmono_all(o, n, W):
 
 
 @njit(nogil=True, cache=True)
-def _trecon(blob, bs, end, o, n, W, syms):
-    """Raw bits blob[bs:end] + symbols: o[i] = mono(r[i]) -> mono(r[i]) + d
+def _trecon(blob, bs, end, o, n, W, syms, i0, b0):
+    """Raw bits blob[bs:end] + symbols i0 .. n - 1, from bit b0: o[i] = mono(r[i]) -> mono(r[i]) + d
     (mod 2^W; _unmono_all then gives the units).  The fast
     loop reads 8 bytes at bit b (branch-free) while they lie inside the
     raw stream; the rest byte by byte with checks.  Where the CPU has AVX2
@@ -435,8 +487,8 @@ def _trecon(blob, bs, end, o, n, W, syms):
     themselves.  Returns (status, the elements the vector pass wrote)."""
     mask = (np.int64(1) << W) - 1
     L = end - bs
-    b = 0
-    i = 0
+    b = b0
+    i = i0
     # per symbol: leading one | raw bit count << 32 | negative << 40
     stab = np.empty(256, np.int64)
     for s in range(256):

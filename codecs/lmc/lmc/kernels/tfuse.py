@@ -1,0 +1,171 @@
+"""lmc kernels: the temporal decoder's three passes as one AVX2 pass (``fused_rounds``): for each round of 32
+elements of a 32-state chunk (format 7 on), the contexts from the reference, the rANS symbols, the raw bits and
+the units, in registers (FORMAT.md, "Temporal chunk").
+
+The unfused decoder (``kernels.temporal``) makes three passes over a chunk: the contexts and mono(reference)
+into two planes (``simd.tmask8``), the symbols into a third (``simd.rounds32``, reading the first) and the raw
+bits into the units (``simd.trecon8``, reading the other two back). A round here is four vectors of eight
+elements; for each:
+
+- the eight reference units, their contexts (``_Vec.context``; the set of contexts seen is returned, which the
+  caller compares with the chunk's mask) and mono(reference);
+- one rANS step of eight states as ``simd.rounds32`` takes it, the table of each element's context at
+  ``dtab[context << 12]``: a gather, the states below 2^16 refilled in lane order from the words at the pointer
+  (``vpermd`` with ``simd.PERM``);
+- the symbols' raw bits as ``simd.trecon8`` reads them (a prefix sum of the bit counts, the 32 or 36 bytes at
+  the vector's first bit moved to the lanes by ``vpermd``), and the unit unmono(mono(reference) + d) stored.
+
+The same units and the same state, word position and bit position as the three passes (``tests/test_tfuse.py``).
+Where ``simd.SIMD`` is false ``fused_rounds`` is never called. The caller guarantees that every word and raw byte
+read lies inside the blob (a round reads at most 32 words, a vector 16 bytes at the word pointer and 32 (W = 16)
+or 36 (W = 32) bytes at its first raw bit), that dtab holds 16 tables of 4096 entries, and that ref and out hold
+the rounds' units; nothing here checks bounds."""
+
+import numpy as np
+from numba import njit
+
+from .simd import PERM, RANS_L, SIMD, _Vec
+
+
+def _make_fused(W):
+    """``(blob, io, rs, dtab, ref, out, xs, perm, i0, rounds, mb, em, E) -> the set of contexts``: ``rounds``
+    rounds from element i0 (a multiple of 32) of W-bit units; io (int64[2]): the next rANS word's position in
+    blob and the raw bits read from byte rs, both updated; xs (uint32[32]) the states, updated."""
+    from numba import types
+    from numba.extending import intrinsic
+    V = _Vec(W)
+    ir, I8, I16, I32, I64, V8, splat = V.ir, V.I8, V.I16, V.I32, V.I64, V.V8, V.splat
+
+    @intrinsic
+    def _fused(typingctx, blob, io, rs, dtab, ref, out, xs, perm, i0, rounds, mb, em, E):
+        sig = types.int64(blob, io, rs, dtab, ref, out, xs, perm, i0, rounds, mb, em, E)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                return V.data(context, builder, signature, args, k, t)
+
+            bp, iop, dp = data(0, I8), data(1, I64), data(3, I8)
+            rp, op, xp, pp = data(4, V.VU), data(5, V.VU), data(6, V8), data(7, V8)
+            rawp = builder.gep(bp, [args[2]])
+            gather = V.fn(builder, "llvm.x86.avx2.gather.d.d.256", V8, [V8, ir.PointerType(I8), V8, V8, I8])
+            permd = V.fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8])
+            psllv = V.fn(builder, "llvm.x86.avx2.psllv.d.256", V8, [V8, V8])
+            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
+            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (10, 11, 12))
+            zero, mask = splat(0), splat((1 << W) - 1)
+            vx = [V.cg.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
+                  for h in range(4)]
+            pos = V.cg.alloca_once_value(builder, builder.load(iop))
+            tot = V.cg.alloca_once_value(builder, builder.load(builder.gep(iop, [ir.Constant(I32, 1)])))
+            used = V.cg.alloca_once_value(builder, zero)
+            # the previous round's symbols, for its raw bits (stage B; its reference units are loaded again: fewer
+            # vectors live across the loop, which spilled them)
+            svp = [V.cg.alloca_once_value(builder, zero) for h in range(4)]
+
+            def stage_a(g):
+                """Round g's contexts and table entries (the gathers, issued first)."""
+                es = []
+                for h in range(4):
+                    j = builder.lshr(builder.add(g, ir.Constant(I64, 8 * h)), ir.Constant(I64, 3))
+                    rv = V.units(builder, rp, j)
+                    c = V.context(builder, rv, vmb, vem, vE)
+                    builder.store(builder.or_(builder.load(used), builder.shl(splat(1), c)), used)
+                    idx = builder.add(builder.and_(builder.load(vx[h]), splat(4095)), builder.shl(c, splat(12)))
+                    es.append(builder.call(gather, [zero, dp, idx, splat(-1), ir.Constant(I8, 4)]))
+                return es
+
+            def stage_c(es):
+                """Round g's state steps (simd.rounds32's), its symbols and units kept for stage B."""
+                for h in range(4):
+                    e = es[h]
+                    x = builder.load(vx[h])
+                    f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
+                    x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
+                    m = builder.icmp_unsigned("<", x, splat(RANS_L))
+                    bits = builder.zext(builder.bitcast(m, I8), I32)
+                    q = builder.load(pos)
+                    wv = builder.load(builder.bitcast(builder.gep(bp, [q]), ir.PointerType(ir.VectorType(I16, 8))),
+                                      align=1)
+                    pv = builder.load(builder.gep(pp, [builder.zext(bits, I64)]), align=4)
+                    w = builder.call(permd, [builder.zext(wv, V8), pv])
+                    builder.store(builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), vx[h])
+                    builder.store(builder.add(q, builder.shl(builder.zext(builder.call(ctpop, [bits]), I64),
+                                                             ir.Constant(I64, 1))), pos)
+                    builder.store(builder.and_(e, splat(255)), svp[h])
+
+            def stage_b(g):
+                """The raw bits and units of the round at g whose symbols stage C kept (simd.trecon8's reading)."""
+                for h in range(4):
+                    j = builder.lshr(builder.add(g, ir.Constant(I64, 8 * h)), ir.Constant(I64, 3))
+                    sv, rv = builder.load(svp[h]), V.units(builder, rp, j)
+                    k = builder.lshr(builder.add(sv, splat(1)), splat(1))
+                    k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
+                    nz = builder.zext(builder.icmp_unsigned("!=", k, zero), V8)
+                    kb = builder.sub(k, nz)
+                    even = builder.icmp_unsigned("==", builder.and_(sv, splat(1)), zero)
+                    neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), even), V8)
+                    inc = kb
+                    for sh in (1, 2, 4):   # inclusive prefix sum of the bit counts across the 8 lanes
+                        mv = builder.shuffle_vector(zero, inc, ir.Constant(V8, [8 + t - sh if t >= sh else 0
+                                                                                 for t in range(8)]))
+                        inc = builder.add(inc, mv)
+                    t0 = builder.load(tot)
+                    start = builder.gep(rawp, [builder.lshr(t0, ir.Constant(I64, 3))])
+                    win = builder.load(builder.bitcast(start, ir.PointerType(V8)), align=1)
+                    rel = builder.add(V.vsplat(builder, builder.and_(t0, ir.Constant(I64, 7))),
+                                      builder.sub(inc, kb))
+                    dw = builder.lshr(rel, splat(5))
+                    shv = builder.and_(rel, splat(31))
+                    if W == 16:   # (word dw + 1 <= 4)
+                        hi = builder.call(permd, [win, builder.add(dw, splat(1))])
+                    else:         # (word dw + 1 <= 8: from the 32 bytes 4 further on)
+                        win4 = builder.load(builder.bitcast(builder.gep(start, [ir.Constant(I64, 4)]),
+                                                            ir.PointerType(V8)), align=1)
+                        hi = builder.call(permd, [win4, dw])
+                    v = builder.or_(builder.lshr(builder.call(permd, [win, dw]), shv),
+                                    builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
+                    a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))),
+                                    builder.shl(nz, kb))
+                    d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
+                    y = V.mono(builder, builder.and_(builder.add(V.mono(builder, rv), d), mask), inverse=True)
+                    builder.store(builder.trunc(y, V.VU) if W == 16 else y, builder.gep(op, [j]), align=1)
+                    builder.store(builder.add(t0, builder.zext(builder.extract_element(inc, ir.Constant(I32, 7)),
+                                                               I64)), tot)
+
+            # software-pipelined: round g's gathers, then round g - 32's raw bits (independent of them: they fill
+            # the gathers' latency), then round g's state steps
+            stage_c(stage_a(args[8]))
+            with V.cg.for_range(builder, builder.sub(args[9], ir.Constant(I64, 1))) as loop:
+                g = builder.add(args[8], builder.mul(builder.add(loop.index, ir.Constant(I64, 1)),
+                                                     ir.Constant(I64, 32)))
+                es = stage_a(g)
+                stage_b(builder.sub(g, ir.Constant(I64, 32)))
+                stage_c(es)
+            stage_b(builder.add(args[8], builder.mul(builder.sub(args[9], ir.Constant(I64, 1)),
+                                                     ir.Constant(I64, 32))))
+            for h in range(4):
+                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+            builder.store(builder.load(pos), iop)
+            builder.store(builder.load(tot), builder.gep(iop, [ir.Constant(I32, 1)]))
+            return V.hsum(builder, builder.load(used), "or_")
+        return sig, codegen
+    return _fused
+
+
+if SIMD:
+    _fused16 = _make_fused(16)
+    _fused32 = _make_fused(32)
+    _PERM = PERM
+
+    @njit(nogil=True, cache=True)
+    def fused_rounds(blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E, W):
+        """``rounds`` fused rounds from element i0 (see _make_fused); returns the set of contexts seen."""
+        if W == 16:
+            return _fused16(blob, io, np.int64(rs), dtab, ref, out, xs, _PERM, np.int64(i0), np.int64(rounds),
+                            np.int64(mb), np.int64(em), np.int64(E))
+        return _fused32(blob, io, np.int64(rs), dtab, ref, out, xs, _PERM, np.int64(i0), np.int64(rounds),
+                        np.int64(mb), np.int64(em), np.int64(E))
+else:
+    @njit(nogil=True, cache=True)
+    def fused_rounds(blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E, W):   # (never called: no SIMD)
+        return np.int64(0)

@@ -1,0 +1,133 @@
+"""The temporal decoder's fused vector pass (kernels/tfuse.py): a 32-state temporal chunk decoded through it gives
+the units and the status of the three passes (``temporal._tdec``: contexts, symbols, raw bits), on chunks whose
+fused rounds stop at every kind of edge, and on forged chunks (flipped, truncated, a context mask or base changed).
+Where the CPU has no AVX2 (or ``LMC_SIMD=0``) ``temporal_decode`` is ``_tdec`` itself and the test still decodes
+every chunk both ways."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import lmc
+from lmc import api
+from lmc.kernels import temporal as kt
+from lmc.kernels.base import CHUNK_TEMPORAL, ERR_CTX, NCTX, OK
+from lmc.kernels.drivers import stream_scratch
+from lmc.kernels.rans import rans_states_for
+
+DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp32": np.float32}
+
+
+def _series(rng, n, dt, special=False, wild=0.0):
+    """A reference r and the next step x: weights-like values moved a little, a share `wild` of them anywhere
+    (their raw bits up to W - 1), with infinities, NaNs, zeros and subnormals in r where `special`."""
+    r = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    x = r + (rng.standard_normal(n) * 2e-4).astype(np.float32)
+    if wild:
+        k = rng.random(n) < wild
+        x[k] = rng.standard_normal(int(k.sum())).astype(np.float32) * 1e3
+    if special:
+        idx = rng.choice(n, 64, replace=False)
+        r[idx[:16]] = np.inf
+        r[idx[16:24]] = -np.inf
+        r[idx[24:40]] = np.nan
+        r[idx[40:52]] = 0.0
+        r[idx[52:]] = 1e-42
+    return x.astype(DTYPES[dt]), r.astype(DTYPES[dt])
+
+
+def _temporal_chunks(x, r, chunk):
+    """(blob bytes, offset, size, first element, n) of each temporal chunk of x coded against r."""
+    blob = lmc.compress(x, reference=r, chunk_size=chunk, threads=1, prefer="size")
+    h = api._parse_header(blob)
+    bb = np.frombuffer(blob, np.uint8)
+    out = []
+    for c in range(len(h["offsets"])):
+        off, size = int(h["offsets"][c]), int(h["sizes"][c])
+        if bb[off] == CHUNK_TEMPORAL:
+            out.append((bb, off, size, c * chunk, min(chunk, x.size - c * chunk)))
+    return out
+
+
+def _both(body, n, layout, ref8, start, W):
+    """Decode one temporal chunk body (its mode byte first) through temporal_decode and through _tdec, fresh
+    scratch each; returns ((status, units), (status, units))."""
+    res = []
+    for fused in (True, False):
+        _, _, _, _, _, _, f, cm, dtab = stream_scratch(2, n, n)
+        cb = np.empty(n + 16, np.uint16)
+        syms = np.empty(n + 16, np.uint8)
+        out = np.zeros(ref8.size, np.uint8)
+        if fused:
+            st = kt.temporal_decode(body, 1, body.size, n, layout, ref8, start, out, f, cm, dtab, cb, syms, 9)
+        else:
+            _, mb, em = kt._fparams(layout)
+            u = np.uint32 if W == 32 else np.uint16
+            k = W // 8
+            r = ref8[k * start:k * (start + n)].view(u)
+            o = out[k * start:k * (start + n)].view(u)
+            if body.size < 4:
+                st = kt.temporal_decode(body, 1, body.size, n, layout, ref8, start, out, f, cm, dtab, cb, syms, 9)
+            else:
+                E, cmask = int(body[1]), int(body[2]) | int(body[3]) << 8
+                st = kt._tdec(body, 4, body.size, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms,
+                              rans_states_for(n, 9))
+        res.append((int(st), out[(W // 8) * start:(W // 8) * (start + n)].copy()))
+    return res
+
+
+def _layout(dt):
+    return api._DTYPES[api._dtype_code(np.dtype(DTYPES[dt]))][2]
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("n,special,wild", [(8192, False, 0.0), (8200, True, 0.0), (40000, True, 0.01),
+                                            (65536, False, 0.3), (131072, True, 0.0)])
+def test_fused_decode_gives_the_units_of_the_three_passes(dt, n, special, wild):
+    rng = np.random.default_rng(n + len(dt) + int(wild * 100))
+    x, r = _series(rng, n + 777, dt, special, wild)
+    W = 32 if dt == "fp32" else 16
+    chunks = _temporal_chunks(x, r, n)
+    assert chunks, "no temporal chunk"
+    ref8 = np.frombuffer(r.tobytes(), np.uint8)
+    for bb, off, size, start, m in chunks:
+        body = bb[off:off + size].copy()
+        (s1, u1), (s2, u2) = _both(body, m, _layout(dt), ref8, start, W)
+        assert s1 == OK and s2 == OK
+        assert np.array_equal(u1, u2)
+        assert np.array_equal(u1, np.frombuffer(x.tobytes(), np.uint8)[(W // 8) * start:(W // 8) * (start + m)])
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_forged_chunks_get_the_status_of_the_three_passes(dt):
+    """Each forgery of a chunk body: the fused decoder returns the three passes' status (ERR_CTX wherever the
+    contexts differ from the mask, before any other), and where both decode, the same units."""
+    rng = np.random.default_rng(7 if dt == "bf16" else 8)
+    n = 40000
+    x, r = _series(rng, n, dt, special=True, wild=0.002)
+    W = 32 if dt == "fp32" else 16
+    (bb, off, size, start, m), = _temporal_chunks(x, r, n)
+    body = bb[off:off + size].copy()
+    ref8 = np.frombuffer(r.tobytes(), np.uint8)
+    forged = []
+    for _ in range(150):   # a byte flipped anywhere
+        b = body.copy()
+        b[int(rng.integers(1, b.size))] ^= np.uint8(1 << int(rng.integers(0, 8)))
+        forged.append(b)
+    for cut in list(rng.integers(1, size, 40)) + [size - 1, size - 2, 4, 3, 2]:   # truncated
+        forged.append(body[:int(cut)].copy())
+    for bit in range(NCTX):   # a context added to or dropped from the mask
+        b = body.copy()
+        b[2 + bit // 8] ^= np.uint8(1 << (bit % 8))
+        forged.append(b)
+    for e in (0, 1, int(body[1]) - 1, int(body[1]) + 1, 255):   # another context base
+        b = body.copy()
+        b[1] = np.uint8(e % 256)
+        forged.append(b)
+    seen = set()
+    for b in forged:
+        (s1, u1), (s2, u2) = _both(b, m, _layout(dt), ref8, start, W)
+        assert s1 == s2
+        if s1 == OK:
+            assert np.array_equal(u1, u2)
+        seen.add(s1)
+    assert ERR_CTX in seen and len(seen) >= 4, seen
