@@ -3,16 +3,25 @@ the units and the status of the three passes (``temporal._tdec``: contexts, symb
 fused rounds stop at every kind of edge, and on forged chunks (flipped, truncated, a context mask or base changed).
 Where the CPU has no AVX2 (or ``LMC_SIMD=0``) ``temporal_decode`` is ``_tdec`` itself and the test still decodes
 every chunk both ways."""
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
 
 import lmc
 from lmc import api
+from lmc.kernels import rans as krans
+from lmc.kernels import simd
 from lmc.kernels import temporal as kt
 from lmc.kernels.base import CHUNK_TEMPORAL, ERR_CTX, NCTX, OK
 from lmc.kernels.drivers import stream_scratch
-from lmc.kernels.rans import rans_states_for
+from lmc.kernels.rans import LANES_MIN, rans_states_for
+from lmc.kernels.tfuse import fused_rounds
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp32": np.float32}
 
@@ -87,7 +96,7 @@ def test_fused_decode_gives_the_units_of_the_three_passes(dt, n, special, wild):
     x, r = _series(rng, n + 777, dt, special, wild)
     W = 32 if dt == "fp32" else 16
     chunks = _temporal_chunks(x, r, n)
-    assert chunks, "no temporal chunk"
+    assert any(m >= LANES_MIN for *_, m in chunks), "no 32-state temporal chunk"
     ref8 = np.frombuffer(r.tobytes(), np.uint8)
     for bb, off, size, start, m in chunks:
         body = bb[off:off + size].copy()
@@ -123,6 +132,8 @@ def test_forged_chunks_get_the_status_of_the_three_passes(dt):
         b = body.copy()
         b[1] = np.uint8(e % 256)
         forged.append(b)
+    for pad in (2, 64, 130, 400):   # junk inside the rANS stream, its length raised to match: the fused rounds
+        forged.append(_padded(body, W, pad, rng))   # may then run to the last full round (a stop of their own)
     seen = set()
     for b in forged:
         (s1, u1), (s2, u2) = _both(b, m, _layout(dt), ref8, start, W)
@@ -131,3 +142,120 @@ def test_forged_chunks_get_the_status_of_the_three_passes(dt):
             assert np.array_equal(u1, u2)
         seen.add(s1)
     assert ERR_CTX in seen and len(seen) >= 4, seen
+
+
+def _stream_at(body, W):
+    """(position of the rANS stream's length R, R) in a temporal chunk body."""
+    f, cm = np.empty(NCTX * 256, np.int64), np.empty(NCTX * 256, np.int64)
+    dtab = np.empty(NCTX * 4096, np.uint32)
+    cmask = int(body[2]) | int(body[3]) << 8
+    p = krans.read_ctx_tables(body, 4, body.size, cmask, NCTX, 2 * W, f, cm, dtab)
+    assert p > 0
+    return p, int(body[p:p + 4].view(np.uint32)[0])
+
+
+def _padded(body, W, pad, rng):
+    p, R = _stream_at(body, W)
+    junk = rng.integers(0, 256, pad).astype(np.uint8)
+    b = np.concatenate([body[:p + 4 + R], junk, body[p + 4 + R:]])
+    b[p:p + 4] = np.frombuffer(np.uint32(R + pad).tobytes(), np.uint8)
+    return b
+
+
+def _fused_stop(body, n, layout, ref8, start, W):
+    """Run _tdec_fused's loop of fused rounds alone on a chunk body: (elements the rounds decoded, the units)."""
+    _, mb, em = kt._fparams(layout)
+    u = np.uint32 if W == 32 else np.uint16
+    k8 = W // 8
+    r = ref8[k8 * start:k8 * (start + n)].view(u)
+    out = np.zeros(n, u)
+    _, _, _, _, _, _, f, cm, dtab = stream_scratch(2, n, n)
+    cmask = int(body[2]) | int(body[3]) << 8
+    p = krans.read_ctx_tables(body, 4, body.size, cmask, NCTX, 2 * W, f, cm, dtab)
+    R = int(body[p:p + 4].view(np.uint32)[0])
+    xs = np.empty(32, np.uint32)
+    assert krans.lanes_states(body, p + 4, p + 4 + R, xs)
+    rs, L = p + 4 + R, body.size - (p + 4 + R)
+    io = np.array([p + 4 + 128, 0], np.int64)
+    g = 0
+    while g < n // 32:
+        k = min(n // 32 - g, (rs - int(io[0]) - 16) // 64, (L - (int(io[1]) >> 3) - 40) // (4 * (W - 1)))
+        if k <= 0:
+            break
+        fused_rounds(body, io, rs, dtab, r, out, xs, 32 * g, k, mb, em, int(body[1]), W)
+        g += k
+    return 32 * g, out
+
+
+@pytest.mark.skipif(not simd.SIMD, reason="the fused pass runs only where the CPU has AVX2 (and LMC_SIMD != 0)")
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+def test_fused_rounds_decode_all_but_the_last_elements(dt):
+    """The fused rounds alone decode all of a chunk but its last few hundred elements (where the words or raw
+    bytes left could be passed), to the right units; with junk padded into the rANS stream and after the raw bits
+    they run to the last full round, and the units they write before the junk is reached are still the right
+    ones."""
+    rng = np.random.default_rng(11)
+    n = 131072
+    x, r = _series(rng, n, dt, special=True, wild=0.001)
+    W = 32 if dt == "fp32" else 16
+    (bb, off, size, start, m), = _temporal_chunks(x, r, n)
+    body = bb[off:off + size].copy()
+    ref8 = np.frombuffer(r.tobytes(), np.uint8)
+    u = np.uint32 if W == 32 else np.uint16
+    want = np.frombuffer(x.tobytes(), u)
+    done, out = _fused_stop(body, n, _layout(dt), ref8, 0, W)
+    assert n - 1024 <= done < n
+    assert np.array_equal(out[:done], want[:done])
+    junk = np.concatenate([_padded(body, W, 4096, rng), rng.integers(0, 256, 8192).astype(np.uint8)])
+    done2, out2 = _fused_stop(junk, n, _layout(dt), ref8, 0, W)
+    assert done2 == 32 * (n // 32)
+    assert np.array_equal(out2[:done], want[:done])
+
+
+GUARD_CHILD = r"""
+import ctypes, mmap, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import test_tfuse as T
+from lmc.kernels import temporal as kt
+from lmc.kernels.drivers import stream_scratch
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None)
+rng = np.random.default_rng(int(sys.argv[3]))
+dt = sys.argv[2]
+W = 32 if dt == "fp32" else 16
+n = 40000
+x, r = T._series(rng, n, dt, special=True, wild=0.002)
+(bb, off, size, start, m), = T._temporal_chunks(x, r, n)
+body = bb[off:off + size].copy()
+ref8 = np.frombuffer(r.tobytes(), np.uint8)
+cases = [body[:int(c)] for c in rng.integers(4, size, 60)] + [T._padded(body, W, int(p), rng) for p in (2, 50, 300)]
+for _ in range(60):
+    b = body.copy()
+    b[int(rng.integers(1, b.size)):][:8] = rng.integers(0, 256, 8).astype(np.uint8)[:b.size]
+    cases.append(b)
+np_ = (max(c.size for c in cases) + PAGE - 1) // PAGE + 1
+mm = mmap.mmap(-1, (np_ + 1) * PAGE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+assert libc.mprotect(ctypes.c_void_p(base + np_ * PAGE), PAGE, 0) == 0   # the page after the bodies: no access
+arena = np.frombuffer(mm, np.uint8, count=np_ * PAGE)
+_, _, _, _, _, _, f, cm, dtab = stream_scratch(2, m, m)
+cb, syms = np.empty(m + 16, np.uint16), np.empty(m + 16, np.uint8)
+out = np.zeros(ref8.size, np.uint8)
+layout = T._layout(dt)
+for c in cases:
+    blob = arena[arena.size - c.size:]          # the body ends where the no-access page begins
+    blob[:] = c
+    kt.temporal_decode(blob, 1, blob.size, m, layout, ref8, start, out, f, cm, dtab, cb, syms, 9)
+print("ok", len(cases))
+"""
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_forged_chunks_ending_at_a_no_access_page_are_decoded_without_a_fault(dt):
+    """Forged bodies (truncated, overwritten, junk in the rANS stream) placed so that their last byte is the last
+    one before a page with no access: a read past the body is a segmentation fault, seen here as the child's
+    death (the fused pass and the scalar passes read with no bounds checks inside bounds their caller sets)."""
+    p = subprocess.run([sys.executable, "-c", GUARD_CHILD, HERE, dt, "5"], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0 and p.stdout.split()[:1] == ["ok"], (p.returncode, p.stderr[-2000:])
