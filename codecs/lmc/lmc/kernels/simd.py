@@ -232,6 +232,43 @@ class _Vec:
             k = builder.add(k, builder.select(big, splat(8), splat(0)))
         return builder.and_(k, builder.sub(splat(0), nz))
 
+    def raw_diffs(self, builder, sv, t0, rawp, permd, psllv):
+        """One vector of the temporal decoder's raw-bit reading (``temporal._trecon``'s rule): the signed
+        differences d of eight elements whose symbols are sv, their raw bits from bit t0 (i64) of rawp (i8*);
+        returns (d, the bits read, i64).  Element i's bits start where those of the elements before it end: a
+        prefix sum of the bit counts (three shifts and adds); the eight elements' bits (<= 8 (W - 1), from bit
+        t0 & 7 of byte t0 >> 3) lie in the 32 bytes there (W = 16; W = 32: the 36), loaded once, each lane's two
+        32-bit words at its bit position moved to it by vpermd (a gather costs several times as much on some
+        CPUs) and joined by shifts (psllv gives 0 for a shift of 32)."""
+        ir, splat, I64, V8, W = self.ir, self.splat, self.I64, self.V8, self.W
+        zero = splat(0)
+        k = builder.lshr(builder.add(sv, splat(1)), splat(1))
+        k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
+        nz = builder.zext(builder.icmp_unsigned("!=", k, zero), V8)
+        kb = builder.sub(k, nz)
+        even = builder.icmp_unsigned("==", builder.and_(sv, splat(1)), zero)
+        neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), even), V8)
+        inc = kb
+        for sh in (1, 2, 4):   # inclusive prefix sum of the bit counts across the 8 lanes
+            mv = builder.shuffle_vector(zero, inc, ir.Constant(V8, [8 + j - sh if j >= sh else 0 for j in range(8)]))
+            inc = builder.add(inc, mv)
+        start = builder.gep(rawp, [builder.lshr(t0, ir.Constant(I64, 3))])
+        win = builder.load(builder.bitcast(start, ir.PointerType(V8)), align=1)
+        rel = builder.add(self.vsplat(builder, builder.and_(t0, ir.Constant(I64, 7))), builder.sub(inc, kb))
+        dw = builder.lshr(rel, splat(5))
+        shv = builder.and_(rel, splat(31))
+        if W == 16:   # (word dw + 1 <= 4)
+            hi = builder.call(permd, [win, builder.add(dw, splat(1))])
+        else:         # (word dw + 1 <= 8: from the 32 bytes 4 further on)
+            win4 = builder.load(builder.bitcast(builder.gep(start, [ir.Constant(I64, 4)]), ir.PointerType(V8)),
+                                align=1)
+            hi = builder.call(permd, [win4, dw])
+        v = builder.or_(builder.lshr(builder.call(permd, [win, dw]), shv),
+                        builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
+        a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))), builder.shl(nz, kb))
+        d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
+        return d, builder.zext(builder.extract_element(inc, ir.Constant(self.I32, 7)), I64)
+
     def hsum(self, builder, v, op):
         """The eight lanes of v combined by builder.op (add, or_), as i64."""
         t = builder.extract_element(v, self.ir.Constant(self.I32, 0))
@@ -284,16 +321,14 @@ def _make_tsyms8(W):
 
 def _make_trecon8(W):
     """The temporal decoder's raw-bit pass (``temporal._trecon``'s fast loop) for W-bit units, eight per vector:
-    ``(blob, q, bit, o, syms, i0, nvec) -> bits read``.  Element i's raw bits start where those of the elements
-    before it end, so the positions are a prefix sum of the bit counts (within a vector by three shifts and
-    adds, across vectors by the running total); each element's bits are taken from the 32 (W = 32: 36) bytes at
-    its vector's first bit by vpermd and shifts, and o[i] (mono(r[i])) becomes unmono(o[i] + d), the unit.
-    From byte q, bit `bit` (< 8), symbols i0 .. i0 + 8 nvec.  The caller guarantees that every byte read lies
+    ``(blob, q, bit, o, syms, i0, nvec) -> bits read``: each vector's differences d by ``_Vec.raw_diffs``, and
+    o[i] (mono(r[i])) becomes unmono(o[i] + d), the unit.  From byte q, bit `bit` (< 8), symbols i0 ..
+    i0 + 8 nvec.  The caller guarantees that every byte read lies
     inside the raw stream (q + nvec * (W - 1) + 32 <= its end); nothing here checks bounds."""
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W)
-    ir, I32, I64, V8, splat = V.ir, V.I32, V.I64, V.V8, V.splat
+    ir, I64, V8, splat = V.ir, V.I64, V.V8, V.splat
 
     @intrinsic
     def _trecon8(typingctx, blob, q, bit, o, syms, i0, nvec):
@@ -305,46 +340,14 @@ def _make_trecon8(W):
             sp = V.data(context, builder, signature, args, 4, V.I8)
             psllv = V.fn(builder, "llvm.x86.avx2.psllv.d.256", V8, [V8, V8])
             permd = V.fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8])
-            zero = splat(0)
             mask = splat((1 << W) - 1)
-            tot = V.cg.alloca_once_value(builder, builder.trunc(args[2], I32))
+            tot = V.cg.alloca_once_value(builder, args[2])
             with V.cg.for_range(builder, args[6]) as loop:
                 i = builder.add(args[5], builder.mul(loop.index, ir.Constant(I64, 8)))
                 sv = builder.zext(builder.load(builder.bitcast(builder.gep(sp, [i]),
                                                                ir.PointerType(ir.VectorType(V.I8, 8))), align=1), V8)
-                k = builder.lshr(builder.add(sv, splat(1)), splat(1))
-                k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
-                nz = builder.zext(builder.icmp_unsigned("!=", k, zero), V8)
-                kb = builder.sub(k, nz)
-                even = builder.icmp_unsigned("==", builder.and_(sv, splat(1)), zero)
-                neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), even), V8)
-                inc = kb
-                for sh in (1, 2, 4):   # inclusive prefix sum of the bit counts across the 8 lanes
-                    mv = builder.shuffle_vector(zero, inc, ir.Constant(V8, [8 + j - sh if j >= sh else 0
-                                                                             for j in range(8)]))
-                    inc = builder.add(inc, mv)
                 t0 = builder.load(tot)
-                # the eight elements' bits (<= 8 (W - 1), from bit t0 & 7 of byte t0 >> 3) lie in the 32 bytes
-                # there (W = 16; W = 32: the 36): loaded once, each lane's two 32-bit words at its bit position
-                # moved to it by vpermd (a gather costs several times as much on some CPUs) and joined by shifts
-                # (psllv gives 0 for a shift of 32)
-                start = builder.gep(bp, [builder.zext(builder.lshr(t0, ir.Constant(I32, 3)), I64)])
-                win = builder.load(builder.bitcast(start, ir.PointerType(V8)), align=1)
-                rel = builder.add(V.vsplat(builder, builder.zext(builder.and_(t0, ir.Constant(I32, 7)), I64)),
-                                  builder.sub(inc, kb))
-                dw = builder.lshr(rel, splat(5))
-                shv = builder.and_(rel, splat(31))
-                if W == 16:   # (word dw + 1 <= 4)
-                    hi = builder.call(permd, [win, builder.add(dw, splat(1))])
-                else:         # (word dw + 1 <= 8: from the 32 bytes 4 further on)
-                    win4 = builder.load(builder.bitcast(builder.gep(start, [ir.Constant(I64, 4)]),
-                                                        ir.PointerType(V8)), align=1)
-                    hi = builder.call(permd, [win4, dw])
-                v = builder.or_(builder.lshr(builder.call(permd, [win, dw]), shv),
-                                builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
-                a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))),
-                                builder.shl(nz, kb))
-                d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
+                d, nbits = V.raw_diffs(builder, sv, t0, bp, permd, psllv)
                 ov = builder.bitcast(builder.gep(op, [i]), ir.PointerType(V.VU))
                 m = builder.load(ov, align=1)
                 if W == 16:
@@ -352,8 +355,8 @@ def _make_trecon8(W):
                 # o holds mono(r); the unit is unmono(mono(r) + d)
                 y = V.mono(builder, builder.and_(builder.add(m, d), mask), inverse=True)
                 builder.store(builder.trunc(y, V.VU) if W == 16 else y, ov, align=1)
-                builder.store(builder.add(t0, builder.extract_element(inc, ir.Constant(I32, 7))), tot)
-            return builder.sub(builder.zext(builder.load(tot), I64), args[2])
+                builder.store(builder.add(t0, nbits), tot)
+            return builder.sub(builder.load(tot), args[2])
         return sig, codegen
     return _trecon8
 

@@ -98,39 +98,11 @@ def _make_fused(W):
                 for h in range(4):
                     j = builder.lshr(builder.add(g, ir.Constant(I64, 8 * h)), ir.Constant(I64, 3))
                     sv, rv = builder.load(svp[h]), V.units(builder, rp, j)
-                    k = builder.lshr(builder.add(sv, splat(1)), splat(1))
-                    k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
-                    nz = builder.zext(builder.icmp_unsigned("!=", k, zero), V8)
-                    kb = builder.sub(k, nz)
-                    even = builder.icmp_unsigned("==", builder.and_(sv, splat(1)), zero)
-                    neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), even), V8)
-                    inc = kb
-                    for sh in (1, 2, 4):   # inclusive prefix sum of the bit counts across the 8 lanes
-                        mv = builder.shuffle_vector(zero, inc, ir.Constant(V8, [8 + t - sh if t >= sh else 0
-                                                                                 for t in range(8)]))
-                        inc = builder.add(inc, mv)
                     t0 = builder.load(tot)
-                    start = builder.gep(rawp, [builder.lshr(t0, ir.Constant(I64, 3))])
-                    win = builder.load(builder.bitcast(start, ir.PointerType(V8)), align=1)
-                    rel = builder.add(V.vsplat(builder, builder.and_(t0, ir.Constant(I64, 7))),
-                                      builder.sub(inc, kb))
-                    dw = builder.lshr(rel, splat(5))
-                    shv = builder.and_(rel, splat(31))
-                    if W == 16:   # (word dw + 1 <= 4)
-                        hi = builder.call(permd, [win, builder.add(dw, splat(1))])
-                    else:         # (word dw + 1 <= 8: from the 32 bytes 4 further on)
-                        win4 = builder.load(builder.bitcast(builder.gep(start, [ir.Constant(I64, 4)]),
-                                                            ir.PointerType(V8)), align=1)
-                        hi = builder.call(permd, [win4, dw])
-                    v = builder.or_(builder.lshr(builder.call(permd, [win, dw]), shv),
-                                    builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
-                    a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))),
-                                    builder.shl(nz, kb))
-                    d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
+                    d, nbits = V.raw_diffs(builder, sv, t0, rawp, permd, psllv)
                     y = V.mono(builder, builder.and_(builder.add(V.mono(builder, rv), d), mask), inverse=True)
                     builder.store(builder.trunc(y, V.VU) if W == 16 else y, builder.gep(op, [j]), align=1)
-                    builder.store(builder.add(t0, builder.zext(builder.extract_element(inc, ir.Constant(I32, 7)),
-                                                               I64)), tot)
+                    builder.store(builder.add(t0, nbits), tot)
 
             # software-pipelined: round g's gathers, then round g - 32's raw bits (independent of them: they fill
             # the gathers' latency), then round g's state steps
