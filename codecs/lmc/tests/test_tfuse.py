@@ -84,6 +84,15 @@ def _both(body, n, layout, ref8, start, W):
     return res
 
 
+def _one_chunk(seed, n, dt, wild):
+    """A series of one chunk of n elements, coded in the temporal mode: (rng, x, W, the chunk body, its first
+    element, its elements, the reference's bytes)."""
+    rng = np.random.default_rng(seed)
+    x, r = _series(rng, n, dt, special=True, wild=wild)
+    (bb, off, size, start, m), = _temporal_chunks(x, r, n)
+    return rng, x, 32 if dt == "fp32" else 16, bb[off:off + size].copy(), start, m, np.frombuffer(r.tobytes(), np.uint8)
+
+
 def _layout(dt):
     return api._DTYPES[api._dtype_code(np.dtype(DTYPES[dt]))][2]
 
@@ -110,13 +119,8 @@ def test_fused_decode_gives_the_units_of_the_three_passes(dt, n, special, wild):
 def test_forged_chunks_get_the_status_of_the_three_passes(dt):
     """Each forgery of a chunk body: the fused decoder returns the three passes' status (ERR_CTX wherever the
     contexts differ from the mask, before any other), and where both decode, the same units."""
-    rng = np.random.default_rng(7 if dt == "bf16" else 8)
-    n = 40000
-    x, r = _series(rng, n, dt, special=True, wild=0.002)
-    W = 32 if dt == "fp32" else 16
-    (bb, off, size, start, m), = _temporal_chunks(x, r, n)
-    body = bb[off:off + size].copy()
-    ref8 = np.frombuffer(r.tobytes(), np.uint8)
+    rng, x, W, body, start, m, ref8 = _one_chunk(7 if dt == "bf16" else 8, 40000, dt, 0.002)
+    size = body.size
     forged = []
     for _ in range(150):   # a byte flipped anywhere
         b = body.copy()
@@ -194,13 +198,8 @@ def test_fused_rounds_decode_all_but_the_last_elements(dt):
     bytes left could be passed), to the right units; with junk padded into the rANS stream and after the raw bits
     they run to the last full round, and the units they write before the junk is reached are still the right
     ones."""
-    rng = np.random.default_rng(11)
     n = 131072
-    x, r = _series(rng, n, dt, special=True, wild=0.001)
-    W = 32 if dt == "fp32" else 16
-    (bb, off, size, start, m), = _temporal_chunks(x, r, n)
-    body = bb[off:off + size].copy()
-    ref8 = np.frombuffer(r.tobytes(), np.uint8)
+    rng, x, W, body, start, m, ref8 = _one_chunk(11, n, dt, 0.001)
     u = np.uint32 if W == 32 else np.uint16
     want = np.frombuffer(x.tobytes(), u)
     done, out = _fused_stop(body, n, _layout(dt), ref8, 0, W)
@@ -221,14 +220,9 @@ from lmc.kernels import temporal as kt
 from lmc.kernels.drivers import stream_scratch
 PAGE = mmap.PAGESIZE
 libc = ctypes.CDLL(None)
-rng = np.random.default_rng(int(sys.argv[3]))
 dt = sys.argv[2]
-W = 32 if dt == "fp32" else 16
-n = 40000
-x, r = T._series(rng, n, dt, special=True, wild=0.002)
-(bb, off, size, start, m), = T._temporal_chunks(x, r, n)
-body = bb[off:off + size].copy()
-ref8 = np.frombuffer(r.tobytes(), np.uint8)
+rng, x, W, body, start, m, ref8 = T._one_chunk(int(sys.argv[3]), 40000, dt, 0.002)
+size = body.size
 cases = [body[:int(c)] for c in rng.integers(4, size, 60)] + [T._padded(body, W, int(p), rng) for p in (2, 50, 300)]
 for _ in range(60):
     b = body.copy()

@@ -95,6 +95,29 @@ def scalar_rounds(blob, p, dtab, cb, out, xs, i0, rounds):
     return p
 
 
+def rans_vstep(builder, e, x, q, bp, pp, permd, ctpop):
+    """LLVM IR of one decoder step of eight rANS states x (<8 x i32>) whose table entries are e: the states' next
+    values, those below 2^16 refilled in lane order from the 16-bit words at bp + q (i8*, q an i64) by vpermd with
+    the permutation pp[mask] (PERM as <8 x i32> vectors); returns (the states, the next word's position)."""
+    from llvmlite import ir
+    I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
+    V8 = ir.VectorType(I32, 8)
+
+    def splat(v):
+        return ir.Constant(V8, [v] * 8)
+
+    f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
+    x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
+    m = builder.icmp_unsigned("<", x, splat(RANS_L))
+    bits = builder.zext(builder.bitcast(m, I8), I32)
+    wv = builder.load(builder.bitcast(builder.gep(bp, [q]), ir.PointerType(ir.VectorType(ir.IntType(16), 8))),
+                      align=1)
+    w = builder.call(permd, [builder.zext(wv, V8), builder.load(builder.gep(pp, [builder.zext(bits, I64)]),
+                                                                align=4)])
+    step = builder.shl(builder.zext(builder.call(ctpop, [bits]), I64), ir.Constant(I64, 1))
+    return builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), builder.add(q, step)
+
+
 def _make_rounds32(with_cb):
     from llvmlite import ir
     from numba import types
@@ -145,18 +168,9 @@ def _make_rounds32(with_cb):
                     builder.store(builder.trunc(e, ir.VectorType(I8, 8)),
                                   builder.bitcast(builder.gep(op, [i]), ir.PointerType(ir.VectorType(I8, 8))),
                                   align=1)
-                    f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
-                    x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
-                    m = builder.icmp_unsigned("<", x, splat(RANS_L))
-                    bits = builder.zext(builder.bitcast(m, I8), I32)
-                    q = builder.load(pos)
-                    wv = builder.load(builder.bitcast(builder.gep(bp, [q]), ir.PointerType(ir.VectorType(I16, 8))),
-                                      align=1)
-                    pv = builder.load(builder.gep(pp, [builder.zext(bits, I64)]), align=4)
-                    w = builder.call(permd, [builder.zext(wv, V8), pv])
-                    builder.store(builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), vx[h])
-                    step = builder.shl(builder.zext(builder.call(ctpop, [bits]), I64), ir.Constant(I64, 1))
-                    builder.store(builder.add(q, step), pos)
+                    x, q = rans_vstep(builder, e, x, builder.load(pos), bp, pp, permd, ctpop)
+                    builder.store(x, vx[h])
+                    builder.store(q, pos)
             for h in range(4):
                 builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
             return builder.load(pos)

@@ -24,7 +24,7 @@ the rounds' units; nothing here checks bounds."""
 import numpy as np
 from numba import njit
 
-from .simd import PERM, RANS_L, SIMD, _Vec
+from .simd import PERM, SIMD, _Vec, rans_vstep
 
 
 def _make_fused(W):
@@ -34,7 +34,7 @@ def _make_fused(W):
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W)
-    ir, I8, I16, I32, I64, V8, splat = V.ir, V.I8, V.I16, V.I32, V.I64, V.V8, V.splat
+    ir, I8, I32, I64, V8, splat = V.ir, V.I8, V.I32, V.I64, V.V8, V.splat
 
     @intrinsic
     def _fused(typingctx, blob, io, rs, dtab, ref, out, xs, perm, i0, rounds, mb, em, E):
@@ -77,21 +77,10 @@ def _make_fused(W):
             def stage_c(es):
                 """Round g's state steps (simd.rounds32's), its symbols and units kept for stage B."""
                 for h in range(4):
-                    e = es[h]
-                    x = builder.load(vx[h])
-                    f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
-                    x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
-                    m = builder.icmp_unsigned("<", x, splat(RANS_L))
-                    bits = builder.zext(builder.bitcast(m, I8), I32)
-                    q = builder.load(pos)
-                    wv = builder.load(builder.bitcast(builder.gep(bp, [q]), ir.PointerType(ir.VectorType(I16, 8))),
-                                      align=1)
-                    pv = builder.load(builder.gep(pp, [builder.zext(bits, I64)]), align=4)
-                    w = builder.call(permd, [builder.zext(wv, V8), pv])
-                    builder.store(builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), vx[h])
-                    builder.store(builder.add(q, builder.shl(builder.zext(builder.call(ctpop, [bits]), I64),
-                                                             ir.Constant(I64, 1))), pos)
-                    builder.store(builder.and_(e, splat(255)), svp[h])
+                    x, q = rans_vstep(builder, es[h], builder.load(vx[h]), builder.load(pos), bp, pp, permd, ctpop)
+                    builder.store(x, vx[h])
+                    builder.store(q, pos)
+                    builder.store(builder.and_(es[h], splat(255)), svp[h])
 
             def stage_b(g):
                 """The raw bits and units of the round at g whose symbols stage C kept (simd.trecon8's reading)."""
