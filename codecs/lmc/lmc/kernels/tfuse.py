@@ -15,6 +15,10 @@ elements; for each:
 - the symbols' raw bits as ``simd.trecon8`` reads them (a prefix sum of the bit counts, the 32 or 36 bytes at
   the vector's first bit moved to the lanes by ``vpermd``), and the unit unmono(mono(reference) + d) stored.
 
+The loop is software-pipelined: an iteration issues round g's four gathers, then the raw bits of round g - 1
+(which do not wait on them), then round g's state steps. In that order the raw bits fill the gathers' latency;
+with each round's three parts in a row the loop was slower than the three passes.
+
 The same units and the same state, word position and bit position as the three passes (``tests/test_tfuse.py``).
 Where ``simd.SIMD`` is false ``fused_rounds`` is never called. The caller guarantees that every word and raw byte
 read lies inside the blob (a round reads at most 32 words, a vector 16 bytes at the word pointer and 32 (W = 16)
