@@ -22,7 +22,8 @@ PARTS = [
 ]
 # lmc.kernels bottom up: a kernel module imports only those before it (the delta encoder not its decoder)
 KERNELS = ["intrinsics", "simd", "restore", "histo", "base", "huffman", "huffenc", "rans", "streams", "tfuse",
-           "temporal", "mctx", "jmerge", "joint", "delta", "delta.fields", "delta.encode", "delta.decode", "chunk", "check", "drivers"]
+           "temporal", "mctx", "jmerge", "joint", "delta", "delta.fields", "delta.encode", "delta.decode", "chunk",
+           "check", "drivers"]
 MAX_LINES = 600
 
 

@@ -1,7 +1,7 @@
 """The temporal decoder's fused vector pass (kernels/tfuse.py): a 32-state temporal chunk decoded through it gives
-the units and the status of the three passes (``temporal._tdec``: contexts, symbols, raw bits), on chunks whose
+the units and the status of the three passes (``temporal._tdec_three``: contexts, symbols, raw bits), on chunks whose
 fused rounds stop at every kind of edge, and on forged chunks (flipped, truncated, a context mask or base changed).
-Where the CPU has no AVX2 (or ``LMC_SIMD=0``) ``temporal_decode`` is ``_tdec`` itself and the test still decodes
+Where the CPU has no AVX2 (or ``LMC_SIMD=0``) ``temporal_decode`` is ``_tdec_three`` itself and the test still decodes
 every chunk both ways."""
 import os
 import subprocess
@@ -58,7 +58,7 @@ def _temporal_chunks(x, r, chunk):
 
 
 def _both(body, n, layout, ref8, start, W):
-    """Decode one temporal chunk body (its mode byte first) through temporal_decode and through _tdec, fresh
+    """Decode one temporal chunk body (its mode byte first) through temporal_decode and through _tdec_three, fresh
     scratch each; returns ((status, units), (status, units))."""
     res = []
     for fused in (True, False):
@@ -78,7 +78,7 @@ def _both(body, n, layout, ref8, start, W):
                 st = kt.temporal_decode(body, 1, body.size, n, layout, ref8, start, out, f, cm, dtab, cb, syms, 9)
             else:
                 E, cmask = int(body[1]), int(body[2]) | int(body[3]) << 8
-                st = kt._tdec(body, 4, body.size, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms,
+                st = kt._tdec_three(body, 4, body.size, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms,
                               rans_states_for(n, 9))
         res.append((int(st), out[(W // 8) * start:(W // 8) * (start + n)].copy()))
     return res

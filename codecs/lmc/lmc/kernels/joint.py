@@ -432,8 +432,8 @@ def _sample_plan(x, n, lo, hi, lj):
     (the exponent stream's Huffman code and the sign/mantissa plane stored raw) and of the joint-symbol mode
     with k = 1 and base lo (lo, hi: the chunk's exponent span, hi - lo < 128), and whether that plane is near
     raw (as near_raw).  lj: the joint mode's code lengths, from the sample's counts plus one for every symbol of
-    the exponents lo..hi (so that every symbol of the chunk has a code).  The two estimates err together (the same elements); the joint mode wins by
-    about 0.5% on weights where it wins at all."""
+    the exponents lo..hi (so that every symbol of the chunk has a code).  The two estimates err together (the
+    same elements); the joint mode wins by about 0.5% on weights where it wins at all."""
     # (four counts of each kind, element i into copy i % 4, summed after: the samples of one chunk hit few
     # bins, and one count incremented again before its last increment is stored waits on it, 3x the time)
     ht4 = np.zeros(1024, np.int64)

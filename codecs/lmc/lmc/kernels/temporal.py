@@ -370,20 +370,23 @@ def temporal_decode(blob, pos, end, n, layout, ref, start, out, f, cm, dtab, cb,
     cmask = np.int64(load_u16(blob, pos + 1))
     S = rans_states_for(n, version)
     if W == 32:
-        r32 = ref[4 * start:4 * (start + n)].view(np.uint32)
-        o32 = out[4 * start:4 * (start + n)].view(np.uint32)
-        if SIMD and S == LANES:
-            return _tdec_fused(blob, pos + 3, end, n, W, mb, em, E, cmask, r32, o32, f, cm, dtab, cb, syms)
-        return _tdec(blob, pos + 3, end, n, W, mb, em, E, cmask, r32, o32, f, cm, dtab, cb, syms, S)
-    r16 = ref[2 * start:2 * (start + n)].view(np.uint16)
-    o16 = out[2 * start:2 * (start + n)].view(np.uint16)
-    if SIMD and S == LANES:
-        return _tdec_fused(blob, pos + 3, end, n, W, mb, em, E, cmask, r16, o16, f, cm, dtab, cb, syms)
-    return _tdec(blob, pos + 3, end, n, W, mb, em, E, cmask, r16, o16, f, cm, dtab, cb, syms, S)
+        return _tdec(blob, pos + 3, end, n, W, mb, em, E, cmask, ref[4 * start:4 * (start + n)].view(np.uint32),
+                     out[4 * start:4 * (start + n)].view(np.uint32), f, cm, dtab, cb, syms, S)
+    return _tdec(blob, pos + 3, end, n, W, mb, em, E, cmask, ref[2 * start:2 * (start + n)].view(np.uint16),
+                 out[2 * start:2 * (start + n)].view(np.uint16), f, cm, dtab, cb, syms, S)
 
 
 @njit(nogil=True, cache=True)
 def _tdec(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms, S):
+    """A temporal chunk body from its tables on (r, o: the chunk's reference and output units): the fused pass
+    where the CPU has AVX2 and the stream has 32 states, else the three passes."""
+    if SIMD and S == LANES:
+        return _tdec_fused(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms)
+    return _tdec_three(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms, S)
+
+
+@njit(nogil=True, cache=True)
+def _tdec_three(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms, S):
     """The three passes: contexts (checked against cmask), symbols, raw bits."""
     if _tmask_all(r, n, E, mb, em, cb, o, W) != cmask:
         return ERR_CTX
@@ -402,7 +405,7 @@ def _tdec(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms, S
 @njit(nogil=True, cache=True)
 def _tdec_fused(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, syms):
     """A 32-state chunk: its first m = 32 g elements' rounds through kernels.tfuse, the rest through the three
-    passes from element m.  The same statuses as _tdec: ERR_CTX wherever the contexts differ from cmask (checked
+    passes from element m.  The same statuses as _tdec_three: ERR_CTX wherever the contexts differ from cmask (checked
     before anything past the fused rounds is decoded; where the tables or the stream's head fail, the contexts
     are taken first)."""
     st = OK
