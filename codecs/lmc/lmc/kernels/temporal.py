@@ -166,6 +166,12 @@ def _tsample(x, r, n, layout, E, ts, xs):
     KS = 2 * W + 1
     raw = 0
     m = 0
+    # the keys first, then each table counted in a loop of its own: incremented in the same loop (a count of
+    # each table an element, on the few bins a chunk's samples hit) the counts of bf16 chunks took 5.7x the time
+    # on a Zen 5 core (1.05 against 0.19 ns an element of the chunk; the same counts)
+    cap = (n // (4 * SAMPLE) + 1) * 4
+    tk = np.empty(cap, np.int64)
+    xk = np.empty(cap, np.int64)
     for g in range(0, n - 3, 4 * SAMPLE):
         for i in range(g, g + 4):
             xv = np.int64(x[i])
@@ -177,9 +183,13 @@ def _tsample(x, r, n, layout, E, ts, xs):
             k = 64 - clz64(np.uint64(a))
             nz = np.int64(k != 0)
             raw += k - nz
-            ts[c * KS + 2 * k - nz + neg] += 1
-            count_streams(xs, 0, xv ^ rv, layout)
+            tk[m + i - g] = c * KS + 2 * k - nz + neg
+            xk[m + i - g] = xv ^ rv
         m += 4
+    for j in range(m):
+        ts[tk[j]] += 1
+    for j in range(m):
+        count_streams(xs, 0, xk[j], layout)
     return raw, m
 
 
