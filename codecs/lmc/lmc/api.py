@@ -516,7 +516,11 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
     anything is allocated; ``None`` means no limit.
 
     Every chunk's structure (modes, lengths, tables) is checked before the
-    output is allocated, and decoding stops at the first failing chunk."""
+    output is allocated, and decoding stops at the first failing chunk. With
+    ``reference``, a failing chunk is blamed on it (``FormatError``, "wrong
+    reference") where its hash differs from the one the blob records; a
+    reference that differs only where no chunk uses it gives the exact array
+    (every chunk's checksum covers its decoded units)."""
     buf = _blob_view(blob)
     h = _parse_header(buf)
     if _CHECKED_PY:
@@ -556,9 +560,16 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("lmc: out must be C-contiguous and writeable")
     nth = _nthreads(threads)
-    if has_ref:
-        if _ref_hash(ref_u8, total, h["chunk"], unit, nth, ck_mode(h["version"])) != h["refhash"]:
+
+    def refuse(status):
+        # the reference's hash is taken only where a chunk fails, to name the cause: every chunk's checksum
+        # covers its decoded units, so a reference that differs where no chunk uses it gives the exact array,
+        # and one that differs where a chunk uses it fails that chunk (its pass over the reference cost a
+        # bf16 decode 5% of its time, fp32 9%)
+        if has_ref and np.any(status) and (_ref_hash(ref_u8, total, h["chunk"], unit, nth, ck_mode(h["version"]))
+                                           != h["refhash"]):
             raise FormatError("lmc: wrong reference (reference hash mismatch)")
+        _raise_chunk_error(status)
     nch = h["nch"]
     if nch:
         # the whole blob's structure first: a forged blob is refused before the
@@ -566,7 +577,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         status = np.zeros(nch, np.int64)
         _run_chunks(check_range, (buf, h["offsets"], h["sizes"], h["chks"], total, h["chunk"],
                                     unit, layout, ns, ref_u8, has_ref, status, h["version"]), nch, nth)
-        _raise_chunk_error(status)
+        refuse(status)
     if out is not None:
         result = out if out.shape == shape else out.reshape(shape)
     else:
@@ -579,5 +590,5 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         _run_chunks(decode_range, (buf, h["offsets"], h["sizes"], h["chks"], total,
                                      h["chunk"], unit, layout, ns, ref_u8, has_ref,
                                      out_u8, status, h["version"], stop), nch, nth)
-        _raise_chunk_error(status)
+        refuse(status)
     return result

@@ -133,7 +133,7 @@ def test_relabelled_version_refused():
 
 def test_reference_hash_follows_the_version():
     """The reference hash is over the reference's word checksums in version 4: the right reference
-    decodes, a reference one bit off is refused before decoding."""
+    decodes, a reference one bit off (where a chunk uses it) is refused, named by its hash."""
     x = _sample(np.float32, 4000, 6)
     r = x.copy()
     r[::7] += 1e-3
@@ -148,6 +148,32 @@ def test_reference_hash_follows_the_version():
     bad.view(np.uint8)[123] ^= 4
     with pytest.raises(lmc.FormatError, match="reference hash"):
         lmc.decompress(blob, reference=bad)
+
+
+def test_reference_checked_where_a_chunk_uses_it():
+    """The reference's hash names a wrong reference when a chunk fails (lmc takes it only then): a reference
+    that differs inside a chunk coded without it gives the exact array; one that differs inside a chunk coded
+    against it is refused as the wrong reference (with ``out=`` too)."""
+    rng = np.random.default_rng(11)
+    r = (rng.standard_normal(8000) * 0.02).astype(np.float32)
+    x = r.copy()
+    x[:4000] += (rng.standard_normal(4000) * 1e-5).astype(np.float32)          # chunks 0-3: close to r
+    x[4000:] = (rng.standard_normal(4000) * 0.02).astype(np.float32)           # chunks 4-7: unrelated
+    for fv in (8, 9):
+        blob = lmc.compress(x, reference=r, chunk_size=1000, format_version=fv)
+        h = api._parse_header(np.frombuffer(blob, np.uint8))
+        modes = [blob[o] for o in h["offsets"].tolist()]
+        assert all(m in (2, 3, 6) for m in modes[:4]), modes        # xor, temporal or delta: use r
+        assert all(m in (0, 4) for m in modes[4:]), modes           # alone or predicted: do not
+        unused, used = r.copy(), r.copy()
+        unused[6500] = -unused[6500]
+        used[1500] = -used[1500]
+        assert lmc.decompress(blob, reference=unused).tobytes() == x.tobytes()
+        with pytest.raises(lmc.FormatError, match="wrong reference"):
+            lmc.decompress(blob, reference=used)
+        out = np.zeros_like(x)
+        with pytest.raises(lmc.FormatError, match="wrong reference"):
+            lmc.decompress(blob, reference=used, out=out)
 
 
 def test_version5_checksum_sees_top_bit_flips_that_version4_misses():

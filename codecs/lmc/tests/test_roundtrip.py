@@ -46,8 +46,12 @@ def test_reference_errors():
         lmc.decompress(blob)
     wrong = ref.copy()
     wrong[17] += 1
-    with pytest.raises(lmc.FormatError, match="reference"):
-        lmc.decompress(blob, reference=wrong)
+    # x and ref are unrelated: no chunk uses the reference, and a wrong one gives the exact array
+    assert lmc.info(blob)["chunk_modes"] == {"alone": 1}
+    assert lmc.decompress(blob, reference=wrong).tobytes() == x.tobytes()
+    near = (ref + make(np.float32, 5000, seed=5) * 1e-4).astype(np.float32)   # coded against ref: refused
+    with pytest.raises(lmc.FormatError, match="wrong reference"):
+        lmc.decompress(lmc.compress(near, reference=ref), reference=wrong)
     with pytest.raises(lmc.FormatError, match="reference"):
         lmc.decompress(blob, reference=ref[:10])
     with pytest.raises(lmc.FormatError, match="reference"):
