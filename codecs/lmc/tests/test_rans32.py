@@ -210,6 +210,9 @@ def test_simd_flag_follows_the_cpu_and_the_environment():
     has = bool(ll.get_host_cpu_features().get("avx2"))
     expect = has and not numba.config.DISABLE_JIT and not simd.CHECKED and os.environ.get("LMC_SIMD") != "0"
     assert simd.SIMD == expect
+    f = ll.get_host_cpu_features()
+    has512 = all(bool(f.get(k)) for k in ("avx512f", "avx512bw", "avx512vl", "avx512vbmi2"))
+    assert simd.SIMD512 == (expect and has512 and os.environ.get("LMC_SIMD") != "avx2")
     # the permutation table: lane j of mask m takes the word after those of m's lanes below j
     for m in (0, 1, 0b10110101, 255):
         k = 0

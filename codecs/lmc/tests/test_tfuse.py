@@ -19,7 +19,7 @@ from lmc.kernels import temporal as kt
 from lmc.kernels.base import CHUNK_TEMPORAL, ERR_CTX, NCTX, OK
 from lmc.kernels.drivers import stream_scratch
 from lmc.kernels.rans import LANES_MIN, rans_states_for
-from lmc.kernels.tfuse import fused_rounds
+from lmc.kernels.tfuse import RAW_SLACK, WORD_SLACK, fused_rounds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -183,7 +183,8 @@ def _fused_stop(body, n, layout, ref8, start, W):
     io = np.array([p + 4 + 128, 0], np.int64)
     g = 0
     while g < n // 32:
-        k = min(n // 32 - g, (rs - int(io[0]) - 16) // 64, (L - (int(io[1]) >> 3) - 40) // (4 * (W - 1)))
+        k = min(n // 32 - g, (rs - int(io[0]) - WORD_SLACK) // 64,
+                (L - (int(io[1]) >> 3) - RAW_SLACK) // (4 * (W - 1)))
         if k <= 0:
             break
         fused_rounds(body, io, rs, dtab, r, out, xs, 32 * g, k, mb, em, int(body[1]), W)
@@ -211,6 +212,46 @@ def test_fused_rounds_decode_all_but_the_last_elements(dt):
     assert np.array_equal(out2[:done], want[:done])
 
 
+def _max_raw_body(n, W, seed=0):
+    """A valid temporal chunk body (mode byte first) whose every element has W - 1 raw bits, the most a symbol
+    takes: its reference all 1.0 (context 0, E its exponent), context 0's table the symbols 2W - 1 and 2W (k = W,
+    either sign) at f = 2048 each, coded here by a plain 32-state rANS encoder (FORMAT.md, "rANS": a state takes a
+    word about every 16 symbols), and the raw bits random.  The fused rounds read raw bytes at the fastest rate
+    a chunk can make them."""
+    rng = np.random.default_rng(seed)
+    E = 127
+    syms = 2 * W - 1 + rng.integers(0, 2, n)
+    xs, words = [1 << 16] * 32, []
+    for i in range(n - 1, -1, -1):                                   # encoded backwards, words pushed
+        x, cum = xs[i % 32], 2048 * (syms[i] - (2 * W - 1))
+        if x >= (16 << 16) * 2048:
+            words.append(x & 0xFFFF)
+            x >>= 16
+        xs[i % 32] = ((x // 2048) << 12) + x % 2048 + cum
+    table = np.array([2 * W - 1, 2 * W, 0x88, 0, 0x88, 0], np.uint8)   # f = 2048 each (two-byte form)
+    stream = np.concatenate([np.array(xs, np.uint32).view(np.uint8), np.array(words[::-1], np.uint16).view(np.uint8)])
+    nbits = n * (W - 1)
+    raw = rng.integers(0, 256, (nbits + 7) // 8).astype(np.uint8)
+    if nbits % 8:
+        raw[-1] &= (1 << (nbits % 8)) - 1                            # zero padding bits
+    head = np.array([CHUNK_TEMPORAL, E, 1, 0], np.uint8)              # context mask: context 0
+    R = np.frombuffer(np.uint32(stream.size).tobytes(), np.uint8)
+    return np.concatenate([head, table, R, stream, raw])
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_max_raw_chunk_decodes_as_the_three_passes(dt):
+    """The chunk of _max_raw_body (every element W - 1 raw bits) decodes, fused and by the three passes, to the
+    same units with status OK."""
+    W = 32 if dt == "fp32" else 16
+    n = 40000
+    body = _max_raw_body(n, W)
+    ref8 = np.frombuffer(np.ones(n, DTYPES[dt]).tobytes(), np.uint8)
+    (s1, u1), (s2, u2) = _both(body, n, _layout(dt), ref8, 0, W)
+    assert s1 == s2 == OK
+    assert np.array_equal(u1, u2)
+
+
 GUARD_CHILD = r"""
 import ctypes, mmap, sys
 import numpy as np
@@ -221,13 +262,22 @@ from lmc.kernels.drivers import stream_scratch
 PAGE = mmap.PAGESIZE
 libc = ctypes.CDLL(None)
 dt = sys.argv[2]
-rng, x, W, body, start, m, ref8 = T._one_chunk(int(sys.argv[3]), 40000, dt, 0.002)
-size = body.size
-cases = [body[:int(c)] for c in rng.integers(4, size, 60)] + [T._padded(body, W, int(p), rng) for p in (2, 50, 300)]
-for _ in range(60):
-    b = body.copy()
-    b[int(rng.integers(1, b.size)):][:8] = rng.integers(0, 256, 8).astype(np.uint8)[:b.size]
-    cases.append(b)
+if sys.argv[3] == "max":     # the chunk of _max_raw_body: raw bytes read at the fastest rate, up to the page
+    W, start, m = (32 if dt == "fp32" else 16), 0, 40000
+    body = T._max_raw_body(m, W)
+    ref8 = np.frombuffer(np.ones(m, T.DTYPES[dt]).tobytes(), np.uint8)
+    # (as coded its words run out before its raw bits do; with junk words padded in and the raw bits cut short
+    # the raw bits bound the rounds)
+    pad = T._padded(body, W, 4096, np.random.default_rng(1))
+    cases = [body, pad] + [pad[:pad.size - t] for t in (1, 7, 30, 61, 100, 1000, 4001)]
+else:
+    rng, x, W, body, start, m, ref8 = T._one_chunk(int(sys.argv[3]), 40000, dt, 0.002)
+    size = body.size
+    cases = [body[:int(c)] for c in rng.integers(4, size, 60)] + [T._padded(body, W, int(p), rng) for p in (2, 50, 300)]
+    for _ in range(60):
+        b = body.copy()
+        b[int(rng.integers(1, b.size)):][:8] = rng.integers(0, 256, 8).astype(np.uint8)[:b.size]
+        cases.append(b)
 np_ = (max(c.size for c in cases) + PAGE - 1) // PAGE + 1
 mm = mmap.mmap(-1, (np_ + 1) * PAGE)
 base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
@@ -250,6 +300,20 @@ def test_forged_chunks_ending_at_a_no_access_page_are_decoded_without_a_fault(dt
     """Forged bodies (truncated, overwritten, junk in the rANS stream) placed so that their last byte is the last
     one before a page with no access: a read past the body is a segmentation fault, seen here as the child's
     death (the fused pass and the scalar passes read with no bounds checks inside bounds their caller sets)."""
-    p = subprocess.run([sys.executable, "-c", GUARD_CHILD, HERE, dt, "5"], capture_output=True, text=True,
-                       timeout=600)
-    assert p.returncode == 0 and p.stdout.split()[:1] == ["ok"], (p.returncode, p.stderr[-2000:])
+    for case in ("5", "max"):   # (max: the chunk whose raw bits are read fastest, up to the page)
+        p = subprocess.run([sys.executable, "-c", GUARD_CHILD, HERE, dt, case], capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0 and p.stdout.split()[:1] == ["ok"], (case, p.returncode, p.stderr[-2000:])
+
+
+@pytest.mark.skipif(not simd.SIMD512, reason="the 8-lane loop is the one this CPU runs: the tests above cover it")
+def test_eight_lane_loop_on_an_avx512_cpu():
+    """Where the CPU has AVX-512 the fused pass runs 16 lanes; LMC_SIMD=avx2 keeps the 8-lane loop (what an AVX2
+    CPU runs): this file's decoding tests run again in a child with it (and the test that the flags follow it)."""
+    env = dict(os.environ, LMC_SIMD="avx2")
+    flags = os.path.join(HERE, "test_rans32.py") + "::test_simd_flag_follows_the_cpu_and_the_environment"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__),
+                        flags, "-k", "not eight_lane"], cwd=HERE, env=env, capture_output=True, text=True,
+                       timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert " passed" in p.stdout

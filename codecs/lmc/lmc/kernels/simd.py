@@ -31,7 +31,9 @@ at the pointer) and that every ``cb[i] + 4095`` lies inside ``dtab``; nothing he
 ``SIMD`` is True where the host CPU has AVX2, the kernels are compiled (not ``NUMBA_DISABLE_JIT``), the checked
 build is off (its bounds checks are the scalar loop's) and ``LMC_SIMD`` is not ``0``.  Elsewhere ``rounds32`` is
 the scalar loop itself (same results), so every caller compiles on any CPU; with ``LMC_SIMD=0`` the kernels are
-compiled and cached apart from the vector build (Numba's cache does not record a global's value)."""
+compiled and cached apart from the vector build (Numba's cache does not record a global's value).  ``SIMD512``:
+SIMD, AVX-512 (F, BW, VL, VBMI2) and ``LMC_SIMD`` not ``avx2`` (which keeps 8 lanes, cached apart too): the fused
+temporal decoder (``kernels.tfuse``) then runs 16 lanes."""
 import os
 
 import numba
@@ -44,19 +46,23 @@ LANES = 32
 RANS_L = 1 << 16
 
 
-def _host_avx2():
+def _host_has(*features):
+    """Whether the host CPU has every feature named (llvmlite's names)."""
     try:
         import llvmlite.binding as ll
-        return bool(ll.get_host_cpu_features().get("avx2"))
+        f = ll.get_host_cpu_features()
+        return all(bool(f.get(k)) for k in features)
     except Exception:  # pragma: no cover - an llvmlite without the query
         return False
 
 
 FORCED_OFF = os.environ.get("LMC_SIMD", "") == "0"
-SIMD = (not numba.config.DISABLE_JIT) and not CHECKED and not FORCED_OFF and _host_avx2()
-if FORCED_OFF and not CHECKED and not numba.config.DISABLE_JIT:
+FORCED_AVX2 = os.environ.get("LMC_SIMD", "") == "avx2"
+SIMD = (not numba.config.DISABLE_JIT) and not CHECKED and not FORCED_OFF and _host_has("avx2")
+SIMD512 = SIMD and not FORCED_AVX2 and _host_has("avx512f", "avx512bw", "avx512vl", "avx512vbmi2")
+if (FORCED_OFF or FORCED_AVX2) and not CHECKED and not numba.config.DISABLE_JIT:
     _base = numba.config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
-    numba.config.CACHE_DIR = os.path.join(_base, "scalar")
+    numba.config.CACHE_DIR = os.path.join(_base, "scalar" if FORCED_OFF else "avx2")
 
 
 def _perm_table():
@@ -179,27 +185,30 @@ def _make_rounds32(with_cb):
 
 
 class _Vec:
-    """LLVM IR pieces shared by the 8-lane kernels below (llvmlite is imported where they are built)."""
+    """LLVM IR pieces shared by the vector kernels below (llvmlite is imported where they are built): N = 8 lanes
+    of 32 bits (AVX2), or 16 (AVX-512: only what ``kernels.tfuse``'s 16-lane loop uses). ``V8`` is the
+    ``<N x i32>`` vector either way."""
 
-    def __init__(self, W=32):
+    def __init__(self, W=32, lanes=8):
         from llvmlite import ir
         from numba.core import cgutils
         self.ir, self.cg = ir, cgutils
         self.I1, self.I8, self.I16, self.I32, self.I64 = (ir.IntType(w) for w in (1, 8, 16, 32, 64))
-        self.V8 = ir.VectorType(self.I32, 8)
+        self.N = lanes
+        self.V8 = ir.VectorType(self.I32, lanes)
         self.U = ir.IntType(W)            # the unit
-        self.VU = ir.VectorType(self.U, 8)
+        self.VU = ir.VectorType(self.U, lanes)
         self.W = W
 
     def splat(self, v):
-        return self.ir.Constant(self.V8, [v & 0xFFFFFFFF] * 8)
+        return self.ir.Constant(self.V8, [v & 0xFFFFFFFF] * self.N)
 
     def vsplat(self, builder, v):
         """An i64 argument truncated to 32 bits in every lane."""
         ir = self.ir
         u = builder.insert_element(ir.Constant(self.V8, ir.Undefined), builder.trunc(v, self.I32),
                                    ir.Constant(self.I32, 0))
-        return builder.shuffle_vector(u, u, ir.Constant(self.V8, [0] * 8))
+        return builder.shuffle_vector(u, u, ir.Constant(self.V8, [0] * self.N))
 
     def data(self, context, builder, signature, args, k, t):
         """Argument k's (an array's) data as a pointer to t."""
@@ -210,7 +219,7 @@ class _Vec:
         return self.cg.get_or_insert_function(builder.module, self.ir.FunctionType(ret, argtys), name)
 
     def units(self, builder, ptr, j):
-        """Eight units at vector j of ptr, zero-extended to 32 bits."""
+        """N units at vector j of ptr, zero-extended to 32 bits."""
         v = builder.load(builder.gep(ptr, [j]), align=1)
         return builder.zext(v, self.V8) if self.W == 16 else v
 
@@ -240,7 +249,7 @@ class _Vec:
             h = builder.lshr(a, splat(8))
             big = builder.icmp_unsigned("!=", h, splat(0))
             t = builder.select(big, h, a)
-        e = builder.lshr(builder.bitcast(builder.sitofp(t, ir.VectorType(ir.FloatType(), 8)), self.V8), splat(23))
+        e = builder.lshr(builder.bitcast(builder.sitofp(t, ir.VectorType(ir.FloatType(), self.N)), self.V8), splat(23))
         k = builder.sub(e, splat(126))
         if big is not None:
             k = builder.add(k, builder.select(big, splat(8), splat(0)))
@@ -253,8 +262,9 @@ class _Vec:
         prefix sum of the bit counts (three shifts and adds); the eight elements' bits (<= 8 (W - 1), from bit
         t0 & 7 of byte t0 >> 3) lie in the 32 bytes there (W = 16; W = 32: the 36), loaded once, each lane's two
         32-bit words at its bit position moved to it by vpermd (a gather costs several times as much on some
-        CPUs) and joined by shifts (psllv gives 0 for a shift of 32)."""
-        ir, splat, I64, V8, W = self.ir, self.splat, self.I64, self.V8, self.W
+        CPUs) and joined by shifts (psllv gives 0 for a shift of 32).  With 16 lanes (permd, psllv: the AVX-512
+        forms) the sixteen elements' bits (<= 7 + 16 (W - 1)) lie in the 64 bytes there, for either W."""
+        ir, splat, I64, V8, W, N = self.ir, self.splat, self.I64, self.V8, self.W, self.N
         zero = splat(0)
         k = builder.lshr(builder.add(sv, splat(1)), splat(1))
         k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
@@ -263,15 +273,15 @@ class _Vec:
         even = builder.icmp_unsigned("==", builder.and_(sv, splat(1)), zero)
         neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), even), V8)
         inc = kb
-        for sh in (1, 2, 4):   # inclusive prefix sum of the bit counts across the 8 lanes
-            mv = builder.shuffle_vector(zero, inc, ir.Constant(V8, [8 + j - sh if j >= sh else 0 for j in range(8)]))
+        for sh in (1, 2, 4, 8)[:N.bit_length() - 1]:   # inclusive prefix sum of the bit counts across the lanes
+            mv = builder.shuffle_vector(zero, inc, ir.Constant(V8, [N + j - sh if j >= sh else 0 for j in range(N)]))
             inc = builder.add(inc, mv)
         start = builder.gep(rawp, [builder.lshr(t0, ir.Constant(I64, 3))])
         win = builder.load(builder.bitcast(start, ir.PointerType(V8)), align=1)
         rel = builder.add(self.vsplat(builder, builder.and_(t0, ir.Constant(I64, 7))), builder.sub(inc, kb))
         dw = builder.lshr(rel, splat(5))
         shv = builder.and_(rel, splat(31))
-        if W == 16:   # (word dw + 1 <= 4)
+        if W == 16 or N == 16:   # (word dw + 1 <= 4; 16 lanes: <= 15)
             hi = builder.call(permd, [win, builder.add(dw, splat(1))])
         else:         # (word dw + 1 <= 8: from the 32 bytes 4 further on)
             win4 = builder.load(builder.bitcast(builder.gep(start, [ir.Constant(I64, 4)]), ir.PointerType(V8)),
@@ -281,12 +291,12 @@ class _Vec:
                         builder.call(psllv, [hi, builder.sub(splat(32), shv)]))
         a = builder.or_(builder.and_(v, builder.sub(builder.shl(splat(1), kb), splat(1))), builder.shl(nz, kb))
         d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
-        return d, builder.zext(builder.extract_element(inc, ir.Constant(self.I32, 7)), I64)
+        return d, builder.zext(builder.extract_element(inc, ir.Constant(self.I32, N - 1)), I64)
 
     def hsum(self, builder, v, op):
-        """The eight lanes of v combined by builder.op (add, or_), as i64."""
+        """The N lanes of v combined by builder.op (add, or_), as i64."""
         t = builder.extract_element(v, self.ir.Constant(self.I32, 0))
-        for h in range(1, 8):
+        for h in range(1, self.N):
             t = getattr(builder, op)(t, builder.extract_element(v, self.ir.Constant(self.I32, h)))
         return builder.zext(t, self.I64)
 

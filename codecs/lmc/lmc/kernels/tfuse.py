@@ -1,6 +1,9 @@
-"""lmc kernels: the temporal decoder's three passes as one AVX2 pass (``fused_rounds``): for each round of 32
+"""lmc kernels: the temporal decoder's three passes as one vector pass (``fused_rounds``): for each round of 32
 elements of a 32-state chunk (format 7 on), the contexts from the reference, the rANS symbols, the raw bits and
-the units, in registers (FORMAT.md, "Temporal chunk").
+the units, in registers (FORMAT.md, "Temporal chunk").  Where the CPU has AVX-512 (``simd.SIMD512``) a round is
+two vectors of 16 lanes (``_make_fused512``: the words go to their lanes by ``vpexpandw``, the raw bits come
+from a 64-byte window); elsewhere with AVX2 it is four of 8, as below.  Both give the same units, states and
+positions (``tests/test_tfuse.py`` runs its tests on both where the CPU has AVX-512).
 
 The unfused decoder (``kernels.temporal``) makes three passes over a chunk: the contexts and mono(reference)
 into two planes (``simd.tmask8``), the symbols into a third (``simd.rounds32``, reading the first) and the raw
@@ -21,14 +24,21 @@ with each round's three parts in a row the loop was slower than the three passes
 
 The same units and the same state, word position and bit position as the three passes (``tests/test_tfuse.py``).
 Where ``simd.SIMD`` is false ``fused_rounds`` is never called. The caller guarantees that every word and raw byte
-read lies inside the blob (a round reads at most 32 words, a vector 16 bytes at the word pointer and 32 (W = 16)
-or 36 (W = 32) bytes at its first raw bit), that dtab holds 16 tables of 4096 entries, and that ref and out hold
-the rounds' units; nothing here checks bounds."""
+read lies inside the blob (a round reads at most 32 words; an 8-lane vector 16 bytes at the word pointer and 32
+(W = 16) or 36 (W = 32) bytes at its first raw bit, a 16-lane one the words it takes and 64 bytes: WORD_SLACK,
+RAW_SLACK), that dtab holds 16 tables of 4096 entries, and that ref and out hold the rounds' units; nothing here
+checks bounds."""
 
 import numpy as np
 from numba import njit
 
-from .simd import PERM, SIMD, _Vec, rans_vstep
+from .simd import PERM, SIMD, SIMD512, _Vec, rans_vstep
+
+# the bounds a caller keeps (temporal._tdec_fused): rounds run while the words left past the pointer hold
+# 64 bytes a round and WORD_SLACK more, and the raw bytes left 4 (W - 1) a round and RAW_SLACK more (a vector
+# loads 16 bytes at the word pointer and 32 or 36 at its first raw bit; with 16 lanes 32 and 64)
+WORD_SLACK = 32 if SIMD512 else 16
+RAW_SLACK = 72 if SIMD512 else 40
 
 
 def _make_fused(W):
@@ -117,7 +127,112 @@ def _make_fused(W):
     return _fused
 
 
-if SIMD:
+def _make_fused512(W):
+    """The loop of _make_fused with 16 lanes (AVX-512): a round is two vectors of sixteen states, the same steps
+    in the same order (the states below 2^16 of the first vector take the words at the pointer in lane order,
+    then those of the second: as the 8-lane loop's four vectors do), the same arguments less ``perm`` (the words
+    go to their lanes by ``vpexpandw``).  A vector reads 32 bytes at the word pointer and 64 at its first raw bit
+    (sixteen elements' bits, <= 7 + 16 (W - 1), lie there for either W)."""
+    from numba import types
+    from numba.extending import intrinsic
+    V = _Vec(W, lanes=16)
+    ir, I1, I8, I16, I32, I64, V16, splat = V.ir, V.I1, V.I8, V.I16, V.I32, V.I64, V.V8, V.splat
+    VW, VM = ir.VectorType(I16, 16), ir.VectorType(I1, 16)
+
+    def vstep(builder, e, x, q, bp, expand, ctpop):
+        """rans_vstep's step of sixteen states: the entries' states, those below 2^16 refilled in lane order."""
+        f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
+        x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
+        m = builder.icmp_unsigned("<", x, splat(1 << 16))
+        w = builder.call(expand, [builder.bitcast(builder.gep(bp, [q]), ir.PointerType(I16)), m,
+                                  ir.Constant(VW, [0] * 16)])
+        step = builder.shl(builder.zext(builder.call(ctpop, [builder.bitcast(m, I16)]), I64), ir.Constant(I64, 1))
+        return builder.select(m, builder.or_(builder.shl(x, splat(16)), builder.zext(w, V16)), x), builder.add(q, step)
+
+    @intrinsic
+    def _fused(typingctx, blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E):
+        sig = types.int64(blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                return V.data(context, builder, signature, args, k, t)
+
+            bp, iop, dp = data(0, I8), data(1, I64), data(3, I8)
+            rp, op, xp = data(4, V.VU), data(5, V.VU), data(6, V16)
+            rawp = builder.gep(bp, [args[2]])
+            gather = V.fn(builder, "llvm.x86.avx512.mask.gather.dpi.512", V16, [V16, ir.PointerType(I8), V16, VM, I32])
+            permd = V.fn(builder, "llvm.x86.avx512.permvar.si.512", V16, [V16, V16])
+            psllv = V.fn(builder, "llvm.x86.avx512.psllv.d.512", V16, [V16, V16])
+            expand = V.fn(builder, "llvm.masked.expandload.v16i16", VW, [ir.PointerType(I16), VM, VW])
+            ctpop = V.fn(builder, "llvm.ctpop.i16", I16, [I16])
+            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (9, 10, 11))
+            zero, mask, allm = splat(0), splat((1 << W) - 1), ir.Constant(VM, [1] * 16)
+            vx = [V.cg.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
+                  for h in range(2)]
+            pos = V.cg.alloca_once_value(builder, builder.load(iop))
+            tot = V.cg.alloca_once_value(builder, builder.load(builder.gep(iop, [ir.Constant(I32, 1)])))
+            used = V.cg.alloca_once_value(builder, zero)
+            svp = [V.cg.alloca_once_value(builder, zero) for h in range(2)]
+
+            def stage_a(g):
+                es = []
+                for h in range(2):
+                    j = builder.lshr(builder.add(g, ir.Constant(I64, 16 * h)), ir.Constant(I64, 4))
+                    c = V.context(builder, V.units(builder, rp, j), vmb, vem, vE)
+                    builder.store(builder.or_(builder.load(used), builder.shl(splat(1), c)), used)
+                    idx = builder.add(builder.and_(builder.load(vx[h]), splat(4095)), builder.shl(c, splat(12)))
+                    es.append(builder.call(gather, [zero, dp, idx, allm, ir.Constant(I32, 4)]))
+                return es
+
+            def stage_c(es):
+                for h in range(2):
+                    x, q = vstep(builder, es[h], builder.load(vx[h]), builder.load(pos), bp, expand, ctpop)
+                    builder.store(x, vx[h])
+                    builder.store(q, pos)
+                    builder.store(builder.and_(es[h], splat(255)), svp[h])
+
+            def stage_b(g):
+                for h in range(2):
+                    j = builder.lshr(builder.add(g, ir.Constant(I64, 16 * h)), ir.Constant(I64, 4))
+                    sv, rv = builder.load(svp[h]), V.units(builder, rp, j)
+                    t0 = builder.load(tot)
+                    d, nbits = V.raw_diffs(builder, sv, t0, rawp, permd, psllv)
+                    y = V.mono(builder, builder.and_(builder.add(V.mono(builder, rv), d), mask), inverse=True)
+                    builder.store(builder.trunc(y, V.VU) if W == 16 else y, builder.gep(op, [j]), align=1)
+                    builder.store(builder.add(t0, nbits), tot)
+
+            # software-pipelined as _make_fused's loop
+            stage_c(stage_a(args[7]))
+            with V.cg.for_range(builder, builder.sub(args[8], ir.Constant(I64, 1))) as loop:
+                g = builder.add(args[7], builder.mul(builder.add(loop.index, ir.Constant(I64, 1)),
+                                                     ir.Constant(I64, 32)))
+                es = stage_a(g)
+                stage_b(builder.sub(g, ir.Constant(I64, 32)))
+                stage_c(es)
+            stage_b(builder.add(args[7], builder.mul(builder.sub(args[8], ir.Constant(I64, 1)),
+                                                     ir.Constant(I64, 32))))
+            for h in range(2):
+                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+            builder.store(builder.load(pos), iop)
+            builder.store(builder.load(tot), builder.gep(iop, [ir.Constant(I32, 1)]))
+            return V.hsum(builder, builder.load(used), "or_")
+        return sig, codegen
+    return _fused
+
+
+if SIMD512:
+    _fused16 = _make_fused512(16)
+    _fused32 = _make_fused512(32)
+
+    @njit(nogil=True, cache=True)
+    def fused_rounds(blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E, W):
+        """``rounds`` fused rounds from element i0 (see _make_fused512); returns the set of contexts seen."""
+        if W == 16:
+            return _fused16(blob, io, np.int64(rs), dtab, ref, out, xs, np.int64(i0), np.int64(rounds),
+                            np.int64(mb), np.int64(em), np.int64(E))
+        return _fused32(blob, io, np.int64(rs), dtab, ref, out, xs, np.int64(i0), np.int64(rounds),
+                        np.int64(mb), np.int64(em), np.int64(E))
+elif SIMD:
     _fused16 = _make_fused(16)
     _fused32 = _make_fused(32)
     _PERM = PERM
