@@ -1,7 +1,7 @@
 """lmc kernels: the temporal decoder's three passes as one vector pass (``fused_rounds``): for each round of 32
 elements of a 32-state chunk (format 7 on), the contexts from the reference, the rANS symbols, the raw bits and
 the units, in registers (FORMAT.md, "Temporal chunk").  Where the CPU has AVX-512 (``simd.SIMD512``) a round is
-two vectors of 16 lanes (``_make_fused512``: the words go to their lanes by ``vpexpandw``, the raw bits come
+two vectors of 16 lanes (``_make_fused(W, 16)``: the words go to their lanes by ``vpexpandw``, the raw bits come
 from a 64-byte window); elsewhere with AVX2 it is four of 8, as below.  Both give the same units, states and
 positions (``tests/test_tfuse.py`` runs its tests on both where the CPU has AVX-512).
 
@@ -41,14 +41,30 @@ WORD_SLACK = 32 if SIMD512 else 16
 RAW_SLACK = 72 if SIMD512 else 40
 
 
-def _make_fused(W):
+def _make_fused(W, lanes):
     """``(blob, io, rs, dtab, ref, out, xs, perm, i0, rounds, mb, em, E) -> the set of contexts``: ``rounds``
     rounds from element i0 (a multiple of 32) of W-bit units; io (int64[2]): the next rANS word's position in
-    blob and the raw bits read from byte rs, both updated; xs (uint32[32]) the states, updated."""
+    blob and the raw bits read from byte rs, both updated; xs (uint32[32]) the states, updated.  ``lanes`` 8: a
+    round is four AVX2 vectors, the rANS words put in their lanes by ``vpermd`` with ``perm`` (``simd.PERM``);
+    16: two AVX-512 vectors, the words expanded into their lanes by ``vpexpandw`` (``perm`` unused).  Either way
+    the states below 2^16 of a vector take the words at the pointer in lane order, then those of the next vector:
+    the same words to the same states."""
     from numba import types
     from numba.extending import intrinsic
-    V = _Vec(W)
-    ir, I8, I32, I64, V8, splat = V.ir, V.I8, V.I32, V.I64, V.V8, V.splat
+    V = _Vec(W, lanes)
+    ir, I1, I8, I16, I32, I64, VN, splat = V.ir, V.I1, V.I8, V.I16, V.I32, V.I64, V.V8, V.splat
+    nv, lg = 32 // lanes, lanes.bit_length() - 1
+    VW, VM = ir.VectorType(I16, lanes), ir.VectorType(I1, lanes)
+
+    def step16(builder, e, x, q, bp, expand, ctpop):
+        """rans_vstep's step of sixteen states, the words expanded into the lanes below 2^16."""
+        f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
+        x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
+        m = builder.icmp_unsigned("<", x, splat(1 << 16))
+        w = builder.call(expand, [builder.bitcast(builder.gep(bp, [q]), ir.PointerType(I16)), m,
+                                  ir.Constant(VW, [0] * 16)])
+        step = builder.shl(builder.zext(builder.call(ctpop, [builder.bitcast(m, I16)]), I64), ir.Constant(I64, 1))
+        return builder.select(m, builder.or_(builder.shl(x, splat(16)), builder.zext(w, VN)), x), builder.add(q, step)
 
     @intrinsic
     def _fused(typingctx, blob, io, rs, dtab, ref, out, xs, perm, i0, rounds, mb, em, E):
@@ -59,47 +75,67 @@ def _make_fused(W):
                 return V.data(context, builder, signature, args, k, t)
 
             bp, iop, dp = data(0, I8), data(1, I64), data(3, I8)
-            rp, op, xp, pp = data(4, V.VU), data(5, V.VU), data(6, V8), data(7, V8)
+            rp, op, xp, pp = data(4, V.VU), data(5, V.VU), data(6, VN), data(7, ir.VectorType(I32, 8))
             rawp = builder.gep(bp, [args[2]])
-            gather = V.fn(builder, "llvm.x86.avx2.gather.d.d.256", V8, [V8, ir.PointerType(I8), V8, V8, I8])
-            permd = V.fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8])
-            psllv = V.fn(builder, "llvm.x86.avx2.psllv.d.256", V8, [V8, V8])
-            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
-            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (10, 11, 12))
             zero, mask = splat(0), splat((1 << W) - 1)
+            if lanes == 8:
+                gth = V.fn(builder, "llvm.x86.avx2.gather.d.d.256", VN, [VN, ir.PointerType(I8), VN, VN, I8])
+                permd = V.fn(builder, "llvm.x86.avx2.permd", VN, [VN, VN])
+                psllv = V.fn(builder, "llvm.x86.avx2.psllv.d.256", VN, [VN, VN])
+                ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
+
+                def gather(idx):
+                    return builder.call(gth, [zero, dp, idx, splat(-1), ir.Constant(I8, 4)])
+
+                def vstep(e, x, q):
+                    return rans_vstep(builder, e, x, q, bp, pp, permd, ctpop)
+            else:
+                gth = V.fn(builder, "llvm.x86.avx512.mask.gather.dpi.512", VN, [VN, ir.PointerType(I8), VN, VM, I32])
+                permd = V.fn(builder, "llvm.x86.avx512.permvar.si.512", VN, [VN, VN])
+                psllv = V.fn(builder, "llvm.x86.avx512.psllv.d.512", VN, [VN, VN])
+                expand = V.fn(builder, "llvm.masked.expandload.v16i16", VW, [ir.PointerType(I16), VM, VW])
+                ctpop = V.fn(builder, "llvm.ctpop.i16", I16, [I16])
+
+                def gather(idx):
+                    return builder.call(gth, [zero, dp, idx, ir.Constant(VM, [1] * 16), ir.Constant(I32, 4)])
+
+                def vstep(e, x, q):
+                    return step16(builder, e, x, q, bp, expand, ctpop)
+            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (10, 11, 12))
             vx = [V.cg.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
-                  for h in range(4)]
+                  for h in range(nv)]
             pos = V.cg.alloca_once_value(builder, builder.load(iop))
             tot = V.cg.alloca_once_value(builder, builder.load(builder.gep(iop, [ir.Constant(I32, 1)])))
             used = V.cg.alloca_once_value(builder, zero)
             # the previous round's symbols, for its raw bits (stage B; its reference units are loaded again: fewer
             # vectors live across the loop, which spilled them)
-            svp = [V.cg.alloca_once_value(builder, zero) for h in range(4)]
+            svp = [V.cg.alloca_once_value(builder, zero) for h in range(nv)]
+
+            def vec(g, h):
+                return builder.lshr(builder.add(g, ir.Constant(I64, lanes * h)), ir.Constant(I64, lg))
 
             def stage_a(g):
                 """Round g's contexts and table entries (the gathers, issued first)."""
                 es = []
-                for h in range(4):
-                    j = builder.lshr(builder.add(g, ir.Constant(I64, 8 * h)), ir.Constant(I64, 3))
-                    rv = V.units(builder, rp, j)
-                    c = V.context(builder, rv, vmb, vem, vE)
+                for h in range(nv):
+                    c = V.context(builder, V.units(builder, rp, vec(g, h)), vmb, vem, vE)
                     builder.store(builder.or_(builder.load(used), builder.shl(splat(1), c)), used)
-                    idx = builder.add(builder.and_(builder.load(vx[h]), splat(4095)), builder.shl(c, splat(12)))
-                    es.append(builder.call(gather, [zero, dp, idx, splat(-1), ir.Constant(I8, 4)]))
+                    es.append(gather(builder.add(builder.and_(builder.load(vx[h]), splat(4095)),
+                                                 builder.shl(c, splat(12)))))
                 return es
 
             def stage_c(es):
                 """Round g's state steps (simd.rounds32's), its symbols and units kept for stage B."""
-                for h in range(4):
-                    x, q = rans_vstep(builder, es[h], builder.load(vx[h]), builder.load(pos), bp, pp, permd, ctpop)
+                for h in range(nv):
+                    x, q = vstep(es[h], builder.load(vx[h]), builder.load(pos))
                     builder.store(x, vx[h])
                     builder.store(q, pos)
                     builder.store(builder.and_(es[h], splat(255)), svp[h])
 
             def stage_b(g):
                 """The raw bits and units of the round at g whose symbols stage C kept (simd.trecon8's reading)."""
-                for h in range(4):
-                    j = builder.lshr(builder.add(g, ir.Constant(I64, 8 * h)), ir.Constant(I64, 3))
+                for h in range(nv):
+                    j = vec(g, h)
                     sv, rv = builder.load(svp[h]), V.units(builder, rp, j)
                     t0 = builder.load(tot)
                     d, nbits = V.raw_diffs(builder, sv, t0, rawp, permd, psllv)
@@ -118,7 +154,7 @@ def _make_fused(W):
                 stage_c(es)
             stage_b(builder.add(args[8], builder.mul(builder.sub(args[9], ir.Constant(I64, 1)),
                                                      ir.Constant(I64, 32))))
-            for h in range(4):
+            for h in range(nv):
                 builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
             builder.store(builder.load(pos), iop)
             builder.store(builder.load(tot), builder.gep(iop, [ir.Constant(I32, 1)]))
@@ -127,114 +163,9 @@ def _make_fused(W):
     return _fused
 
 
-def _make_fused512(W):
-    """The loop of _make_fused with 16 lanes (AVX-512): a round is two vectors of sixteen states, the same steps
-    in the same order (the states below 2^16 of the first vector take the words at the pointer in lane order,
-    then those of the second: as the 8-lane loop's four vectors do), the same arguments less ``perm`` (the words
-    go to their lanes by ``vpexpandw``).  A vector reads 32 bytes at the word pointer and 64 at its first raw bit
-    (sixteen elements' bits, <= 7 + 16 (W - 1), lie there for either W)."""
-    from numba import types
-    from numba.extending import intrinsic
-    V = _Vec(W, lanes=16)
-    ir, I1, I8, I16, I32, I64, V16, splat = V.ir, V.I1, V.I8, V.I16, V.I32, V.I64, V.V8, V.splat
-    VW, VM = ir.VectorType(I16, 16), ir.VectorType(I1, 16)
-
-    def vstep(builder, e, x, q, bp, expand, ctpop):
-        """rans_vstep's step of sixteen states: the entries' states, those below 2^16 refilled in lane order."""
-        f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
-        x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
-        m = builder.icmp_unsigned("<", x, splat(1 << 16))
-        w = builder.call(expand, [builder.bitcast(builder.gep(bp, [q]), ir.PointerType(I16)), m,
-                                  ir.Constant(VW, [0] * 16)])
-        step = builder.shl(builder.zext(builder.call(ctpop, [builder.bitcast(m, I16)]), I64), ir.Constant(I64, 1))
-        return builder.select(m, builder.or_(builder.shl(x, splat(16)), builder.zext(w, V16)), x), builder.add(q, step)
-
-    @intrinsic
-    def _fused(typingctx, blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E):
-        sig = types.int64(blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E)
-
-        def codegen(context, builder, signature, args):
-            def data(k, t):
-                return V.data(context, builder, signature, args, k, t)
-
-            bp, iop, dp = data(0, I8), data(1, I64), data(3, I8)
-            rp, op, xp = data(4, V.VU), data(5, V.VU), data(6, V16)
-            rawp = builder.gep(bp, [args[2]])
-            gather = V.fn(builder, "llvm.x86.avx512.mask.gather.dpi.512", V16, [V16, ir.PointerType(I8), V16, VM, I32])
-            permd = V.fn(builder, "llvm.x86.avx512.permvar.si.512", V16, [V16, V16])
-            psllv = V.fn(builder, "llvm.x86.avx512.psllv.d.512", V16, [V16, V16])
-            expand = V.fn(builder, "llvm.masked.expandload.v16i16", VW, [ir.PointerType(I16), VM, VW])
-            ctpop = V.fn(builder, "llvm.ctpop.i16", I16, [I16])
-            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (9, 10, 11))
-            zero, mask, allm = splat(0), splat((1 << W) - 1), ir.Constant(VM, [1] * 16)
-            vx = [V.cg.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
-                  for h in range(2)]
-            pos = V.cg.alloca_once_value(builder, builder.load(iop))
-            tot = V.cg.alloca_once_value(builder, builder.load(builder.gep(iop, [ir.Constant(I32, 1)])))
-            used = V.cg.alloca_once_value(builder, zero)
-            svp = [V.cg.alloca_once_value(builder, zero) for h in range(2)]
-
-            def stage_a(g):
-                es = []
-                for h in range(2):
-                    j = builder.lshr(builder.add(g, ir.Constant(I64, 16 * h)), ir.Constant(I64, 4))
-                    c = V.context(builder, V.units(builder, rp, j), vmb, vem, vE)
-                    builder.store(builder.or_(builder.load(used), builder.shl(splat(1), c)), used)
-                    idx = builder.add(builder.and_(builder.load(vx[h]), splat(4095)), builder.shl(c, splat(12)))
-                    es.append(builder.call(gather, [zero, dp, idx, allm, ir.Constant(I32, 4)]))
-                return es
-
-            def stage_c(es):
-                for h in range(2):
-                    x, q = vstep(builder, es[h], builder.load(vx[h]), builder.load(pos), bp, expand, ctpop)
-                    builder.store(x, vx[h])
-                    builder.store(q, pos)
-                    builder.store(builder.and_(es[h], splat(255)), svp[h])
-
-            def stage_b(g):
-                for h in range(2):
-                    j = builder.lshr(builder.add(g, ir.Constant(I64, 16 * h)), ir.Constant(I64, 4))
-                    sv, rv = builder.load(svp[h]), V.units(builder, rp, j)
-                    t0 = builder.load(tot)
-                    d, nbits = V.raw_diffs(builder, sv, t0, rawp, permd, psllv)
-                    y = V.mono(builder, builder.and_(builder.add(V.mono(builder, rv), d), mask), inverse=True)
-                    builder.store(builder.trunc(y, V.VU) if W == 16 else y, builder.gep(op, [j]), align=1)
-                    builder.store(builder.add(t0, nbits), tot)
-
-            # software-pipelined as _make_fused's loop
-            stage_c(stage_a(args[7]))
-            with V.cg.for_range(builder, builder.sub(args[8], ir.Constant(I64, 1))) as loop:
-                g = builder.add(args[7], builder.mul(builder.add(loop.index, ir.Constant(I64, 1)),
-                                                     ir.Constant(I64, 32)))
-                es = stage_a(g)
-                stage_b(builder.sub(g, ir.Constant(I64, 32)))
-                stage_c(es)
-            stage_b(builder.add(args[7], builder.mul(builder.sub(args[8], ir.Constant(I64, 1)),
-                                                     ir.Constant(I64, 32))))
-            for h in range(2):
-                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
-            builder.store(builder.load(pos), iop)
-            builder.store(builder.load(tot), builder.gep(iop, [ir.Constant(I32, 1)]))
-            return V.hsum(builder, builder.load(used), "or_")
-        return sig, codegen
-    return _fused
-
-
-if SIMD512:
-    _fused16 = _make_fused512(16)
-    _fused32 = _make_fused512(32)
-
-    @njit(nogil=True, cache=True)
-    def fused_rounds(blob, io, rs, dtab, ref, out, xs, i0, rounds, mb, em, E, W):
-        """``rounds`` fused rounds from element i0 (see _make_fused512); returns the set of contexts seen."""
-        if W == 16:
-            return _fused16(blob, io, np.int64(rs), dtab, ref, out, xs, np.int64(i0), np.int64(rounds),
-                            np.int64(mb), np.int64(em), np.int64(E))
-        return _fused32(blob, io, np.int64(rs), dtab, ref, out, xs, np.int64(i0), np.int64(rounds),
-                        np.int64(mb), np.int64(em), np.int64(E))
-elif SIMD:
-    _fused16 = _make_fused(16)
-    _fused32 = _make_fused(32)
+if SIMD:
+    _fused16 = _make_fused(16, 16 if SIMD512 else 8)
+    _fused32 = _make_fused(32, 16 if SIMD512 else 8)
     _PERM = PERM
 
     @njit(nogil=True, cache=True)
