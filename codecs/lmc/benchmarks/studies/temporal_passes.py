@@ -100,7 +100,8 @@ def encoder(x, r, layout, W, repeat):
     return P.best
 
 
-WHOLE = "the chunk decoded as the decoder does it (temporal_decode: one fused pass where the CPU has AVX2)"
+WHOLE = ("the chunk decoded as the decoder does it (temporal_decode: one fused pass where the CPU has AVX2, "
+         "16 lanes with AVX-512)")
 APART = ("symbols and raw bits (the symbol pass alone)", WHOLE)   # (rows not in the sum: they repeat others)
 
 
