@@ -19,7 +19,7 @@ from lmc.kernels import temporal as kt
 from lmc.kernels.base import CHUNK_TEMPORAL, ERR_CTX, NCTX, OK
 from lmc.kernels.drivers import stream_scratch
 from lmc.kernels.rans import LANES_MIN, rans_states_for
-from lmc.kernels.tfuse import RAW_SLACK, WORD_SLACK, fused_rounds
+from lmc.kernels.tfuse import fused_budget, fused_rounds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -183,8 +183,7 @@ def _fused_stop(body, n, layout, ref8, start, W):
     io = np.array([p + 4 + 128, 0], np.int64)
     g = 0
     while g < n // 32:
-        k = min(n // 32 - g, (rs - int(io[0]) - WORD_SLACK) // 64,
-                (L - (int(io[1]) >> 3) - RAW_SLACK) // (4 * (W - 1)))
+        k = fused_budget(n // 32 - g, rs - int(io[0]), L, int(io[1]), W)
         if k <= 0:
             break
         fused_rounds(body, io, rs, dtab, r, out, xs, 32 * g, k, mb, em, int(body[1]), W)

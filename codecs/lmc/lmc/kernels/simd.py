@@ -31,9 +31,8 @@ at the pointer) and that every ``cb[i] + 4095`` lies inside ``dtab``; nothing he
 ``SIMD`` is True where the host CPU has AVX2, the kernels are compiled (not ``NUMBA_DISABLE_JIT``), the checked
 build is off (its bounds checks are the scalar loop's) and ``LMC_SIMD`` is not ``0``.  Elsewhere ``rounds32`` is
 the scalar loop itself (same results), so every caller compiles on any CPU; with ``LMC_SIMD=0`` the kernels are
-compiled and cached apart from the vector build (Numba's cache does not record a global's value).  ``SIMD512``:
-SIMD, AVX-512 (F, BW, VL, VBMI2) and ``LMC_SIMD`` not ``avx2`` (which keeps 8 lanes, cached apart too): the fused
-temporal decoder (``kernels.tfuse``) then runs 16 lanes."""
+compiled and cached apart (Numba's cache does not record a global's value).  ``SIMD512`` (SIMD, AVX-512 F, BW, VL,
+VBMI2, ``LMC_SIMD`` not ``avx2``, which is cached apart too): ``kernels.tfuse``'s fused decoder runs 16 lanes."""
 import os
 
 import numba
@@ -101,25 +100,29 @@ def scalar_rounds(blob, p, dtab, cb, out, xs, i0, rounds):
     return p
 
 
-def rans_vstep(builder, e, x, q, bp, pp, permd, ctpop):
-    """LLVM IR of one decoder step of eight rANS states x (<8 x i32>) whose table entries are e: the states' next
-    values, those below 2^16 refilled in lane order from the 16-bit words at bp + q (i8*, q an i64) by vpermd with
-    the permutation pp[mask] (PERM as <8 x i32> vectors); returns (the states, the next word's position)."""
+def rans_vstep(builder, e, x, q, bp, pp, permd, ctpop, expand=None):
+    """LLVM IR of one decoder step of N rANS states x (<N x i32>) whose table entries are e: the states' next
+    values, those below 2^16 refilled in lane order from the 16-bit words at bp + q (i8*, q an i64), and the next
+    word's position.  N = 8: the words moved to their lanes by vpermd with pp[mask] (PERM as <8 x i32> vectors);
+    N = 16: by ``expand`` (llvm.masked.expandload.v16i16: vpexpandw).  ctpop: llvm.ctpop.i32."""
     from llvmlite import ir
-    I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
-    V8 = ir.VectorType(I32, 8)
+    N, I16, I32, I64 = x.type.count, ir.IntType(16), ir.IntType(32), ir.IntType(64)
+    VN, VW = ir.VectorType(I32, N), ir.VectorType(I16, N)
 
     def splat(v):
-        return ir.Constant(V8, [v] * 8)
+        return ir.Constant(VN, [v] * N)
 
     f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
     x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
     m = builder.icmp_unsigned("<", x, splat(RANS_L))
-    bits = builder.zext(builder.bitcast(m, I8), I32)
-    wv = builder.load(builder.bitcast(builder.gep(bp, [q]), ir.PointerType(ir.VectorType(ir.IntType(16), 8))),
-                      align=1)
-    w = builder.call(permd, [builder.zext(wv, V8), builder.load(builder.gep(pp, [builder.zext(bits, I64)]),
-                                                                align=4)])
+    bits = builder.zext(builder.bitcast(m, ir.IntType(N)), I32)
+    if expand is None:
+        wv = builder.load(builder.bitcast(builder.gep(bp, [q]), ir.PointerType(VW)), align=1)
+        pv = builder.load(builder.gep(pp, [builder.zext(bits, I64)]), align=4)
+        w = builder.call(permd, [builder.zext(wv, VN), pv])
+    else:
+        w = builder.zext(builder.call(expand, [builder.bitcast(builder.gep(bp, [q]), ir.PointerType(I16)), m,
+                                               ir.Constant(VW, [0] * N)]), VN)
     step = builder.shl(builder.zext(builder.call(ctpop, [bits]), I64), ir.Constant(I64, 1))
     return builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), builder.add(q, step)
 
@@ -130,14 +133,8 @@ def _make_rounds32(with_cb):
     from numba.core import cgutils
     from numba.extending import intrinsic
 
-    I8, I16, I32, I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
-    V8 = ir.VectorType(I32, 8)
-
-    def splat(v):
-        return ir.Constant(V8, [v] * 8)
-
-    def fn(builder, name, ret, args):
-        return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
+    V = _Vec(32)
+    I8, I16, I32, I64, V8, splat, fn = V.I8, V.I16, V.I32, V.I64, V.VN, V.splat, V.fn
 
     @intrinsic
     def _rounds(typingctx, blob, p, dtab, cb, out, xs, perm, i0, rounds):
@@ -186,8 +183,8 @@ def _make_rounds32(with_cb):
 
 class _Vec:
     """LLVM IR pieces shared by the vector kernels below (llvmlite is imported where they are built): N = 8 lanes
-    of 32 bits (AVX2), or 16 (AVX-512: only what ``kernels.tfuse``'s 16-lane loop uses). ``V8`` is the
-    ``<N x i32>`` vector either way."""
+    of 32 bits (AVX2), or 16 (AVX-512: only what ``kernels.tfuse``'s 16-lane loop uses); ``VN`` is the
+    ``<N x i32>`` vector."""
 
     def __init__(self, W=32, lanes=8):
         from llvmlite import ir
@@ -195,20 +192,20 @@ class _Vec:
         self.ir, self.cg = ir, cgutils
         self.I1, self.I8, self.I16, self.I32, self.I64 = (ir.IntType(w) for w in (1, 8, 16, 32, 64))
         self.N = lanes
-        self.V8 = ir.VectorType(self.I32, lanes)
+        self.VN = ir.VectorType(self.I32, lanes)
         self.U = ir.IntType(W)            # the unit
         self.VU = ir.VectorType(self.U, lanes)
         self.W = W
 
     def splat(self, v):
-        return self.ir.Constant(self.V8, [v & 0xFFFFFFFF] * self.N)
+        return self.ir.Constant(self.VN, [v & 0xFFFFFFFF] * self.N)
 
     def vsplat(self, builder, v):
         """An i64 argument truncated to 32 bits in every lane."""
         ir = self.ir
-        u = builder.insert_element(ir.Constant(self.V8, ir.Undefined), builder.trunc(v, self.I32),
+        u = builder.insert_element(ir.Constant(self.VN, ir.Undefined), builder.trunc(v, self.I32),
                                    ir.Constant(self.I32, 0))
-        return builder.shuffle_vector(u, u, ir.Constant(self.V8, [0] * self.N))
+        return builder.shuffle_vector(u, u, ir.Constant(self.VN, [0] * self.N))
 
     def data(self, context, builder, signature, args, k, t):
         """Argument k's (an array's) data as a pointer to t."""
@@ -221,7 +218,7 @@ class _Vec:
     def units(self, builder, ptr, j):
         """N units at vector j of ptr, zero-extended to 32 bits."""
         v = builder.load(builder.gep(ptr, [j]), align=1)
-        return builder.zext(v, self.V8) if self.W == 16 else v
+        return builder.zext(v, self.VN) if self.W == 16 else v
 
     def context(self, builder, rv, vmb, vem, vE):
         """The temporal context of each reference unit: clamp(E - e, 0, 14), 15 where e is all ones."""
@@ -249,7 +246,7 @@ class _Vec:
             h = builder.lshr(a, splat(8))
             big = builder.icmp_unsigned("!=", h, splat(0))
             t = builder.select(big, h, a)
-        e = builder.lshr(builder.bitcast(builder.sitofp(t, ir.VectorType(ir.FloatType(), self.N)), self.V8), splat(23))
+        e = builder.lshr(builder.bitcast(builder.sitofp(t, ir.VectorType(ir.FloatType(), self.N)), self.VN), splat(23))
         k = builder.sub(e, splat(126))
         if big is not None:
             k = builder.add(k, builder.select(big, splat(8), splat(0)))
@@ -264,7 +261,7 @@ class _Vec:
         32-bit words at its bit position moved to it by vpermd (a gather costs several times as much on some
         CPUs) and joined by shifts (psllv gives 0 for a shift of 32).  With 16 lanes (permd, psllv: the AVX-512
         forms) the sixteen elements' bits (<= 7 + 16 (W - 1)) lie in the 64 bytes there, for either W."""
-        ir, splat, I64, V8, W, N = self.ir, self.splat, self.I64, self.V8, self.W, self.N
+        ir, splat, I64, V8, W, N = self.ir, self.splat, self.I64, self.VN, self.W, self.N
         zero = splat(0)
         k = builder.lshr(builder.add(sv, splat(1)), splat(1))
         k = builder.select(builder.icmp_unsigned(">", k, splat(W)), splat(W), k)
@@ -309,7 +306,7 @@ def _make_tsyms8(W):
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W)
-    ir, V8, splat = V.ir, V.V8, V.splat
+    ir, V8, splat = V.ir, V.VN, V.splat
 
     @intrinsic
     def _tsyms8(typingctx, x, r, n8, mb, em, E, jb, low):
@@ -352,7 +349,7 @@ def _make_trecon8(W):
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W)
-    ir, I64, V8, splat = V.ir, V.I64, V.V8, V.splat
+    ir, I64, V8, splat = V.ir, V.I64, V.VN, V.splat
 
     @intrinsic
     def _trecon8(typingctx, blob, q, bit, o, syms, i0, nvec):
@@ -445,7 +442,7 @@ def _make_enc32():
     from numba.extending import intrinsic
     V = _Vec()
     ir, cgutils, splat = V.ir, V.cg, V.splat
-    I8, I16, I32, I64, V8 = V.I8, V.I16, V.I32, V.I64, V.V8
+    I8, I16, I32, I64, V8 = V.I8, V.I16, V.I32, V.I64, V.VN
     F8 = ir.VectorType(ir.FloatType(), 8)
 
     @intrinsic

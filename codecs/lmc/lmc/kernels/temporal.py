@@ -14,7 +14,7 @@ from .rans import (_rans_len, check_ctx_stream, cum_freqs, decode_ctx_stream, fr
                    lanes_states, put_ctx_tables, put_rans, rans_cost_bits, rans_normalize, rans_states_for,
                    read_ctx_tables)
 from .simd import LANES, SIMD, tmask8, trecon8, tsyms8
-from .tfuse import RAW_SLACK, WORD_SLACK, fused_rounds
+from .tfuse import fused_budget, fused_rounds
 from .streams import count_streams
 
 
@@ -438,8 +438,8 @@ def _tdec_fused(blob, pos, end, n, W, mb, em, E, cmask, r, o, f, cm, dtab, cb, s
     g = 0
     full = n // LANES
     used = np.int64(0)
-    while g < full:   # (a round reads <= 32 words and <= 32 (W - 1) raw bits: see kernels.tfuse)
-        k = min(full - g, (rs - io[0] - WORD_SLACK) // (2 * LANES), (L - (io[1] >> 3) - RAW_SLACK) // (4 * (W - 1)))
+    while g < full:
+        k = fused_budget(full - g, rs - io[0], L, io[1], W)
         if k <= 0:
             break
         used |= fused_rounds(blob, io, rs, dtab, r, o, xs, g * LANES, k, mb, em, E, W)

@@ -34,11 +34,18 @@ from numba import njit
 
 from .simd import PERM, SIMD, SIMD512, _Vec, rans_vstep
 
-# the bounds a caller keeps (temporal._tdec_fused): rounds run while the words left past the pointer hold
-# 64 bytes a round and WORD_SLACK more, and the raw bytes left 4 (W - 1) a round and RAW_SLACK more (a vector
-# loads 16 bytes at the word pointer and 32 or 36 at its first raw bit; with 16 lanes 32 and 64)
+# how far past a round's share the last vector's loads reach (fused_budget): an 8-lane vector loads 16 bytes at
+# the word pointer and 32 or 36 at its first raw bit, a 16-lane one the words it takes and 64
 WORD_SLACK = 32 if SIMD512 else 16
 RAW_SLACK = 72 if SIMD512 else 40
+
+
+@njit(nogil=True, cache=True)
+def fused_budget(rounds, words, raw, bit, W):
+    """How many of ``rounds`` fused rounds may run with ``words`` bytes of the rANS stream left past the word
+    pointer and ``raw`` bytes of raw bits from the first, ``bit`` of them read: a round reads at most 32 words
+    (64 bytes) and 32 (W - 1) raw bits, and its last vector's loads reach WORD_SLACK and RAW_SLACK further."""
+    return min(rounds, (words - WORD_SLACK) // 64, (raw - (bit >> 3) - RAW_SLACK) // (4 * (W - 1)))
 
 
 def _make_fused(W, lanes):
@@ -52,19 +59,9 @@ def _make_fused(W, lanes):
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W, lanes)
-    ir, I1, I8, I16, I32, I64, VN, splat = V.ir, V.I1, V.I8, V.I16, V.I32, V.I64, V.V8, V.splat
+    ir, I1, I8, I16, I32, I64, VN, splat = V.ir, V.I1, V.I8, V.I16, V.I32, V.I64, V.VN, V.splat
     nv, lg = 32 // lanes, lanes.bit_length() - 1
     VW, VM = ir.VectorType(I16, lanes), ir.VectorType(I1, lanes)
-
-    def step16(builder, e, x, q, bp, expand, ctpop):
-        """rans_vstep's step of sixteen states, the words expanded into the lanes below 2^16."""
-        f = builder.add(builder.and_(builder.lshr(e, splat(8)), splat(4095)), splat(1))
-        x = builder.add(builder.mul(f, builder.lshr(x, splat(12))), builder.lshr(e, splat(20)))
-        m = builder.icmp_unsigned("<", x, splat(1 << 16))
-        w = builder.call(expand, [builder.bitcast(builder.gep(bp, [q]), ir.PointerType(I16)), m,
-                                  ir.Constant(VW, [0] * 16)])
-        step = builder.shl(builder.zext(builder.call(ctpop, [builder.bitcast(m, I16)]), I64), ir.Constant(I64, 1))
-        return builder.select(m, builder.or_(builder.shl(x, splat(16)), builder.zext(w, VN)), x), builder.add(q, step)
 
     @intrinsic
     def _fused(typingctx, blob, io, rs, dtab, ref, out, xs, perm, i0, rounds, mb, em, E):
@@ -94,13 +91,13 @@ def _make_fused(W, lanes):
                 permd = V.fn(builder, "llvm.x86.avx512.permvar.si.512", VN, [VN, VN])
                 psllv = V.fn(builder, "llvm.x86.avx512.psllv.d.512", VN, [VN, VN])
                 expand = V.fn(builder, "llvm.masked.expandload.v16i16", VW, [ir.PointerType(I16), VM, VW])
-                ctpop = V.fn(builder, "llvm.ctpop.i16", I16, [I16])
+                ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
 
                 def gather(idx):
                     return builder.call(gth, [zero, dp, idx, ir.Constant(VM, [1] * 16), ir.Constant(I32, 4)])
 
                 def vstep(e, x, q):
-                    return step16(builder, e, x, q, bp, expand, ctpop)
+                    return rans_vstep(builder, e, x, q, bp, pp, permd, ctpop, expand)
             vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (10, 11, 12))
             vx = [V.cg.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
                   for h in range(nv)]
