@@ -176,7 +176,7 @@ def test_format7_blob_truncated_or_flipped_is_refused():
 
 def test_scalar_build_decodes_the_same(tmp_path):
     """LMC_SIMD=0 (the build a CPU without AVX2 gets): SIMD is off, and the frozen format 7 vectors decode to
-    the same bytes as here and encode to the same blobs (the vector encoder kernels: simd.tsyms8, enc32)."""
+    the same bytes as here and encode to the same blobs (the vector encoder kernels: tenc.tsyms8, simd.enc32)."""
     man = json.load(open(os.path.join(OUT, "manifest.json")))
     v7 = sorted(n for n, e in man.items() if e["format_version"] == 7)
     assert v7
@@ -317,14 +317,16 @@ def test_vector_raw_bit_pass_matches_the_reference():
 def test_vector_temporal_kernels_match_the_scalar_loops():
     """The temporal mode's vector kernels give the scalar loops' outputs on every edge of the monotone map (sign
     flips, the most negative difference, infinities and NaNs of the exponent contexts), every length mod 8 and
-    every context base; the 32-state encoder's vector rounds give the scalar loop's stream and states."""
+    every context base (the symbol pass's raw bits, packed as it goes, the bytes the scalar writer packs from
+    the scalar loop's); the 32-state encoder's vector rounds give the scalar loop's stream and states."""
     from lmc.kernels import temporal as kt
     from lmc.kernels import rans as kr
     rng = np.random.default_rng(11)
+    kbt = {W: np.array([min((s + 1) >> 1, W) - (s > 0) for s in range(2 * W + 1)] * 16, np.uint8) for W in (16, 32)}
     for W, T, mb, em in ((16, np.uint16, 7, 0xFF), (16, np.uint16, 10, 0x1F), (32, np.uint32, 23, 0xFF)):
         edge = np.array([0, 1 << (W - 1), (1 << W) - 1, (1 << (W - 1)) - 1, 1, (1 << (W - 1)) + 1,
                          em << mb, (em << mb) | 1], np.uint64)
-        for n in (8, 13, 64, 1000, 4099):
+        for n in (3, 8, 13, 64, 1000, 4099):
             r = rng.integers(0, 1 << W, n, dtype=np.uint64)
             x = np.where(rng.random(n) < 0.5, r + rng.integers(-70, 70, n).astype(np.uint64),
                          rng.integers(0, 1 << W, n, dtype=np.uint64))
@@ -340,12 +342,15 @@ def test_vector_temporal_kernels_match_the_scalar_loops():
             x, r = (x & ((1 << W) - 1)).astype(T), (r & ((1 << W) - 1)).astype(T)
             for E in (0, 3, 31, 127, 254):
                 j1, j2 = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
-                l1, l2 = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+                l1 = np.zeros(n, np.uint32)
+                l2 = np.full(n + 16, 0xA5A5A5A5, np.uint32)   # (the packed bits land on junk)
                 a1 = kt._tsyms(x, r, n, W, mb, em, E, j1, l1)
-                a2, m = simd.tsyms8(x, r, n, W, mb, em, E, j2, l2)
-                assert m == n & ~7
-                a2 += kt._tsyms(x[m:], r[m:], n - m, W, mb, em, E, j2[m:], l2[m:])
-                assert a1 == a2 and (j1 == j2).all() and (l1 == l2).all(), (W, mb, n, E)
+                # the scalar loop's raw bits as the scalar writer packs them
+                packed = np.zeros((a1 + 7) // 8 + 8, np.uint8)
+                assert kt._traw(j1, l1, n, kbt[W], packed, 0, 1) == (a1 + 7) // 8
+                a2 = kt._tsyms_all(x, r, n, W, mb, em, E, j2, l2)   # (the first n & ~7 by tenc.tsyms8)
+                assert a1 == a2 and (j1 == j2).all(), (W, mb, n, E)
+                assert l2.view(np.uint8)[:(a1 + 7) // 8].tobytes() == packed[:(a1 + 7) // 8].tobytes(), (W, mb, n, E)
                 c1, c2 = np.zeros(n, np.uint16), np.zeros(n, np.uint16)
                 o1, o2 = np.zeros(n, T), np.zeros(n, T)
                 u1 = kt._tmask(r, n, E, mb, em, c1, o1, W)

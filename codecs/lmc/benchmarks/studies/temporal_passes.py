@@ -22,7 +22,7 @@ import numpy as np
 import lmc
 from lmc.api import _parse_header
 from lmc.kernels import temporal as kt
-from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NCTX, PROB_SCALE, checksum_units
+from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NCTX, PROB_SCALE, checksum_units, copy_bytes
 from lmc.kernels.delta.encode import delta_plan, delta_scratch, stream_estimates
 from lmc.kernels.rans import decode_ctx_stream, put_ctx_tables, put_rans, rans_states_for, read_ctx_tables
 from lmc.kernels.simd import LANES, SIMD
@@ -83,7 +83,7 @@ def encoder(x, r, layout, W, repeat):
             checksum_units(d8, s, n, unit, 3)
             t = P("chunk checksum", t)
             kt._tsyms_all(x.view(ut)[s:s + n], r.view(ut)[s:s + n], n, W, mb, 0xFF, E, jb, low)
-            t = P("symbols and raw bits (the symbol pass alone)", t)
+            t = P("symbols and raw bits (the symbol pass alone; with AVX2 it packs the raw bits)", t)
             raw = kt.temporal_count(d8, r8, s, n, layout, E, jb, low, th)
             t = P("symbols, raw bits and their counts", t)
             kt.temporal_hist(th, W, thist)
@@ -94,7 +94,10 @@ def encoder(x, r, layout, W, repeat):
             o = put_rans(jb, n, et, tbuf[:2 * n + 4 * LANES + 16], out, o, unit * n, (raw + 7) >> 3,
                          rans_states_for(n, FORMAT))
             t = P("rANS encoder (32 states)", t)
-            kt._traw(jb, low, n, kbt, out, o, 4 if W == 16 else 2)
+            if kt.SIMD:   # (packed by the symbol pass: copied)
+                copy_bytes(out, o, low.view(np.uint8), 0, (raw + 7) >> 3)
+            else:
+                kt._traw(jb, low, n, kbt, out, o, 4 if W == 16 else 2)
             P("raw bits written", t)
         P.round()
     return P.best
@@ -102,7 +105,7 @@ def encoder(x, r, layout, W, repeat):
 
 WHOLE = ("the chunk decoded as the decoder does it (temporal_decode: one fused pass where the CPU has AVX2, "
          "16 lanes with AVX-512)")
-APART = ("symbols and raw bits (the symbol pass alone)", WHOLE)   # (rows not in the sum: they repeat others)
+APART = ("symbols and raw bits (the symbol pass alone; with AVX2 it packs the raw bits)", WHOLE)   # (rows not in the sum: they repeat others)
 
 
 def decoder(blob, x, r, layout, W, repeat):

@@ -5,8 +5,8 @@ against its scalar loop and the frozen vectors in both builds:
 
 - ``rounds32``: full rounds of 32 symbols of a 32-state stream decoded as four vectors (below);
 - ``enc32``: the encoder's full rounds, four vectors a round (``_make_enc32``);
-- ``tsyms8``, ``tmask8``, ``trecon8``: the temporal mode's symbol pass (encoder), context pass and raw-bit
-  pass (decoder), eight units a vector.  Numba widens the scalar loops' integers to 64 bits (4 lanes to a
+- ``tmask8``, ``trecon8``: the temporal decoder's context pass and raw-bit pass, eight units a vector (the
+  encoder's symbol pass: ``kernels.tenc``).  Numba widens the scalar loops' integers to 64 bits (4 lanes to a
   vector, or none for the serial raw-bit reader); the units fit 32 bits, and so does every value they make.
 
 The decoder:
@@ -298,48 +298,6 @@ class _Vec:
         return builder.zext(t, self.I64)
 
 
-def _make_tsyms8(W):
-    """The temporal mode's symbol pass (``temporal._tsyms``) for W-bit units, eight per ``<8 x i32>`` vector:
-    ``(x, r, n8, mb, em, E, jb, low) -> raw bits`` over the first n8 (a multiple of 8) units.  Numba widens the
-    scalar loop's integers to 64 bits, so it runs 4 lanes to a vector; the units fit 32 bits, and so does every
-    value the pass makes.  Same outputs as the scalar loop."""
-    from numba import types
-    from numba.extending import intrinsic
-    V = _Vec(W)
-    ir, V8, splat = V.ir, V.VN, V.splat
-
-    @intrinsic
-    def _tsyms8(typingctx, x, r, n8, mb, em, E, jb, low):
-        sig = types.int64(x, r, n8, mb, em, E, jb, low)
-
-        def codegen(context, builder, signature, args):
-            xp = V.data(context, builder, signature, args, 0, V.VU)
-            rp = V.data(context, builder, signature, args, 1, V.VU)
-            jp = V.data(context, builder, signature, args, 6, ir.VectorType(V.I16, 8))
-            lp = V.data(context, builder, signature, args, 7, V8)
-            vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (3, 4, 5))
-            mask = splat((1 << W) - 1)
-            acc = V.cg.alloca_once_value(builder, splat(0))
-            with V.cg.for_range(builder, builder.udiv(args[2], ir.Constant(V.I64, 8))) as loop:
-                j = loop.index
-                xv, rv = V.units(builder, xp, j), V.units(builder, rp, j)
-                c = V.context(builder, rv, vmb, vem, vE)
-                d = builder.and_(builder.sub(V.mono(builder, xv), V.mono(builder, rv)), mask)
-                neg = builder.and_(builder.lshr(d, splat(W - 1)), splat(1))
-                a = builder.and_(builder.add(builder.xor(d, builder.sub(splat(0), neg)), neg), mask)
-                nz = builder.zext(builder.icmp_unsigned("!=", a, splat(0)), V8)
-                k = V.bit_length(builder, a, nz)
-                builder.store(builder.add(builder.load(acc), builder.sub(k, nz)), acc)
-                sym = builder.add(builder.mul(c, splat(2 * W + 1)),
-                                  builder.add(builder.sub(builder.add(k, k), nz), neg))
-                builder.store(builder.trunc(sym, ir.VectorType(V.I16, 8)), builder.gep(jp, [j]), align=1)
-                lead = builder.shl(nz, builder.sub(k, nz))
-                builder.store(builder.xor(a, lead), builder.gep(lp, [j]), align=1)
-            return V.hsum(builder, builder.load(acc), "add")
-        return sig, codegen
-    return _tsyms8
-
-
 def _make_trecon8(W):
     """The temporal decoder's raw-bit pass (``temporal._trecon``'s fast loop) for W-bit units, eight per vector:
     ``(blob, q, bit, o, syms, i0, nvec) -> bits read``: each vector's differences d by ``_Vec.raw_diffs``, and
@@ -565,24 +523,8 @@ if SIMD:
             return _tmask8_16(r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), cb, o), np.int64(n8)
         return _tmask8_32(r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), cb, o), np.int64(n8)
 
-    _tsyms8_16 = _make_tsyms8(16)
-    _tsyms8_32 = _make_tsyms8(32)
-
-    @njit(nogil=True, cache=True)
-    def tsyms8(x, r, n, W, mb, em, E, jb, low):
-        """The temporal symbol pass over the first n & ~7 units as vectors; returns (raw bits, units done)."""
-        n8 = n & ~7
-        if n8 == 0:
-            return np.int64(0), np.int64(0)
-        if W == 16:
-            return _tsyms8_16(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, low), np.int64(n8)
-        return _tsyms8_32(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, low), np.int64(n8)
 else:
     rounds32 = scalar_rounds
-
-    @njit(nogil=True, cache=True)
-    def tsyms8(x, r, n, W, mb, em, E, jb, low):
-        return np.int64(0), np.int64(0)
 
     @njit(nogil=True, cache=True)
     def trecon8(blob, q, bit, o, syms, i0, nvec, W):   # (never called: SIMD is False)

@@ -9,11 +9,13 @@ from numba import njit
 from .intrinsics import clz64, f64_bits, ld, load_u16, load_u64, store_u16, store_u32, store_u64
 from .intrinsics import st as put
 from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
-                   LAYOUT_F32, NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono, log2_count)
+                   LAYOUT_F32, NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono, copy_bytes,
+                   log2_count)
 from .rans import (_rans_len, check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, lanes_rest,
                    lanes_states, put_ctx_tables, put_rans, rans_cost_bits, rans_normalize, rans_states_for,
                    read_ctx_tables)
-from .simd import LANES, SIMD, tmask8, trecon8, tsyms8
+from .simd import LANES, SIMD, tmask8, trecon8
+from .tenc import tsyms8
 from .tfuse import fused_budget, fused_rounds
 from .streams import count_streams
 
@@ -195,16 +197,43 @@ def _tsample(x, r, n, layout, E, ts, xs):
 
 @njit(nogil=True, cache=True)
 def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
-    """_tsyms over n units: where the CPU has AVX2, all but the last n % 8 as vectors (kernels.simd.tsyms8)."""
-    raw, m = tsyms8(x, r, n, W, mb, em, E, jb, low)
-    return raw + _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], low[m:])
+    """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % 8 are vectors that pack their raw
+    bits too (kernels.tenc.tsyms8), and low's bytes (low: uint32[>= n + 16]) hold the chunk's packed raw bit
+    stream, as _traw writes it; elsewhere low[i] holds element i's raw bits.  Returns the raw bit count."""
+    if not SIMD:
+        return _tsyms(x, r, n, W, mb, em, E, jb, low)
+    rb = low.view(np.uint8)
+    raw, m = tsyms8(x, r, n, W, mb, em, E, jb, rb)
+    lt = np.empty(8, np.uint32)
+    t = _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], lt)
+    _tpack(rb, raw, jb[m:], lt, n - m, W)
+    return raw + t
+
+
+@njit(nogil=True, cache=True)
+def _tpack(rb, bit, jb, lt, m, W):
+    """The raw bits of m (< 8) more elements (symbols jb, bits lt) appended to the stream in rb, whose first
+    `bit` bits are written (zeros above them in their byte); room as _traw's."""
+    KS = 2 * W + 1
+    q = bit >> 3
+    nb = bit & 7
+    acc = np.uint64(rb[q]) & np.uint64((1 << nb) - 1)
+    for i in range(m):
+        s = np.int64(jb[i]) % KS
+        k = (s + 1) >> 1
+        acc |= np.uint64(lt[i]) << np.uint64(nb)
+        acc, nb, q = _spill(acc, nb + k - np.int64(k != 0), rb, q)
+    while nb > 0:
+        rb[q] = np.uint8(acc & np.uint64(0xFF))
+        q += 1
+        acc >>= _S8
+        nb -= 8
 
 
 @njit(nogil=True, cache=True)
 def temporal_count(data, ref, start, n, layout, E, jb, low, th):
-    """Joint symbols jb and raw bits low of the chunk, their counts in 4
-    partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns
-    the raw bit count."""
+    """Joint symbols jb and raw bits low (uint32[>= n + 16]; packed where SIMD: _tsyms_all) of the chunk, their
+    counts in 4 partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns the raw bit count."""
     W, mb, em = _fparams(layout)
     th[:] = 0
     NK = NCTX * (2 * W + 1)
@@ -344,7 +373,11 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     o = put_rans(jb, n, et, tbuf, out, o, lim, nraw, rans_states_for(n, fv))
     if o < 0:
         return -1
-    q = _traw(jb, low, n, kbt, out, o, 4 if W == 16 else 2)
+    if SIMD:   # (packed by the symbol pass)
+        copy_bytes(out, o, low.view(np.uint8), 0, nraw)
+        q = o + nraw
+    else:
+        q = _traw(jb, low, n, kbt, out, o, 4 if W == 16 else 2)
     if q != o + nraw:  # pragma: no cover - would be a bug
         return -1
     return q
