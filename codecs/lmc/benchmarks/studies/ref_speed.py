@@ -2,7 +2,7 @@
 (issue 35's target: with a
 reference, at least 0.5x the alone speed to compress and to decompress): per (dtype, kind) of a Trainer series'
 last two checkpoints, compress and decompress MiB/s alone and against the previous step, their ratios, and the
-sizes.  Public API only, so it runs against any lmc on the path (an older commit's through PYTHONPATH).
+sizes; after each dtype's kinds its whole checkpoint (their times and bytes summed).  Public API only, so it runs against any lmc on the path (an older commit's through PYTHONPATH).
 
     cd codecs/lmc && python -m benchmarks.studies.ref_speed SERIES [--kinds weight,exp_avg,exp_avg_sq]
         [--dtypes bf16,fp32] [--repeat 5] [--fresh-pages] [--format N]
@@ -71,6 +71,7 @@ def main():
                     raise SystemExit("ref_speed: round trip failed")
             work.append((dt, kind, xs, rs, ba, br))
     rows = []
+    whole = {}
     for dt, kind, xs, rs, ba, br in work:
         tot = sum(x.nbytes for x in xs)
         ca, cr, da, dr = best([
@@ -82,10 +83,29 @@ def main():
         row = dict(dtype=dt, kind=kind, mib=mib, comp_alone=mib / ca, comp_ref=mib / cr, dec_alone=mib / da,
                    dec_ref=mib / dr, ratio_alone=tot / sum(map(len, ba)), ratio_ref=tot / sum(map(len, br)))
         rows.append(row)
-        print(f"| {dt} | {kind} | {mib:.0f} | {row['comp_alone']:.0f} | {row['comp_ref']:.0f} | {ca / cr:.2f}x | "
-              f"{row['dec_alone']:.0f} | {row['dec_ref']:.0f} | {da / dr:.2f}x | {row['ratio_alone']:.4f} | "
-              f"{row['ratio_ref']:.4f} |", flush=True)
+        _print_row(row, ca, cr, da, dr)
+        # the dtype's whole checkpoint (every kind measured: the target's "fp32 whole checkpoint"): the kinds'
+        # times and bytes summed, printed after its last kind
+        acc = whole.setdefault(dt, dict(n=0, mib=0.0, t=[0.0] * 4, b=[0, 0, 0]))
+        acc["n"] += 1
+        acc["mib"] += mib
+        acc["t"] = [u + v for u, v in zip(acc["t"], (ca, cr, da, dr))]
+        acc["b"] = [u + v for u, v in zip(acc["b"], (tot, sum(map(len, ba)), sum(map(len, br))))]
+        if acc["n"] == len(a.kinds.split(",")) > 1:
+            ca, cr, da, dr = acc["t"]
+            mib = acc["mib"]
+            row = dict(dtype=dt, kind="whole", mib=mib, comp_alone=mib / ca, comp_ref=mib / cr, dec_alone=mib / da,
+                       dec_ref=mib / dr, ratio_alone=acc["b"][0] / acc["b"][1], ratio_ref=acc["b"][0] / acc["b"][2])
+            rows.append(row)
+            _print_row(row, ca, cr, da, dr)
     print(json.dumps(rows))
+
+
+def _print_row(row, ca, cr, da, dr):
+    kind = "**whole** (the kinds above)" if row["kind"] == "whole" else row["kind"]
+    print(f"| {row['dtype']} | {kind} | {row['mib']:.0f} | {row['comp_alone']:.0f} | {row['comp_ref']:.0f} | "
+          f"{ca / cr:.2f}x | {row['dec_alone']:.0f} | {row['dec_ref']:.0f} | {da / dr:.2f}x | "
+          f"{row['ratio_alone']:.4f} | {row['ratio_ref']:.4f} |", flush=True)
 
 
 if __name__ == "__main__":
