@@ -83,7 +83,7 @@ def encoder(x, r, layout, W, repeat):
             checksum_units(d8, s, n, unit, 3)
             t = P("chunk checksum", t)
             kt._tsyms_all(x.view(ut)[s:s + n], r.view(ut)[s:s + n], n, W, mb, 0xFF, E, jb, low)
-            t = P("symbols and raw bits (the symbol pass alone; with AVX2 it packs the raw bits)", t)
+            t = P(SYMS, t)
             raw = kt.temporal_count(d8, r8, s, n, layout, E, jb, low, th)
             t = P("symbols, raw bits and their counts", t)
             kt.temporal_hist(th, W, thist)
@@ -94,7 +94,7 @@ def encoder(x, r, layout, W, repeat):
             o = put_rans(jb, n, et, tbuf[:2 * n + 4 * LANES + 16], out, o, unit * n, (raw + 7) >> 3,
                          rans_states_for(n, FORMAT))
             t = P("rANS encoder (32 states)", t)
-            if kt.SIMD:   # (packed by the symbol pass: copied)
+            if kt.SIMD and W == 16:   # (packed by the symbol pass: copied)
                 copy_bytes(out, o, low.view(np.uint8), 0, (raw + 7) >> 3)
             else:
                 kt._traw(jb, low, n, kbt, out, o, 4 if W == 16 else 2)
@@ -105,7 +105,8 @@ def encoder(x, r, layout, W, repeat):
 
 WHOLE = ("the chunk decoded as the decoder does it (temporal_decode: one fused pass where the CPU has AVX2, "
          "16 lanes with AVX-512)")
-APART = ("symbols and raw bits (the symbol pass alone; with AVX2 it packs the raw bits)", WHOLE)   # (rows not in the sum: they repeat others)
+SYMS = "symbols and raw bits (the symbol pass alone; with AVX2 it packs bf16's raw bits)"
+APART = (SYMS, WHOLE)   # (rows not in the sum: they repeat others)
 
 
 def decoder(blob, x, r, layout, W, repeat):

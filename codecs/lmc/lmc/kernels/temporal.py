@@ -197,13 +197,15 @@ def _tsample(x, r, n, layout, E, ts, xs):
 
 @njit(nogil=True, cache=True)
 def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
-    """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % 8 are vectors that pack their raw
-    bits too (kernels.tenc.tsyms8), and low's bytes (low: uint32[>= n + 16]) hold the chunk's packed raw bit
-    stream, as _traw writes it; elsewhere low[i] holds element i's raw bits.  Returns the raw bit count."""
+    """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % 8 are vectors (kernels.tenc.tsyms8),
+    which for 16-bit units pack their raw bits too: low's bytes (low: uint32[>= n + 16]) then hold the chunk's raw
+    bit stream as _traw writes it; elsewhere low[i] holds element i's raw bits.  Returns the raw bits."""
     if not SIMD:
         return _tsyms(x, r, n, W, mb, em, E, jb, low)
+    raw, m = tsyms8(x, r, n, W, mb, em, E, jb, low)
+    if W == 32:   # (not packed: see kernels.tenc)
+        return raw + _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], low[m:])
     rb = low.view(np.uint8)
-    raw, m = tsyms8(x, r, n, W, mb, em, E, jb, rb)
     lt = np.empty(8, np.uint32)
     t = _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], lt)
     _tpack(rb, raw, jb[m:], lt, n - m, W)
@@ -232,8 +234,8 @@ def _tpack(rb, bit, jb, lt, m, W):
 
 @njit(nogil=True, cache=True)
 def temporal_count(data, ref, start, n, layout, E, jb, low, th):
-    """Joint symbols jb and raw bits low (uint32[>= n + 16]; packed where SIMD: _tsyms_all) of the chunk, their
-    counts in 4 partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns the raw bit count."""
+    """Joint symbols jb and raw bits low (uint32[>= n + 16]; packed where SIMD and W = 16: _tsyms_all) of the
+    chunk, their counts in 4 partial tables th (int32[4 * NCTX * (2W + 1)], zeroed here).  Returns the raw bits."""
     W, mb, em = _fparams(layout)
     th[:] = 0
     NK = NCTX * (2 * W + 1)
@@ -373,7 +375,7 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     o = put_rans(jb, n, et, tbuf, out, o, lim, nraw, rans_states_for(n, fv))
     if o < 0:
         return -1
-    if SIMD:   # (packed by the symbol pass)
+    if SIMD and W == 16:   # (packed by the symbol pass: _tsyms_all)
         copy_bytes(out, o, low.view(np.uint8), 0, nraw)
         q = o + nraw
     else:

@@ -4,22 +4,29 @@
 its leading one; the scalar encoder keeps those bits per element (``low``) and packs them into the chunk's raw
 bit stream when it writes the chunk (``temporal._traw``: a table lookup and a shift per element, then a serial
 accumulator).  Here eight units are one ``<8 x i32>`` vector (``simd._Vec``: context, monotone map, bit length
-as the decoder's passes compute them) and the raw bits leave the pass already packed, LSB-first, in the order
-``_traw`` writes them:
+as the decoder's passes compute them) and, for 16-bit units, the raw bits leave the pass already packed,
+LSB-first, in the order ``_traw`` writes them:
 
 - each lane's bit count kb = k - (k != 0) and value v < 2^kb are at hand (no lookup);
-- neighbouring lanes are joined in the vector: v0 | v1 << kb0 (W = 16: four joins of at most 30 bits, then two
-  of at most 60 in 64-bit lanes; W = 32: four of at most 62 bits in 64-bit lanes);
+- neighbouring lanes are joined in the vector: v0 | v1 << kb0 (four joins of at most 30 bits, then two of at
+  most 60 in 64-bit lanes);
 - each joined value meets the accumulator once (``_take``'s step, kept with the absolute bit position, so that
-  the chains from one value to the next are an add and an or with a select): two steps per eight units (W = 16),
-  four (W = 32), where ``_traw`` takes one per four or two after four or two lookups.
+  the chains from one value to the next are an add and an or with a select): two steps per eight units, where
+  ``_traw`` takes one per four after four lookups.
 
-``tsyms8(x, r, n, W, mb, em, E, jb, rawb) -> (raw bits, units done)``: the first n & ~7 units; their raw bits
-from bit 0 of ``rawb`` (uint8), the byte holding the last bit and the 7 after it stored with zeros above the
-last bit, so that a caller continues the stream from bit ``raw`` (``temporal._tsyms_all``).  ``rawb`` needs
-ceil(raw / 8) + 8 bytes; nothing here checks bounds.  Where ``simd.SIMD`` is false it does nothing and returns
-(0, 0): the scalar loop takes every unit.  ``tests/test_rans32.py`` checks the symbols and the bytes against the
-scalar loop and ``_traw`` in both builds."""
+Packing here costs a bf16 symbol pass 0.27 ns an element and saves the writer's 0.47 (Zen 5). For 32-bit units
+it cost 0.70 and saved 0.89, but only on the chunks the temporal mode then wins (about two thirds of fp32
+weights' chunks; the rest take the delta mode), so fp32 compress was slower with it: 32-bit units keep each
+element's bits in ``low`` as the scalar pass does (packed by ``_traw`` when the chunk is written).  Joining four
+32-bit lanes into 128-bit values before the accumulator did not pay either (the scalar steps' instructions, not
+their chains, set the speed).
+
+``tsyms8(x, r, n, W, mb, em, E, jb, low) -> (raw bits, units done)``: the first n & ~7 units.  W = 16: their
+raw bits from bit 0 of ``low``'s bytes, the byte holding the last bit and the 7 after it stored with zeros
+above the last bit, so that a caller continues the stream from bit ``raw`` (``temporal._tsyms_all``); ``low``
+needs ceil(raw / 8) + 8 bytes.  W = 32: low[i] holds element i's raw bits.  Nothing here checks bounds.  Where
+``simd.SIMD`` is false it does nothing and returns (0, 0): the scalar loop takes every unit.
+``tests/test_rans32.py`` checks the symbols and the bytes against the scalar loop and ``_traw``."""
 import numpy as np
 from numba import njit
 
@@ -27,43 +34,39 @@ from .simd import SIMD, _Vec
 
 
 def _make_tsyms8(W):
-    """``(x, r, n8, mb, em, E, jb, rawb) -> raw bits`` for W-bit units over the first n8 (a multiple of 8)."""
+    """``(x, r, n8, mb, em, E, jb, low) -> raw bits`` for W-bit units over the first n8 (a multiple of 8)."""
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W)
     ir, V8, splat, I32, I64 = V.ir, V.VN, V.splat, V.I32, V.I64
-    V4, V4L, V2L = ir.VectorType(I32, 4), ir.VectorType(I64, 4), ir.VectorType(I64, 2)
+    V4L = ir.VectorType(I64, 4)
 
     def lanes(builder, v, idx):
         return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(idx)), idx))
 
     def joined(builder, lv, kb):
-        """The (value, bit count) pairs, i64, of the eight lanes joined in order: 2 (W = 16) or 4 (W = 32)."""
+        """The (value, bit count) pairs, i64, of the eight lanes (16-bit units: at most 15 bits each) joined in
+        order: two of at most 60 bits."""
         ev, od = lanes(builder, lv, [0, 2, 4, 6]), lanes(builder, lv, [1, 3, 5, 7])
         ke, ko = lanes(builder, kb, [0, 2, 4, 6]), lanes(builder, kb, [1, 3, 5, 7])
-        if W == 16:   # (at most 15 bits a lane: the first join fits 32 bits)
-            u = builder.zext(builder.or_(ev, builder.shl(od, ke)), V4L)
-            lu = builder.zext(builder.add(ke, ko), V4L)
-            w = builder.or_(lanes(builder, u, [0, 2]), builder.shl(lanes(builder, u, [1, 3]), lanes(builder, lu, [0, 2])))
-            lw = builder.add(lanes(builder, lu, [0, 2]), lanes(builder, lu, [1, 3]))
-            m = 2
-        else:
-            ke = builder.zext(ke, V4L)
-            w = builder.or_(builder.zext(ev, V4L), builder.shl(builder.zext(od, V4L), ke))
-            lw = builder.add(ke, builder.zext(ko, V4L))
-            m = 4
+        u = builder.zext(builder.or_(ev, builder.shl(od, ke)), V4L)
+        lu = builder.zext(builder.add(ke, ko), V4L)
+        w = builder.or_(lanes(builder, u, [0, 2]), builder.shl(lanes(builder, u, [1, 3]), lanes(builder, lu, [0, 2])))
+        lw = builder.add(lanes(builder, lu, [0, 2]), lanes(builder, lu, [1, 3]))
         return [(builder.extract_element(w, ir.Constant(I32, h)), builder.extract_element(lw, ir.Constant(I32, h)))
-                for h in range(m)]
+                for h in range(2)]
 
     @intrinsic
-    def _tsyms8(typingctx, x, r, n8, mb, em, E, jb, rawb):
-        sig = types.int64(x, r, n8, mb, em, E, jb, rawb)
+    def _tsyms8(typingctx, x, r, n8, mb, em, E, jb, low):
+        sig = types.int64(x, r, n8, mb, em, E, jb, low)
 
         def codegen(context, builder, signature, args):
             xp = V.data(context, builder, signature, args, 0, V.VU)
             rp = V.data(context, builder, signature, args, 1, V.VU)
             jp = V.data(context, builder, signature, args, 6, ir.VectorType(V.I16, 8))
             bp = V.data(context, builder, signature, args, 7, V.I8)
+            lp = V.data(context, builder, signature, args, 7, V8)
+            tot = V.cg.alloca_once_value(builder, splat(0))
             vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (3, 4, 5))
             mask = splat((1 << W) - 1)
             c0, c1, c63 = (ir.Constant(I64, v) for v in (0, 1, 63))
@@ -81,21 +84,27 @@ def _make_tsyms8(W):
                                   builder.add(builder.sub(builder.add(k, k), nz), neg))
                 builder.store(builder.trunc(sym, ir.VectorType(V.I16, 8)), builder.gep(jp, [j]), align=1)
                 kb = builder.sub(k, nz)
-                for v, kv in joined(builder, builder.xor(a, builder.shl(nz, kb)), kb):
-                    # v joins the bits pending in acc, those from bit (p & ~63); acc stored at byte p >> 3 & ~7;
-                    # where the 64 bits are complete acc keeps v's bits past them.  The chains from one value to
-                    # the next: p + k (one add) and acc (an or and a select); the rest is off them.
-                    p0, a0 = builder.load(pos), builder.load(acc)
-                    sh = builder.and_(p0, c63)
-                    lo = builder.or_(a0, builder.shl(v, sh))
-                    hi = builder.lshr(builder.lshr(v, c1), builder.sub(c63, sh))
-                    at = builder.and_(builder.lshr(p0, ir.Constant(I64, 3)), ir.Constant(I64, ~7))
-                    builder.store(lo, builder.bitcast(builder.gep(bp, [at]), ir.PointerType(I64)), align=1)
-                    p1 = builder.add(p0, kv)
-                    g = builder.icmp_unsigned("!=", builder.lshr(p1, ir.Constant(I64, 6)),
-                                              builder.lshr(p0, ir.Constant(I64, 6)))
-                    builder.store(builder.select(g, hi, lo), acc)
-                    builder.store(p1, pos)
+                if W == 32:   # (each element's bits kept: see the module's text)
+                    builder.store(builder.xor(a, builder.shl(nz, kb)), builder.gep(lp, [j]), align=1)
+                    builder.store(builder.add(builder.load(tot), kb), tot)
+                else:
+                    for v, kv in joined(builder, builder.xor(a, builder.shl(nz, kb)), kb):
+                        # v joins the bits pending in acc, those from bit (p & ~63); acc stored at byte
+                        # p >> 3 & ~7; where the 64 bits are complete acc keeps v's bits past them.  The chains
+                        # from one value to the next: p + k (one add) and acc (an or and a select).
+                        p0, a0 = builder.load(pos), builder.load(acc)
+                        sh = builder.and_(p0, c63)
+                        lo = builder.or_(a0, builder.shl(v, sh))
+                        hi = builder.lshr(builder.lshr(v, c1), builder.sub(c63, sh))
+                        at = builder.and_(builder.lshr(p0, ir.Constant(I64, 3)), ir.Constant(I64, ~7))
+                        builder.store(lo, builder.bitcast(builder.gep(bp, [at]), ir.PointerType(I64)), align=1)
+                        p1 = builder.add(p0, kv)
+                        g = builder.icmp_unsigned("!=", builder.lshr(p1, ir.Constant(I64, 6)),
+                                                  builder.lshr(p0, ir.Constant(I64, 6)))
+                        builder.store(builder.select(g, hi, lo), acc)
+                        builder.store(p1, pos)
+            if W == 32:
+                return V.hsum(builder, builder.load(tot), "add")
             p0 = builder.load(pos)
             at = builder.and_(builder.lshr(p0, ir.Constant(I64, 3)), ir.Constant(I64, ~7))
             builder.store(builder.load(acc), builder.bitcast(builder.gep(bp, [at]), ir.PointerType(I64)), align=1)
@@ -109,14 +118,14 @@ if SIMD:
     _tsyms8_32 = _make_tsyms8(32)
 
     @njit(nogil=True, cache=True)
-    def tsyms8(x, r, n, W, mb, em, E, jb, rawb):
+    def tsyms8(x, r, n, W, mb, em, E, jb, low):
         n8 = n & ~7
         if n8 == 0:
             return np.int64(0), np.int64(0)
         if W == 16:
-            return _tsyms8_16(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, rawb), np.int64(n8)
-        return _tsyms8_32(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, rawb), np.int64(n8)
+            return _tsyms8_16(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, low), np.int64(n8)
+        return _tsyms8_32(x, r, np.int64(n8), np.int64(mb), np.int64(em), np.int64(E), jb, low), np.int64(n8)
 else:
     @njit(nogil=True, cache=True)
-    def tsyms8(x, r, n, W, mb, em, E, jb, rawb):
+    def tsyms8(x, r, n, W, mb, em, E, jb, low):
         return np.int64(0), np.int64(0)
