@@ -114,6 +114,8 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     dm = 0
     dz, dpl, dhs, dh, dlens, dmodes, dsizes, df, dcm, dpos, dmk = dsc
     est_a = -1
+    asplit = False   # the planes hold the chunk's units (split for the alone coding's counts)
+    have_x = False   # the XOR coding counted (and planes2 split)
     fast_x = False   # prefer="fast" and the XOR coding may pay: counted exactly
     gate = False     # format 7, prefer="speed": only the codings whose estimates may win are counted
     need_a = True    # the alone coding counted exactly
@@ -189,9 +191,12 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
                             return e - o, chk, 6
             if need_a and not have_a:
                 have_a = True
-                stream_count(data, ref, False, start, n, layout, ha)
-                stream_hist(ha, ns, h)
-                cost_a = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, 0, fv)
+                # as without a reference (analyze_planes): split into the planes it writes from, a plane sure
+                # to be stored raw (near_raw: fp32's low mantissa bytes) not counted
+                split_units(data[base:base + nbytes], n, unit, layout, planes)
+                asplit = True
+                h[:] = 0
+                cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
                 if fv >= 9 and layout == LAYOUT_BF16 and n >= JOINT_MIN:
                     # (the joint-symbol mode is an alone coding too: never larger with a reference than without)
                     cost_j, jk, jb0, jmode, jsize, hj, lj = joint_alone(data, start, n, sf, modes[1] == MODE_RAW)
@@ -220,9 +225,11 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
                                                       < (min(best_e, cost_t) if do_t else best_e))
             if do_x and not have_x:
                 have_x = True
-                stream_count(data, ref, True, start, n, layout, hx)
-                stream_hist(hx, ns, h2)
-                cost_x = analyze_hist(h2, n, ns, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, 0, fv)
+                # as the alone coding above: the planes it writes from, those sure to be stored raw not counted
+                xor_into(rbuf, data, ref, base, nbytes)
+                split_units(rbuf, n, unit, layout, planes2)
+                h2[:] = 0
+                cost_x = analyze_planes(planes2, n, ns, h2, lens2, modes2, sizes2, f2, cm2, 0 if fast else rm, fv)
             if not gate:
                 break
             # the gate trusted the sample; where the smallest exact count is not within the margin of the
@@ -270,8 +277,8 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     # weights and first moments, the encoder spends ~1/32 of a pass on it).
     # With a reference it is the alone option too: a chunk coded with a
     # reference is never larger than the same chunk coded without one.
-    split = not temporal
-    if fv >= 3 and layout != LAYOUT_PLANES and n > 1 and temporal and need_a:
+    split = not temporal or asplit
+    if fv >= 3 and layout != LAYOUT_PLANES and n > 1 and temporal and need_a and not split:
         split_units(data[base:base + nbytes], n, unit, layout, planes)
         split = True
     if (need_a and not jready and fv >= 3 and layout != LAYOUT_PLANES and n > 1   # (jready: planes hold symbols)
@@ -328,7 +335,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         if best == CHUNK_TEMPORAL:
             e = temporal_write(E, cmask, jb, low, n, W, tf, tcm, raw, out, o, lim, tbuf, kbt, et, fv)
         elif best == CHUNK_XOR:
-            if temporal:
+            if temporal and not have_x:   # (have_x: split when counted)
                 xor_into(rbuf, data, ref, base, nbytes)
                 split_units(rbuf, n, unit, layout, planes2)
             e = write_planes(CHUNK_XOR, planes2, n, ns, modes2, sizes2, h2, lens2, f2, cm2,

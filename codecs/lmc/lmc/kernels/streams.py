@@ -26,26 +26,21 @@ from .huffenc import put_huff
 # histograms: byte-stream counts straight from the units (no split into
 # planes), in 4 partial tables (see kernels.base._inc)
 # ---------------------------------------------------------------------------
-@njit(inline="always")
-def _unit(x, r, i, use_ref):
-    """Unit i of x as an int64, XORed with unit i of r when use_ref."""
-    v = np.int64(ld(x, i))
-    if use_ref:
-        v ^= np.int64(ld(r, i))
-    return v
-
-
 @njit(nogil=True, cache=True)
 def stream_count(data, ref, use_ref, start, n, layout, hs):
     """Byte-stream counts of the units (XOR the reference when use_ref) in 4
-    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here)."""
+    partial tables: hs[s * 1024 + (i % 4) * 256 + byte] (int32, zeroed here).
+    The reference's unit is masked in the loop rather than chosen by an inlined
+    helper: Numba counted references to the arrays at every element there (an
+    atomic pair: 11 ns an element against 1.2 on a Zen 5 core)."""
     hs[:] = 0
     if layout == LAYOUT_F32:
         x = data[4 * start:4 * (start + n)].view(np.uint32)
         r = ref[4 * start:4 * (start + n)].view(np.uint32) if use_ref else x
+        m = np.int64(0xFFFFFFFF) if use_ref else np.int64(0)
         for i in range(n):
             hb = (i & 3) << 8
-            v = _unit(x, r, i, use_ref)
+            v = np.int64(ld(x, i)) ^ (np.int64(ld(r, i)) & m)
             _inc(hs, hb + ((v >> 23) & 0xFF))
             _inc(hs, 1024 + hb + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F)))
             _inc(hs, 2048 + hb + ((v >> 8) & 0xFF))
@@ -53,16 +48,17 @@ def stream_count(data, ref, use_ref, start, n, layout, hs):
         return
     x = data[2 * start:2 * (start + n)].view(np.uint16)
     r = ref[2 * start:2 * (start + n)].view(np.uint16) if use_ref else x
+    m = np.int64(0xFFFF) if use_ref else np.int64(0)
     if layout == LAYOUT_BF16:
         for i in range(n):
             hb = (i & 3) << 8
-            v = _unit(x, r, i, use_ref)
+            v = np.int64(ld(x, i)) ^ (np.int64(ld(r, i)) & m)
             _inc(hs, hb + ((v >> 7) & 0xFF))
             _inc(hs, 1024 + hb + (((v >> 8) & 0x80) | (v & 0x7F)))
     else:
         for i in range(n):
             hb = (i & 3) << 8
-            v = _unit(x, r, i, use_ref)
+            v = np.int64(ld(x, i)) ^ (np.int64(ld(r, i)) & m)
             _inc(hs, hb + ((v >> 10) & 0x1F))
             _inc(hs, 1024 + hb + (((v >> 13) & 4) | ((v >> 8) & 3)))
             _inc(hs, 2048 + hb + (v & 0xFF))
