@@ -79,3 +79,25 @@ def test_predicted_exponent_estimated_on_a_1d_tensor():
     g = (np.random.default_rng(4).standard_normal(131072) * 0.02).astype(ml_dtypes.bfloat16)
     pg = _planes(g, LAYOUT_BF16, 2)
     assert kstreams.pred_gain(pg[0], g.size, g.size, 32) < 0      # i.i.d. weights: no gain, not tried
+
+
+def _chunks(blob):
+    from lmc.api import _parse_header
+    h = _parse_header(np.frombuffer(blob, np.uint8))
+    return [bytes(blob[o:o + s]) for o, s in zip(h["offsets"].tolist(), h["sizes"].tolist())]
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
+def test_a_useless_reference_gives_the_alone_chunks(dt):
+    """With a reference that helps no chunk (unrelated values), every chunk is the one coded without a
+    reference, byte for byte: the alone coding is counted and written as without one (its near-raw planes left
+    out), for moment-like data (a wide exponent range, random low mantissa bytes) and weight-like data."""
+    rng = np.random.default_rng(7)
+    n = 3 * 131072 + 999
+    moments = (rng.standard_normal(n) * np.exp(rng.standard_normal(n) * 2) * 1e-4).astype(np.float32)
+    weights = (rng.standard_normal(n) * 0.02).astype(np.float32)
+    for x in (moments.astype(dt), weights.astype(dt)):
+        ref = (rng.standard_normal(n) * 1e3).astype(np.float32).astype(dt)
+        alone, with_ref = lmc.compress(x, threads=1), lmc.compress(x, reference=ref, threads=1)
+        assert _chunks(with_ref) == _chunks(alone)
+        assert lmc.decompress(with_ref, reference=ref).tobytes() == x.tobytes()
