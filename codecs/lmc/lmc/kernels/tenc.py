@@ -22,9 +22,9 @@ element's bits in ``low`` as the scalar pass does (packed by ``_traw`` when the 
 their chains, set the speed).
 
 ``tsyms8(x, r, n, W, mb, em, E, jb, low) -> (raw bits, units done)``: the first n & ~7 units.  W = 16: their
-raw bits from bit 0 of ``low``'s bytes, the byte holding the last bit and the 7 after it stored with zeros
-above the last bit, so that a caller continues the stream from bit ``raw`` (``temporal._tsyms_all``); ``low``
-needs ceil(raw / 8) + 8 bytes.  W = 32: low[i] holds element i's raw bits.  Nothing here checks bounds.  Where
+raw bits from bit 0 of ``low``'s bytes, the 8-byte word holding bit ``raw`` stored with zeros from that bit
+on, so that a caller continues the stream there (``temporal._tsyms_all``); ``low`` needs ceil(raw / 8) + 8
+bytes.  W = 32: low[i] holds element i's raw bits.  Nothing here checks bounds.  Where
 ``simd.SIMD`` is false it does nothing and returns (0, 0): the scalar loop takes every unit.
 ``tests/test_rans32.py`` checks the symbols and the bytes against the scalar loop and ``_traw``."""
 import numpy as np
