@@ -170,7 +170,6 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         have_d = False
         have_a = False
         have_t = False
-        have_x = False
         cost_a = 2 * nbytes + 64  # (not counted: larger than any coding)
         cost_x = cost_a + 1
         for rnd in range(2):
