@@ -94,7 +94,7 @@ def encoder(x, r, layout, W, repeat):
             o = put_rans(jb, n, et, tbuf[:2 * n + 4 * LANES + 16], out, o, unit * n, (raw + 7) >> 3,
                          rans_states_for(n, FORMAT))
             t = P("rANS encoder (32 states)", t)
-            if kt.SIMD and W == 16:   # (packed by the symbol pass: copied)
+            if kt.packed(W):   # (packed by the symbol pass: copied)
                 copy_bytes(out, o, low.view(np.uint8), 0, (raw + 7) >> 3)
             else:
                 kt._traw(jb, low, n, kbt, out, o, 4 if W == 16 else 2)

@@ -195,6 +195,12 @@ def _tsample(x, r, n, layout, E, ts, xs):
     return raw, m
 
 
+@njit(inline="always")
+def packed(W):
+    """Whether the symbol pass leaves the raw bits packed in low's bytes (_tsyms_all) for W-bit units."""
+    return SIMD and W == 16
+
+
 @njit(nogil=True, cache=True)
 def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
     """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % 8 are vectors (kernels.tenc.tsyms8),
@@ -203,7 +209,7 @@ def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
     if not SIMD:
         return _tsyms(x, r, n, W, mb, em, E, jb, low)
     raw, m = tsyms8(x, r, n, W, mb, em, E, jb, low)
-    if W == 32:   # (not packed: see kernels.tenc)
+    if not packed(W):   # (32-bit units: see kernels.tenc)
         return raw + _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], low[m:])
     rb = low.view(np.uint8)
     lt = np.empty(8, np.uint32)
@@ -375,7 +381,7 @@ def temporal_write(E, cmask, jb, low, n, W, f, cm, rawbits, out, o, lim, tbuf, k
     o = put_rans(jb, n, et, tbuf, out, o, lim, nraw, rans_states_for(n, fv))
     if o < 0:
         return -1
-    if SIMD and W == 16:   # (packed by the symbol pass: _tsyms_all)
+    if packed(W):   # (by the symbol pass: _tsyms_all)
         copy_bytes(out, o, low.view(np.uint8), 0, nraw)
         q = o + nraw
     else:
