@@ -128,6 +128,14 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     jready = False
     hj = h[0]
     lj = lens[0]
+    if temporal:
+        # the two full passes first (the chunk's checksum over the data, the context base over the reference):
+        # they stream the chunk into the cache at the memory's bandwidth, where the sampled estimates below then
+        # find their blocks (the delta plan of a bf16 weights chunk: 33 us cold, each sampled block waiting for
+        # memory, 22 us warm)
+        chk = checksum_units(data, start, n, unit, wk)
+        if do_d and not fast and fv >= 7 and not sf:
+            E = temporal_base(ref, start, n, layout)
     if do_d:
         db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
         if fast:
@@ -147,7 +155,6 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             est_a = min(est_a, est_x)
         elif fv >= 7 and not sf:
             est_a, est_x0 = stream_estimates(data, ref, start, n, layout, dhs)
-            E = temporal_base(ref, start, n, layout)
             est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
             if est_a >= 0 and n >= TSAMPLE_MIN:
                 gate = True
@@ -166,7 +173,6 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         # win) and of the delta coding; the XOR and temporal codings are
         # estimated on a sample first and analysed exactly only where they
         # may win; the chosen mode is split into planes afterwards
-        chk = checksum_units(data, start, n, unit, wk)
         have_d = False
         have_a = False
         have_t = False
