@@ -23,7 +23,8 @@ MODES = ["chunk:alone", "chunk:xor", "chunk:stored", "chunk:temporal", "chunk:pr
          "alone/huffman", "alone/rans", "alone/raw", "alone/const", "xor/huffman", "xor/rans", "xor/const",
          "pred/huffman", "pred/raw", "pred/const", "chunk:mctx", "mctx/huffman", "chunk:delta", "delta/raw",
          "delta/const", "temporal32", "alone/rans32", "mctx32", "xor/rans32",   # *32: format 7's 32-state streams
-         "chunk:joint", "joint/huffman"]
+         "chunk:joint", "joint/huffman",
+         "alone/huffman-fixed", "pred/huffman-fixed"]   # Huffman streams of one length k over 2^k symbols
 # the predicted-exponent forgeries of fuzz_decoder._pred_mutation (chunk mode 4, format v3)
 PRED_KINDS = ("pred:w", "pred:w_zero", "pred:residual_raw", "pred:residual_const", "pred:residual_rans1",
               "pred:all_const", "pred:head_cut", "pred:in_v1", "pred:in_v2", "pred:as_alone",

@@ -375,6 +375,62 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp, inter=True):
 
 
 @njit(nogil=True, cache=True)
+def fixed_decode4(buf, st, ln, k, dec, out, n, tmp, inter=True):
+    """huff_decode4 for a code whose every length is k (streams.fixed_code): symbol i of a sub-stream is the
+    k bits at bit k * i, looked up in dec (dec[v] for v < 2^k: the symbol whose reversed code is v), with no
+    serial walk. The same statuses as huff_decode4 (a sub-stream of c symbols must be (c k + 7) // 8 bytes,
+    its padding bits zero), the same symbols in out (or in tmp's sub-stream rows where not inter)."""
+    m = (n + 3) >> 2
+    r = m + 16
+    for j in range(4):
+        c = (n + 3 - j) >> 2
+        b = c * k
+        if (b + 7) >> 3 != ln[j]:
+            return ERR_STREAM
+        if b & 7 and (buf[st[j] + ln[j] - 1] >> (b & 7)) != 0:
+            return ERR_PAD
+    t = np.empty(256, np.uint8)
+    for v in range(1 << k):
+        t[v] = np.uint8(dec[v] & 0xFF)
+    mask = np.uint64((1 << k) - 1)
+    g = 56 // k   # symbols per 8-byte load (the load's bit offset is < 8, and g k + 7 <= 63)
+    q = n >> 2    # symbols every sub-stream has
+    # whole groups of g symbols whose 8-byte loads lie inside every sub-stream (the shortest, the last)
+    lim = min(q, ((ln[3] - 8) * 8 // k) // g * g) if ln[3] >= 8 else 0
+    i = 0
+    if inter:
+        while i + g <= lim:
+            b = i * k
+            x0 = load_u64(buf, st[0] + (b >> 3)) >> np.uint64(b & 7)
+            x1 = load_u64(buf, st[1] + (b >> 3)) >> np.uint64(b & 7)
+            x2 = load_u64(buf, st[2] + (b >> 3)) >> np.uint64(b & 7)
+            x3 = load_u64(buf, st[3] + (b >> 3)) >> np.uint64(b & 7)
+            for j in range(g):
+                sh = np.uint64(k * j)
+                store_u32(out, 4 * (i + j), np.uint32(ld(t, (x0 >> sh) & mask))
+                          | (np.uint32(ld(t, (x1 >> sh) & mask)) << 8)
+                          | (np.uint32(ld(t, (x2 >> sh) & mask)) << 16)
+                          | (np.uint32(ld(t, (x3 >> sh) & mask)) << 24))
+            i += g
+    # the rest symbol by symbol (a load of up to 8 bytes inside the sub-stream)
+    for j in range(4):
+        L = ln[j]
+        sk = st[j]
+        for a in range(i, (n + 3 - j) >> 2):
+            b = a * k
+            if (b >> 3) + 8 <= L:
+                x = load_u64(buf, sk + (b >> 3)) >> np.uint64(b & 7)
+            else:
+                x = _slow_load(buf, sk, L, b >> 3) >> np.uint64(b & 7)
+            s = t[x & mask]
+            if inter:
+                out[4 * a + j] = s
+            else:
+                tmp[j * r + a] = s
+    return OK
+
+
+@njit(nogil=True, cache=True)
 def read_huff_table(blob, pos, plen, lens):
     """The code lengths of the Huffman stream record blob[pos:pos+plen] (lo,
     hi, then 4 bits per symbol lo..hi) into lens; checks that the table and
@@ -415,18 +471,6 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp, inter=
     cnt = hi - lo + 1
     if not build_decode_table(lens, dec):
         return ERR_KRAFT
-    minlen = MAXLEN
-    for j in range(cnt):
-        L = np.int64(lens[lo + j])
-        if L > 0 and L < minlen:
-            minlen = L
-    single = 2 * minlen > MAXLEN
-    if single:
-        for idx in range(TABSIZE):
-            e = dec[idx]
-            dec1[idx] = np.uint16((e >> 8) | ((e & 0xFF) << 8))
-    else:
-        build_multi_table(dec, dec3)
     st = np.empty(4, np.int64)
     ln = np.empty(4, np.int64)
     ln[0] = np.int64(load_u32(blob, q))
@@ -442,6 +486,24 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp, inter=
         acc += ln[k]
     st[3] = q + acc
     ln[3] = rem - acc
+    k = np.int64(lens[lo])
+    fixed = cnt == 1 << k
+    for j in range(cnt):
+        fixed = fixed and np.int64(lens[lo + j]) == k
+    if fixed:   # every symbol of the range at length k: a fixed-length code
+        return fixed_decode4(blob, st, ln, k, dec, p, n, tmp, inter)
+    minlen = MAXLEN
+    for j in range(cnt):
+        L = np.int64(lens[lo + j])
+        if L > 0 and L < minlen:
+            minlen = L
+    single = 2 * minlen > MAXLEN
+    if single:
+        for idx in range(TABSIZE):
+            e = dec[idx]
+            dec1[idx] = np.uint16((e >> 8) | ((e & 0xFF) << 8))
+    else:
+        build_multi_table(dec, dec3)
     return huff_decode4(blob, st, ln, dec, dec3, dec1, single, p, n, tmp, inter)
 
 
