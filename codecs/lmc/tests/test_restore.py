@@ -28,8 +28,12 @@ def test_saturating_median_on_every_byte_triple():
     v = np.arange(256, dtype=np.int16)
     a, b, c = v[:, None, None], v[None, :, None], v[None, None, :]
     med = np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), a + b - c))
-    up = np.maximum(a, np.minimum(np.minimum(a + np.maximum(b - c, 0), 255), b))     # b >= c
-    down = np.minimum(a, np.maximum(np.maximum(a - np.maximum(c - b, 0), 0), b))    # b < c
+    up = np.minimum(np.maximum(a, b), np.minimum(a + np.maximum(b - c, 0), 255))     # b >= c
+    down = np.maximum(np.minimum(a, b), np.maximum(a - np.maximum(c - b, 0), 0))    # b < c
+    assert np.array_equal(np.where(c > b, down, up), med)
+    # (the earlier form, three operations deep on a)
+    up = np.maximum(a, np.minimum(np.minimum(a + np.maximum(b - c, 0), 255), b))
+    down = np.minimum(a, np.maximum(np.maximum(a - np.maximum(c - b, 0), 0), b))
     assert np.array_equal(np.where(c > b, down, up), med)
 
 

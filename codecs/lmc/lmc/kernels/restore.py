@@ -5,16 +5,20 @@ back), taken modulo 256.
 
 The left neighbour 4 back makes four chains (element i in chain i mod 4), each serial: the pass is bound by the
 latency of one step, not by its instructions.  Where ``simd.SIMD`` holds, one step of the four chains is one
-``<4 x i8>`` vector (``_make_steps4``) and the median is taken in a form whose path from the left neighbour is four
-byte operations long: with ``a`` the left, ``b`` the up and ``c`` the up-left neighbour,
+``<4 x i8>`` vector (``_make_steps4``) and the median is taken in a form whose path from the left neighbour is three
+byte operations long, and the residual's addition a fourth: with ``a`` the left, ``b`` the up and ``c`` the
+up-left neighbour,
 
-    median(a, b, a + b - c) = max(a, min(a +sat (b -sat c), b))   where b >= c,
-                              min(a, max(a -sat (c -sat b), b))   where b < c,
+    median(a, b, a + b - c) = min(max(a, b), a +sat (b -sat c))   where b >= c,
+                              max(min(a, b), a -sat (c -sat b))   where b < c,
 
 (``+sat``, ``-sat``: unsigned byte addition and subtraction that saturate at 255 and 0; ``b -sat c`` and the
-choice come from the row above, off the chain).  ``tests/test_restore.py`` checks the identity on all 2^24 byte
-triples, and the vector loop against the scalar one.  On this project's 2-core AMD EPYC the pass takes 0.40 ns an
-element against 1.17 for the scalar loop (a 131,072-element chunk, one thread).  Elsewhere, and where w < 4 (the
+choice come from the row above, off the chain; the two operations on ``a`` in each line run side by side, then
+the min or max, then the choice).  ``tests/test_restore.py`` checks the identity on all 2^24 byte triples, and
+the vector loop against the scalar one.  On this project's 2-core AMD EPYC the pass took 0.40 ns an element
+against 1.17 for the scalar loop (a 131,072-element chunk, one thread) with the earlier form
+``max(a, min(a +sat (b -sat c), b))`` / ``min(a, max(a -sat (c -sat b), b))``, whose three operations on the
+chain ran one after another.  Elsewhere, and where w < 4 (the
 up neighbours of a step's elements are then inside the step), the scalar loop runs."""
 
 import numpy as np
@@ -97,8 +101,8 @@ def _make_steps4():
                 c = builder.load(at(builder.sub(u, ir.Constant(I64, 4))), align=1)
                 r = builder.load(at(i), align=1)
                 a = builder.load(left)
-                up = umax(a, umin(builder.call(sat["uadd"], [a, builder.call(sat["usub"], [b, c])]), b))
-                down = umin(a, umax(builder.call(sat["usub"], [a, builder.call(sat["usub"], [c, b])]), b))
+                up = umin(umax(a, b), builder.call(sat["uadd"], [a, builder.call(sat["usub"], [b, c])]))
+                down = umax(umin(a, b), builder.call(sat["usub"], [a, builder.call(sat["usub"], [c, b])]))
                 y = builder.add(r, builder.select(builder.icmp_unsigned(">", c, b), down, up))
                 builder.store(y, at(i), align=1)
                 builder.store(y, left)
