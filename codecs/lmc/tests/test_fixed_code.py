@@ -235,3 +235,61 @@ def test_the_direct_read_stays_inside_the_record():
                        cwd=here)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "CHECKED OK" in p.stdout
+
+
+GUARD_CHILD = r"""
+import ctypes, mmap, sys
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+import test_fixed_code as T
+PAGE = mmap.PAGESIZE
+libc = ctypes.CDLL(None)
+rng = np.random.default_rng(7)
+cases = []
+for k in (1, 3, 5, 7, 8):
+    lens = np.zeros(256, np.uint8)
+    lens[:1 << k] = k
+    for n in (32, 33, 4 * 8 * 9, 4 * 8 * 9 + 5, 4096, 40000, 40003):
+        rec = T._record(rng.integers(0, 1 << k, n).astype(np.uint8), lens)
+        cases += [(rec, n, True), (rec[:rec.size - 1], n, False)]
+np_ = (max(c[0].size for c in cases) + PAGE - 1) // PAGE + 1
+mm = mmap.mmap(-1, (np_ + 1) * PAGE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+assert libc.mprotect(ctypes.c_void_p(base + np_ * PAGE), PAGE, 0) == 0   # the page after the records: no access
+arena = np.frombuffer(mm, np.uint8, count=np_ * PAGE)
+for rec, n, whole in cases:
+    buf = arena[arena.size - rec.size:]          # the record ends where the no-access page begins
+    buf[:] = rec
+    st, y = T._fast(buf, buf.size, n, True)
+    assert (st == 0) == whole, (n, st)
+print("ok", len(cases))
+"""
+
+
+def test_records_ending_at_a_no_access_page_are_read_without_a_fault():
+    """The compiled decoder (the vector groups where the CPU has AVX2, then the scalar loop) on records whose last
+    byte is the last one before a page with no access: a read past the record is a segmentation fault, seen here
+    as the child's death."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(here), here]))
+    p = subprocess.run([sys.executable, "-c", GUARD_CHILD, here], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=here)
+    assert p.returncode == 0 and p.stdout.split()[:1] == ["ok"], (p.returncode, p.stderr[-2000:])
+
+
+def test_the_scalar_build_reads_the_same():
+    """LMC_SIMD=0 (the build a CPU without AVX2 gets: the scalar loop only): the comparison with the table walk
+    again, in a child."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, LMC_SIMD="0")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__),
+                        "-k", "matches_the_table_walk"], cwd=here, env=env, capture_output=True, text=True,
+                       timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "4 passed" in p.stdout

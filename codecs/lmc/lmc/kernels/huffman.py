@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit
 
 from .intrinsics import clz64, ld, load_u32, load_u64, store_u32
+from .simd import SIMD, _Vec
 from .intrinsics import st as put
 from .base import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, OK, TABSIZE, _B57, _CM, _M11,
                    _M32, _M57, _M63, _S8, _U0, _i4, _slow_load)
@@ -374,6 +375,81 @@ def huff_decode4(buf, st, ln, dec, dec3, dec1, single, out, n, tmp, inter=True):
     return OK
 
 
+def _make_fixed_groups():
+    """``(buf, st, k, lo, out, ng) -> ng``: symbols 0 .. 8 ng - 1 of the four sub-streams of a fixed-length code of
+    k bits (sub-stream j at buf[st[j]:]) interleaved into out[:32 ng], eight symbols of each sub-stream a step.
+    Group g of a sub-stream is the k bytes at k g (8 k bits: byte-aligned). The four groups' 64-bit words are one
+    ``<4 x i64>`` vector: its bits reversed (a field then holds its code's canonical value, the fields in reverse
+    order) and shifted down by 64 - 8k, the eight k-bit fields spread to the eight bytes by three rounds of masks
+    (halves, quarters, bytes), lo added and the 32 bytes put in output order by one shuffle. Generic LLVM vector
+    operations only (no CPU-specific intrinsic). The caller guarantees 8 ng <= every sub-stream's symbols and
+    k (ng - 1) + 8 <= every sub-stream's bytes; nothing here checks bounds."""
+    from numba import types
+    from numba.extending import intrinsic
+    V = _Vec()
+    ir, cgutils = V.ir, V.cg
+    I8, I64 = V.I8, V.I64
+    V4 = ir.VectorType(I64, 4)
+    B32 = ir.VectorType(I8, 32)
+
+    @intrinsic
+    def _fixed_groups(typingctx, buf, st, k, lo, out, ng):
+        sig = types.int64(buf, st, k, lo, out, ng)
+
+        def codegen(context, builder, signature, args):
+            bp, sp, op = (V.data(context, builder, signature, args, j, t) for j, t in ((0, I8), (1, I64), (4, I8)))
+            k, lo, ng = args[2], args[3], args[5]
+            rev = V.fn(builder, "llvm.bitreverse.v4i64", V4, [V4])
+
+            def c(v):
+                return ir.Constant(I64, v)
+
+            def vs(x):   # an i64 in the four lanes
+                u = builder.insert_element(ir.Constant(V4, ir.Undefined), x, ir.Constant(V.I32, 0))
+                return builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 4), [0] * 4))
+
+            one = c(1)
+            m1 = builder.sub(builder.shl(one, builder.mul(k, c(4))), one)             # 4 fields
+            m2 = builder.sub(builder.shl(one, builder.mul(k, c(2))), one)             # 2 fields, in each half
+            m2 = builder.or_(m2, builder.shl(m2, c(32)))
+            m3 = builder.sub(builder.shl(one, k), one)                                # 1 field, in each quarter
+            m3 = builder.mul(m3, c(0x0001000100010001))
+            rounds = [(vs(m1), vs(builder.shl(m1, c(32))), vs(builder.sub(c(32), builder.mul(k, c(4))))),
+                      (vs(m2), vs(builder.shl(m2, c(16))), vs(builder.sub(c(16), builder.mul(k, c(2))))),
+                      (vs(m3), vs(builder.shl(m3, c(8))), vs(builder.sub(c(8), k)))]
+            down = vs(builder.sub(c(64), builder.shl(k, c(3))))
+            u = builder.insert_element(ir.Constant(B32, ir.Undefined), builder.trunc(lo, I8), ir.Constant(V.I32, 0))
+            vlo = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 32), [0] * 32))
+            # output byte 4 jj + j: sub-stream j's symbol jj, in byte 7 - jj of its lane
+            perm = ir.Constant(ir.VectorType(V.I32, 32), [8 * (b % 4) + 7 - b // 4 for b in range(32)])
+            starts = [builder.load(builder.gep(sp, [c(j)])) for j in range(4)]
+            with cgutils.for_range(builder, ng) as loop:
+                off = builder.mul(loop.index, k)
+                x = ir.Constant(V4, ir.Undefined)
+                for j in range(4):
+                    w = builder.load(builder.bitcast(builder.gep(bp, [builder.add(starts[j], off)]),
+                                                     ir.PointerType(I64)), align=1)
+                    x = builder.insert_element(x, w, ir.Constant(V.I32, j))
+                t = builder.lshr(builder.call(rev, [x]), down)
+                for keep, move, sh in rounds:
+                    t = builder.or_(builder.and_(t, keep), builder.and_(builder.shl(t, sh), move))
+                b = builder.add(builder.bitcast(t, B32), vlo)
+                b = builder.shuffle_vector(b, b, perm)
+                dst = builder.gep(op, [builder.shl(loop.index, c(5))])
+                builder.store(b, builder.bitcast(dst, ir.PointerType(B32)), align=1)
+            return ng
+        return sig, codegen
+    return _fixed_groups
+
+
+if SIMD:
+    _fixed_groups = _make_fixed_groups()
+else:
+    @njit(nogil=True, cache=True)
+    def _fixed_groups(buf, st, k, lo, out, ng):   # (never called: SIMD is False)
+        return 0
+
+
 @njit(nogil=True, cache=True)
 def fixed_decode4(buf, st, ln, k, dec, out, n, tmp, inter=True):
     """huff_decode4 for a code whose every length is k (streams.fixed_code): symbol i of a sub-stream is the
@@ -398,6 +474,10 @@ def fixed_decode4(buf, st, ln, k, dec, out, n, tmp, inter=True):
     # whole groups of g symbols whose 8-byte loads lie inside every sub-stream (the shortest, the last)
     lim = min(q, ((ln[3] - 8) * 8 // k) // g * g) if ln[3] >= 8 else 0
     i = 0
+    if SIMD and inter and ln[3] >= 8:
+        # groups of eight symbols of every sub-stream as vectors, while each group's 8-byte loads lie inside
+        # every sub-stream (group m at byte k m)
+        i = 8 * _fixed_groups(buf, st, k, np.int64(t[0]), out, min(q >> 3, (ln[3] - 8) // k + 1))
     if inter:
         while i + g <= lim:
             b = i * k
