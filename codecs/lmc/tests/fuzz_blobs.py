@@ -434,7 +434,7 @@ class Blob:
             nbt = (hi - lo + 2) // 2
             lens = {(p[q + 2 + j // 2] >> 4 * (j & 1)) & 15 for j in range(hi - lo + 1)}
             if len(lens) == 1 and hi - lo + 1 == 1 << min(lens):
-                own += "-fixed"   # every length k over 2^k symbols: huffman.fixed_decode4 reads it
+                own += "-fixed"   # every length k over 2^k symbols: hfixed.fixed_decode4 reads it
             F += [(q, 1, "huff_lo", own), (q + 1, 1, "huff_hi", own),
                   (q + 2, nbt, "huff_lengths", own)]
             j = q + 2 + nbt

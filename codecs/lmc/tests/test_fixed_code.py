@@ -1,6 +1,6 @@
 """The fixed-length Huffman code: the encoder's choice (streams.fixed_code: the symbols of a stream in a range of
 2^k < 256 values, Huffman saving at most 1/32 of k bits a symbol, get the code of every length k) and the
-decoder's direct read of such a code (huffman.fixed_decode4), held against the general Huffman decoder on the
+decoder's direct read of such a code (hfixed.fixed_decode4), held against the general Huffman decoder on the
 same records, intact and damaged."""
 import struct
 

@@ -18,7 +18,8 @@ inside the sub-stream (slow byte-wise refill otherwise).
 
 The kernel modules, each coder's encoder, decoder and check together:
 ``kernels.base`` (constants, error codes, checksum, stream split/merge),
-``kernels.huffman`` (the Huffman coder), ``kernels.rans`` (the rANS coder, and context
+``kernels.huffman`` (the Huffman coder; ``kernels.hfixed``, its decoder of a fixed-length code),
+``kernels.rans`` (the rANS coder, and context
 rANS: a table per context), ``kernels.streams`` (the alone and XOR chunk modes:
 histograms, per-stream coding choice, stream writers and readers),
 ``kernels.temporal`` (the temporal chunk mode), ``kernels.mctx`` (the mantissa-context

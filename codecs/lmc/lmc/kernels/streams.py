@@ -170,7 +170,7 @@ def fixed_code(freq, lens):
     """Where the symbols present lie in a range of 2^k < 256 values and the Huffman code lens saves at most
     1/RANS_MARGIN of a k-bit code's bits, lens becomes the k-bit code: every symbol of the range (present or
     not, inside 0..255) at length k, a complete code that the decoder reads k bits a symbol without a table
-    walk (huffman.fixed_decode4; the plane of a non-negative tensor's sign and 7 mantissa bits: Huffman saved
+    walk (hfixed.fixed_decode4; the plane of a non-negative tensor's sign and 7 mantissa bits: Huffman saved
     0.3% of it and took 0.5 ns an element to decode). A code of 256 symbols is left alone: the raw stream is
     its fixed code, chosen where Huffman saves nothing. Returns whether lens changed."""
     lo, hi = nonzero_range(freq, 0, 256)

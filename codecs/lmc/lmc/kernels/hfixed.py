@@ -1,0 +1,146 @@
+"""lmc kernels: the fixed-length code's decoder (``fixed_decode4``). A Huffman payload whose every symbol of
+``lo..hi`` has one length k (then hi - lo + 1 = 2^k; ``streams.fixed_code`` writes one where Huffman would save at
+most 1/32 of k bits a symbol) is read k bits a symbol with no table walk: eight symbols of each sub-stream a step
+as one vector where ``simd.SIMD`` holds (``_make_fixed_groups``), the scalar loop after it and elsewhere.
+``huffman.decode_huff_stream`` calls it; its statuses and symbols are the table walk's (``tests/test_fixed_code.py``)."""
+import numpy as np
+from numba import njit
+
+from .intrinsics import ld, load_u64, store_u32
+from .base import ERR_PAD, ERR_STREAM, OK, _slow_load
+from .simd import SIMD, _Vec
+
+
+def _make_fixed_groups():
+    """``(buf, st, k, lo, out, ng) -> ng``: symbols 0 .. 8 ng - 1 of the four sub-streams of a fixed-length code of
+    k bits (sub-stream j at buf[st[j]:]) interleaved into out[:32 ng], eight symbols of each sub-stream a step.
+    Group g of a sub-stream is the k bytes at k g (8 k bits: byte-aligned). The four groups' 64-bit words are one
+    ``<4 x i64>`` vector: its bits reversed (a field then holds its code's canonical value, the fields in reverse
+    order) and shifted down by 64 - 8k, the eight k-bit fields spread to the eight bytes by three rounds of masks
+    (halves, quarters, bytes), lo added and the 32 bytes put in output order by one shuffle. Generic LLVM vector
+    operations only (no CPU-specific intrinsic). The caller guarantees 8 ng <= every sub-stream's symbols and
+    k (ng - 1) + 8 <= every sub-stream's bytes; nothing here checks bounds."""
+    from numba import types
+    from numba.extending import intrinsic
+    V = _Vec()
+    ir, cgutils = V.ir, V.cg
+    I8, I64 = V.I8, V.I64
+    V4 = ir.VectorType(I64, 4)
+    B32 = ir.VectorType(I8, 32)
+
+    @intrinsic
+    def _fixed_groups(typingctx, buf, st, k, lo, out, ng):
+        sig = types.int64(buf, st, k, lo, out, ng)
+
+        def codegen(context, builder, signature, args):
+            bp, sp, op = (V.data(context, builder, signature, args, j, t) for j, t in ((0, I8), (1, I64), (4, I8)))
+            k, lo, ng = args[2], args[3], args[5]
+            rev = V.fn(builder, "llvm.bitreverse.v4i64", V4, [V4])
+
+            def c(v):
+                return ir.Constant(I64, v)
+
+            def vs(x):   # an i64 in the four lanes
+                u = builder.insert_element(ir.Constant(V4, ir.Undefined), x, ir.Constant(V.I32, 0))
+                return builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 4), [0] * 4))
+
+            one = c(1)
+            m1 = builder.sub(builder.shl(one, builder.mul(k, c(4))), one)             # 4 fields
+            m2 = builder.sub(builder.shl(one, builder.mul(k, c(2))), one)             # 2 fields, in each half
+            m2 = builder.or_(m2, builder.shl(m2, c(32)))
+            m3 = builder.sub(builder.shl(one, k), one)                                # 1 field, in each quarter
+            m3 = builder.mul(m3, c(0x0001000100010001))
+            rounds = [(vs(m1), vs(builder.shl(m1, c(32))), vs(builder.sub(c(32), builder.mul(k, c(4))))),
+                      (vs(m2), vs(builder.shl(m2, c(16))), vs(builder.sub(c(16), builder.mul(k, c(2))))),
+                      (vs(m3), vs(builder.shl(m3, c(8))), vs(builder.sub(c(8), k)))]
+            down = vs(builder.sub(c(64), builder.shl(k, c(3))))
+            u = builder.insert_element(ir.Constant(B32, ir.Undefined), builder.trunc(lo, I8), ir.Constant(V.I32, 0))
+            vlo = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 32), [0] * 32))
+            # output byte 4 jj + j: sub-stream j's symbol jj, in byte 7 - jj of its lane
+            perm = ir.Constant(ir.VectorType(V.I32, 32), [8 * (b % 4) + 7 - b // 4 for b in range(32)])
+            starts = [builder.load(builder.gep(sp, [c(j)])) for j in range(4)]
+            with cgutils.for_range(builder, ng) as loop:
+                off = builder.mul(loop.index, k)
+                x = ir.Constant(V4, ir.Undefined)
+                for j in range(4):
+                    w = builder.load(builder.bitcast(builder.gep(bp, [builder.add(starts[j], off)]),
+                                                     ir.PointerType(I64)), align=1)
+                    x = builder.insert_element(x, w, ir.Constant(V.I32, j))
+                t = builder.lshr(builder.call(rev, [x]), down)
+                for keep, move, sh in rounds:
+                    t = builder.or_(builder.and_(t, keep), builder.and_(builder.shl(t, sh), move))
+                b = builder.add(builder.bitcast(t, B32), vlo)
+                b = builder.shuffle_vector(b, b, perm)
+                dst = builder.gep(op, [builder.shl(loop.index, c(5))])
+                builder.store(b, builder.bitcast(dst, ir.PointerType(B32)), align=1)
+            return ng
+        return sig, codegen
+    return _fixed_groups
+
+
+if SIMD:
+    _fixed_groups = _make_fixed_groups()
+else:
+    @njit(nogil=True, cache=True)
+    def _fixed_groups(buf, st, k, lo, out, ng):   # (never called: SIMD is False)
+        return 0
+
+
+@njit(nogil=True, cache=True)
+def fixed_decode4(buf, st, ln, k, dec, out, n, tmp, inter=True):
+    """huff_decode4 for a code whose every length is k (streams.fixed_code): symbol i of a sub-stream is the
+    k bits at bit k * i, looked up in dec (dec[v] for v < 2^k: the symbol whose reversed code is v), with no
+    serial walk. The same statuses as huff_decode4 (a sub-stream of c symbols must be (c k + 7) // 8 bytes,
+    its padding bits zero), the same symbols in out (or in tmp's sub-stream rows where not inter)."""
+    m = (n + 3) >> 2
+    r = m + 16
+    for j in range(4):
+        c = (n + 3 - j) >> 2
+        b = c * k
+        if (b + 7) >> 3 != ln[j]:
+            return ERR_STREAM
+        if b & 7 and (buf[st[j] + ln[j] - 1] >> (b & 7)) != 0:
+            return ERR_PAD
+    t = np.empty(256, np.uint8)
+    for v in range(1 << k):
+        t[v] = np.uint8(dec[v] & 0xFF)
+    mask = np.uint64((1 << k) - 1)
+    g = 56 // k   # symbols per 8-byte load (the load's bit offset is < 8, and g k + 7 <= 63)
+    q = n >> 2    # symbols every sub-stream has
+    # whole groups of g symbols whose 8-byte loads lie inside every sub-stream (the shortest, the last)
+    lim = min(q, ((ln[3] - 8) * 8 // k) // g * g) if ln[3] >= 8 else 0
+    i = 0
+    if SIMD and inter and ln[3] >= 8:
+        # groups of eight symbols of every sub-stream as vectors, while each group's 8-byte loads lie inside
+        # every sub-stream (group m at byte k m)
+        i = 8 * _fixed_groups(buf, st, k, np.int64(t[0]), out, min(q >> 3, (ln[3] - 8) // k + 1))
+    if inter:
+        while i + g <= lim:
+            b = i * k
+            x0 = load_u64(buf, st[0] + (b >> 3)) >> np.uint64(b & 7)
+            x1 = load_u64(buf, st[1] + (b >> 3)) >> np.uint64(b & 7)
+            x2 = load_u64(buf, st[2] + (b >> 3)) >> np.uint64(b & 7)
+            x3 = load_u64(buf, st[3] + (b >> 3)) >> np.uint64(b & 7)
+            for j in range(g):
+                sh = np.uint64(k * j)
+                store_u32(out, 4 * (i + j), np.uint32(ld(t, (x0 >> sh) & mask))
+                          | (np.uint32(ld(t, (x1 >> sh) & mask)) << 8)
+                          | (np.uint32(ld(t, (x2 >> sh) & mask)) << 16)
+                          | (np.uint32(ld(t, (x3 >> sh) & mask)) << 24))
+            i += g
+    # the rest symbol by symbol (a load of up to 8 bytes inside the sub-stream)
+    for j in range(4):
+        L = ln[j]
+        sk = st[j]
+        for a in range(i, (n + 3 - j) >> 2):
+            b = a * k
+            if (b >> 3) + 8 <= L:
+                x = load_u64(buf, sk + (b >> 3)) >> np.uint64(b & 7)
+            else:
+                x = _slow_load(buf, sk, L, b >> 3) >> np.uint64(b & 7)
+            s = t[x & mask]
+            if inter:
+                out[4 * a + j] = s
+            else:
+                tmp[j * r + a] = s
+    return OK
