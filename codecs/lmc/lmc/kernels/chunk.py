@@ -132,8 +132,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     if temporal:
         # the two full passes first (the chunk's checksum over the data, the context base over the reference):
         # they stream the chunk into the cache at the memory's bandwidth, where the sampled estimates below then
-        # find their blocks (the delta plan of a bf16 weights chunk: 33 us cold, each sampled block waiting for
-        # memory, 22 us warm)
+        # find their blocks (first, on a cold chunk, each sampled block waited for memory)
         chk = checksum_units(data, start, n, unit, wk)
         if do_d and not fast and fv >= 7 and not sf:
             E = temporal_base(ref, start, n, layout)
