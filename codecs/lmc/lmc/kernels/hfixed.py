@@ -1,14 +1,32 @@
-"""lmc kernels: the fixed-length code's decoder (``fixed_decode4``). A Huffman payload whose every symbol of
-``lo..hi`` has one length k (then hi - lo + 1 = 2^k; ``streams.fixed_code`` writes one where Huffman would save at
-most 1/32 of k bits a symbol) is read k bits a symbol with no table walk: eight symbols of each sub-stream a step
-as one vector where ``simd.SIMD`` holds (``_make_fixed_groups``), the scalar loop after it and elsewhere.
-``huffman.decode_huff_stream`` calls it; its statuses and symbols are the table walk's (``tests/test_fixed_code.py``)."""
+"""lmc kernels: the fixed-length code, decoder (``fixed_decode4``) and encoder (``fixed_encode4``). A Huffman
+payload whose every symbol of ``lo..hi`` has one length k (then hi - lo + 1 = 2^k; ``streams.fixed_code`` chooses
+one where Huffman would save at most 1/32 of k bits a symbol) is read and written k bits a symbol with no table
+walk: eight symbols of each sub-stream a step as one vector where ``simd.SIMD`` holds (``_make_fixed_groups``,
+``_make_fixed_pack``), the scalar loops after them and elsewhere. ``huffman.decode_huff_stream`` and
+``huffenc.put_huff`` call them; they give the bytes and statuses of the table walk and of ``huffenc._encode4``
+(``tests/test_fixed_code.py``)."""
 import numpy as np
 from numba import njit
 
 from .intrinsics import ld, load_u64, store_u32
 from .base import ERR_PAD, ERR_STREAM, OK, _slow_load
 from .simd import SIMD, _Vec
+
+
+def _rounds(builder, k, c, vs):
+    """The three rounds that spread eight k-bit fields (bits 0 .. 8k of a 64-bit lane) to its eight bytes, or
+    gather them back: (keep, lane, width) of the halves, the quarters and the bytes, each a ``<4 x i64>``: keep
+    the mask of the lower group of fields in each part (4, 2, 1 fields), lane the part's bits (32, 16, 8),
+    width the group's bits (4k, 2k, k). Spreading moves the upper group from bit width to bit lane of each
+    part; gathering moves it back."""
+    one = c(1)
+    m1 = builder.sub(builder.shl(one, builder.mul(k, c(4))), one)             # 4 fields
+    m2 = builder.sub(builder.shl(one, builder.mul(k, c(2))), one)             # 2 fields, in each half
+    m2 = builder.or_(m2, builder.shl(m2, c(32)))
+    m3 = builder.sub(builder.shl(one, k), one)                                # 1 field, in each quarter
+    m3 = builder.mul(m3, c(0x0001000100010001))
+    return [(vs(m1), vs(c(32)), vs(builder.mul(k, c(4)))), (vs(m2), vs(c(16)), vs(builder.mul(k, c(2)))),
+            (vs(m3), vs(c(8)), vs(k))]
 
 
 def _make_fixed_groups():
@@ -44,15 +62,7 @@ def _make_fixed_groups():
                 u = builder.insert_element(ir.Constant(V4, ir.Undefined), x, ir.Constant(V.I32, 0))
                 return builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 4), [0] * 4))
 
-            one = c(1)
-            m1 = builder.sub(builder.shl(one, builder.mul(k, c(4))), one)             # 4 fields
-            m2 = builder.sub(builder.shl(one, builder.mul(k, c(2))), one)             # 2 fields, in each half
-            m2 = builder.or_(m2, builder.shl(m2, c(32)))
-            m3 = builder.sub(builder.shl(one, k), one)                                # 1 field, in each quarter
-            m3 = builder.mul(m3, c(0x0001000100010001))
-            rounds = [(vs(m1), vs(builder.shl(m1, c(32))), vs(builder.sub(c(32), builder.mul(k, c(4))))),
-                      (vs(m2), vs(builder.shl(m2, c(16))), vs(builder.sub(c(16), builder.mul(k, c(2))))),
-                      (vs(m3), vs(builder.shl(m3, c(8))), vs(builder.sub(c(8), k)))]
+            rounds = _rounds(builder, k, c, vs)
             down = vs(builder.sub(c(64), builder.shl(k, c(3))))
             u = builder.insert_element(ir.Constant(B32, ir.Undefined), builder.trunc(lo, I8), ir.Constant(V.I32, 0))
             vlo = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 32), [0] * 32))
@@ -67,8 +77,9 @@ def _make_fixed_groups():
                                                      ir.PointerType(I64)), align=1)
                     x = builder.insert_element(x, w, ir.Constant(V.I32, j))
                 t = builder.lshr(builder.call(rev, [x]), down)
-                for keep, move, sh in rounds:
-                    t = builder.or_(builder.and_(t, keep), builder.and_(builder.shl(t, sh), move))
+                for keep, lane, width in rounds:   # the upper group of each lane to the lane's upper half
+                    t = builder.or_(builder.and_(t, keep), builder.and_(builder.shl(t, builder.sub(lane, width)),
+                                                                        builder.shl(keep, lane)))
                 b = builder.add(builder.bitcast(t, B32), vlo)
                 b = builder.shuffle_vector(b, b, perm)
                 dst = builder.gep(op, [builder.shl(loop.index, c(5))])
@@ -78,12 +89,109 @@ def _make_fixed_groups():
     return _fixed_groups
 
 
+def _make_fixed_pack():
+    """``(p, k, lo, out, st, ng) -> ng``: the inverse of ``_make_fixed_groups``, for the encoder: symbols 0 .. 32 ng
+    - 1 of p (symbol i in sub-stream i mod 4) packed into the four sub-streams of a fixed-length code of k bits at
+    out[st[j]:], eight symbols of each a step: lo taken off, the 32 bytes put in lane order by one shuffle, the
+    fields gathered by the three rounds in reverse, the bits reversed; one 8-byte store a sub-stream, whose last
+    8 - k bytes are zero and are written over by the next step. The caller guarantees 32 ng <= p.size, every
+    symbol in lo .. lo + 2^k - 1, and k (ng - 1) + 8 <= every sub-stream's bytes; nothing here checks bounds."""
+    from numba import types
+    from numba.extending import intrinsic
+    V = _Vec()
+    ir, cgutils = V.ir, V.cg
+    I8, I64 = V.I8, V.I64
+    V4 = ir.VectorType(I64, 4)
+    B32 = ir.VectorType(I8, 32)
+
+    @intrinsic
+    def _fixed_pack(typingctx, p, k, lo, out, st, ng):
+        sig = types.int64(p, k, lo, out, st, ng)
+
+        def codegen(context, builder, signature, args):
+            pp, op, sp = (V.data(context, builder, signature, args, j, t) for j, t in ((0, I8), (3, I8), (4, I64)))
+            k, lo, ng = args[1], args[2], args[5]
+            rev = V.fn(builder, "llvm.bitreverse.v4i64", V4, [V4])
+
+            def c(v):
+                return ir.Constant(I64, v)
+
+            def vs(x):
+                u = builder.insert_element(ir.Constant(V4, ir.Undefined), x, ir.Constant(V.I32, 0))
+                return builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 4), [0] * 4))
+
+            rounds = _rounds(builder, k, c, vs)
+            up = vs(builder.sub(c(64), builder.shl(k, c(3))))
+            u = builder.insert_element(ir.Constant(B32, ir.Undefined), builder.trunc(lo, I8), ir.Constant(V.I32, 0))
+            vlo = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 32), [0] * 32))
+            # lane j's byte b: sub-stream j's symbol 7 - b, input byte 4 (7 - b) + j
+            perm = ir.Constant(ir.VectorType(V.I32, 32), [4 * (7 - b % 8) + b // 8 for b in range(32)])
+            starts = [builder.load(builder.gep(sp, [c(j)])) for j in range(4)]
+            with cgutils.for_range(builder, ng) as loop:
+                src = builder.gep(pp, [builder.shl(loop.index, c(5))])
+                b = builder.sub(builder.load(builder.bitcast(src, ir.PointerType(B32)), align=1), vlo)
+                t = builder.bitcast(builder.shuffle_vector(b, b, perm), V4)
+                for keep, lane, width in reversed(rounds):   # each part's upper group back down to bit width
+                    t = builder.or_(builder.and_(t, keep), builder.and_(builder.lshr(t, builder.sub(lane, width)),
+                                                                        builder.shl(keep, width)))
+                x = builder.call(rev, [builder.shl(t, up)])
+                off = builder.mul(loop.index, k)
+                for j in range(4):
+                    dst = builder.gep(op, [builder.add(starts[j], off)])
+                    builder.store(builder.extract_element(x, ir.Constant(V.I32, j)),
+                                  builder.bitcast(dst, ir.PointerType(I64)), align=1)
+            return ng
+        return sig, codegen
+    return _fixed_pack
+
+
 if SIMD:
     _fixed_groups = _make_fixed_groups()
+    _fixed_pack = _make_fixed_pack()
 else:
     @njit(nogil=True, cache=True)
     def _fixed_groups(buf, st, k, lo, out, ng):   # (never called: SIMD is False)
         return 0
+
+    @njit(nogil=True, cache=True)
+    def _fixed_pack(p, k, lo, out, st, ng):   # (never called: SIMD is False)
+        return 0
+
+
+@njit(nogil=True, cache=True)
+def fixed_encode4(p, n, k, lo, codes, out, o, sub):
+    """huffenc._encode4 for a code whose every length is k over lo .. lo + 2^k - 1 (every symbol of p[:n] in that
+    range): the same sub-streams at out[o:] (sizes sub[0..3], exact), eight symbols of each a step as vectors where
+    simd.SIMD holds, then symbol by symbol from codes (the reversed canonical codes). Never writes outside
+    [o, o + sum(sub)). Returns the end, or -1 on a size mismatch (an internal error)."""
+    st = np.empty(4, np.int64)
+    q = o
+    for j in range(4):
+        st[j] = q
+        q += sub[j]
+    end = q
+    g = 0
+    lo_sub = min(min(sub[0], sub[1]), min(sub[2], sub[3]))
+    if SIMD and lo_sub >= 8:
+        g = _fixed_pack(p, np.int64(k), np.int64(lo), out, st, min((n >> 2) >> 3, (lo_sub - 8) // k + 1))
+    for j in range(4):
+        q = st[j] + g * k
+        acc = np.uint64(0)
+        nb = 0
+        for i in range(8 * g, (n + 3 - j) >> 2):
+            acc |= codes[p[4 * i + j]] << np.uint64(nb)
+            nb += k
+            while nb >= 8:
+                out[q] = np.uint8(acc & np.uint64(0xFF))
+                q += 1
+                acc >>= np.uint64(8)
+                nb -= 8
+        if nb > 0:
+            out[q] = np.uint8(acc & np.uint64(0xFF))
+            q += 1
+        if q != st[j] + sub[j]:
+            return -1
+    return end
 
 
 @njit(nogil=True, cache=True)

@@ -7,6 +7,7 @@ from numba import njit
 
 from .intrinsics import ld, store_u32, store_u64
 from .base import _U0, _i4, _u4, copy_bytes, nonzero_range
+from .hfixed import fixed_encode4
 from .huffman import canonical_codes
 
 
@@ -134,6 +135,12 @@ def put_huff(p, n, lens, sub, out, o, lim, tbuf, free):
         store_u32(out, o + 4 * k, np.uint32(sub[k]))
     o += 12
     if not free:
+        k = ln[lo]
+        fixed = hi - lo + 1 == 1 << k
+        for s in range(lo, hi + 1):
+            fixed = fixed and ln[s] == k
+        if fixed:   # every symbol of the range at length k (streams.fixed_code): packed without table lookups
+            return fixed_encode4(p, n, k, lo, codes, out, o, sub)
         return _encode4(p, n, codes, ln, out, o, sub)
     for k in range(4):
         copy_bytes(out, o, tbuf, k * ub, sub[k])
