@@ -1,4 +1,4 @@
-"""The fixed-length Huffman code: the encoder's choice (streams.fixed_code: the symbols of a stream in a range of
+"""The fixed-length Huffman code: the encoder's choice (hfixed.fixed_code: the symbols of a stream in a range of
 2^k < 256 values, Huffman saving at most 1/32 of k bits a symbol, get the code of every length k) and the
 decoder's direct read of such a code (hfixed.fixed_decode4), held against the general Huffman decoder on the
 same records, intact and damaged."""
@@ -16,7 +16,8 @@ from lmc.kernels.histo import histo4
 from lmc.kernels.huffenc import put_huff
 from lmc.kernels.huffman import (build_decode_table, build_multi_table, decode_huff_stream, huff_decode4,
                                  huffman_lengths, read_huff_table)
-from lmc.kernels.streams import _huff_sub_bytes, fixed_code
+from lmc.kernels.hfixed import _plane_sample, fixed_code, near_fixed
+from lmc.kernels.streams import _huff_sub_bytes, analysis_scratch, analyze_hist, analyze_planes
 
 
 def _lens(freq):
@@ -75,6 +76,40 @@ def test_the_rule_is_a_margin_of_one_in_32():
         else:
             kept += 1
     assert taken > 20 and kept > 20
+
+
+def test_a_sampled_plane_sure_of_the_fixed_code_is_not_counted():
+    """near_fixed: a plane whose bytes all lie in 2^k values (exact) and whose sample is within NEAR_RAW_BITS of k
+    bits takes the code uncounted; one byte outside the range, a skewed plane or a range of 256 does not; and
+    where it is taken, analyze_planes gives the exact analysis's modes, sizes and lengths."""
+    rng = np.random.default_rng(3)
+    n = 1 << 17
+    for lo, k in ((0, 7), (3, 7), (200, 5), (250, 2), (100, 3)):
+        p = (lo + rng.integers(0, 1 << k, n)).astype(np.uint8)
+        t, m = _plane_sample(p, n)
+        assert near_fixed(p, n, t, m) == (k, min(lo, 256 - (1 << k)))
+        planes = np.zeros((2, n + 16), np.uint8)
+        planes[0, :n] = p
+        planes[1, :n] = np.repeat(np.arange(8, dtype=np.uint8), n // 8)   # (a plane Huffman codes)
+        h, lens, modes, sizes, f, cm = analysis_scratch(2)
+        total = analyze_planes(planes, n, 2, h, lens, modes, sizes, f, cm, RANS_MARGIN, 9)
+        h2, lens2, modes2, sizes2, f2, cm2 = analysis_scratch(2)
+        for s in range(2):
+            histo4(planes[s], n, h2[s])
+        total2 = analyze_hist(h2, n, 2, lens2, modes2, sizes2, f2, cm2, RANS_MARGIN, 0, 9)
+        assert total == total2 and np.array_equal(sizes, sizes2) and np.array_equal(modes, modes2)
+        assert np.array_equal(lens, lens2)
+        assert np.array_equal(h[0].sum(1), h2[0].sum(1))   # (each sub-stream's symbols, all on lo)
+        out = p.copy()
+        out[int(rng.integers(0, n))] = np.uint8((lo + (1 << k) + 5) % 256)   # one byte outside the range
+        t, m = _plane_sample(out, n)
+        assert near_fixed(out, n, t, m) == (0, 0)
+    skewed = np.minimum(rng.geometric(0.3, n), 127).astype(np.uint8)
+    t, m = _plane_sample(skewed, n)
+    assert near_fixed(skewed, n, t, m) == (0, 0)
+    full = rng.integers(0, 256, n).astype(np.uint8)
+    t, m = _plane_sample(full, n)
+    assert near_fixed(full, n, t, m) == (0, 0)
 
 
 def _streams(blob):

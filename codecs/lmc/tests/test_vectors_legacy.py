@@ -4,7 +4,7 @@ tests/vectors/v1_legacy/ holds blobs whose bytes the current encoder no
 longer reproduces (encoder-only choices changed, e.g. the Huffman code
 lengths): format-v1 blobs of lmc 0.1, and NAME_v9_huff, format-9 blobs of
 second-moment-like inputs written before a stream whose symbols lie in 2^k
-< 256 values took the fixed-length k-bit code (streams.fixed_code), with
+< 256 values took the fixed-length k-bit code (hfixed.fixed_code), with
 their inputs (an entry's "input", else its name).  They are decoded, never
 re-encoded."""
 import json

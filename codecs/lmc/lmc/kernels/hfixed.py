@@ -1,5 +1,5 @@
 """lmc kernels: the fixed-length code, decoder (``fixed_decode4``) and encoder (``fixed_encode4``). A Huffman
-payload whose every symbol of ``lo..hi`` has one length k (then hi - lo + 1 = 2^k; ``streams.fixed_code`` chooses
+payload whose every symbol of ``lo..hi`` has one length k (then hi - lo + 1 = 2^k; ``hfixed.fixed_code`` chooses
 one where Huffman would save at most 1/32 of k bits a symbol) is read and written k bits a symbol with no table
 walk: eight symbols of each sub-stream a step as one vector where ``simd.SIMD`` holds (``_make_fixed_groups``,
 ``_make_fixed_pack``), the scalar loops after them and elsewhere. ``huffman.decode_huff_stream`` and
@@ -9,7 +9,7 @@ import numpy as np
 from numba import njit
 
 from .intrinsics import ld, load_u64, store_u32
-from .base import ERR_PAD, ERR_STREAM, OK, _slow_load
+from .base import ERR_PAD, ERR_STREAM, NEAR_RAW_BITS, OK, RANS_MARGIN, _slow_load, nonzero_range
 from .simd import SIMD, _Vec
 
 
@@ -196,7 +196,7 @@ def fixed_encode4(p, n, k, lo, codes, out, o, sub):
 
 @njit(nogil=True, cache=True)
 def fixed_decode4(buf, st, ln, k, dec, out, n, tmp, inter=True):
-    """huff_decode4 for a code whose every length is k (streams.fixed_code): symbol i of a sub-stream is the
+    """huff_decode4 for a code whose every length is k (hfixed.fixed_code): symbol i of a sub-stream is the
     k bits at bit k * i, looked up in dec (dec[v] for v < 2^k: the symbol whose reversed code is v), with no
     serial walk. The same statuses as huff_decode4 (a sub-stream of c symbols must be (c k + 7) // 8 bytes,
     its padding bits zero), the same symbols in out (or in tmp's sub-stream rows where not inter)."""
@@ -252,3 +252,78 @@ def fixed_decode4(buf, st, ln, k, dec, out, n, tmp, inter=True):
             else:
                 tmp[j * r + a] = s
     return OK
+
+
+@njit(nogil=True, cache=True)
+def _plane_sample(p, n):
+    """near_raw's sample of p[:n] (n >= 64): the counts of one 64-byte block in every 1024 bytes, and their number."""
+    t = np.zeros(256, np.int64)
+    m = 0
+    for b0 in range(0, n - 63, 1024):
+        for i in range(b0, b0 + 64):
+            t[p[i]] += 1
+        m += 64
+    return t, m
+
+
+@njit(nogil=True, cache=True)
+def _sample_entropy(t, m):
+    """The order-0 entropy of the sample counts t (m bytes), Miller-Madow corrected."""
+    k = 0
+    acc = 0.0
+    for c in range(256):
+        if t[c] > 0:
+            k += 1
+            acc += t[c] * np.log2(np.float64(t[c]))
+    return np.log2(np.float64(m)) - acc / m + (k - 1) / (2.0 * m * np.log(2.0))
+
+
+@njit(nogil=True, cache=True)
+def near_fixed(p, n, t, m):
+    """(k, lo) where plane p[:n] is sure to take the fixed-length code of k bits over lo .. lo + 2^k - 1
+    (fixed_code), else (0, 0): every byte of the plane in such a range, 2 <= k < 8 (exact: the plane's least and
+    greatest byte), and the entropy of near_raw's sample t (m bytes) within NEAR_RAW_BITS of k bits, so that no
+    Huffman code of it saves more than about 1/40 of k bits (fixed_code asks 1/32). Where it holds the plane is
+    not counted (what its counting and Huffman coding cost: 0.6 ns an element of a second moment's sign and
+    mantissa plane)."""
+    lo, hi = nonzero_range(t, 0, 256)
+    k = 2
+    while (1 << k) < hi - lo + 1:
+        k += 1
+    if k >= 8 or _sample_entropy(t, m) < k - NEAR_RAW_BITS:
+        return 0, 0
+    mn = np.int64(255)
+    mx = np.int64(0)
+    for i in range(n):   # (branch-free: vectorizes)
+        mn = min(mn, np.int64(p[i]))
+        mx = max(mx, np.int64(p[i]))
+    if mx - mn + 1 > 1 << k:
+        return 0, 0
+    return k, min(mn, 256 - (1 << k))
+
+
+@njit(nogil=True, cache=True)
+def fixed_code(freq, lens):
+    """Where the symbols present lie in a range of 2^k < 256 values and the Huffman code lens saves at most
+    1/RANS_MARGIN of a k-bit code's bits, lens becomes the k-bit code: every symbol of the range (present or
+    not, inside 0..255) at length k, a complete code that the decoder reads k bits a symbol without a table
+    walk (hfixed.fixed_decode4; the plane of a non-negative tensor's sign and 7 mantissa bits: Huffman saved
+    0.3% of it and took 0.5 ns an element to decode). A code of 256 symbols is left alone: the raw stream is
+    its fixed code, chosen where Huffman saves nothing. Returns whether lens changed."""
+    lo, hi = nonzero_range(freq, 0, 256)
+    k = 1
+    while (1 << k) < hi - lo + 1:
+        k += 1
+    if k >= 8:
+        return False
+    tot = 0
+    bits = 0
+    for c in range(lo, hi + 1):
+        tot += freq[c]
+        bits += freq[c] * np.int64(lens[c])
+    if k * tot > bits + bits // RANS_MARGIN:
+        return False
+    lo = min(lo, 256 - (1 << k))
+    for c in range(256):
+        lens[c] = np.uint8(k) if lo <= c < lo + (1 << k) else np.uint8(0)
+    return True

@@ -139,7 +139,7 @@ def put_huff(p, n, lens, sub, out, o, lim, tbuf, free):
         fixed = hi - lo + 1 == 1 << k
         for s in range(lo, hi + 1):
             fixed = fixed and ln[s] == k
-        if fixed:   # every symbol of the range at length k (streams.fixed_code): packed without table lookups
+        if fixed:   # every symbol of the range at length k (hfixed.fixed_code): packed without table lookups
             return fixed_encode4(p, n, k, lo, codes, out, o, sub)
         return _encode4(p, n, codes, ln, out, o, sub)
     for k in range(4):

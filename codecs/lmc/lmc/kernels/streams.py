@@ -12,7 +12,7 @@ from numba import njit
 from .intrinsics import ld, load_u32, store_u32
 from .base import (CHUNK_PRED, ERR_FREQ, ERR_LEN, ERR_MODE, ERR_RANS, ERR_TRAIL, ERR_TRUNC, ERR_VERSION,
                      LAYOUT_BF16, LAYOUT_F32, MODE_CONST, MODE_HUFF, MODE_RANS, MODE_RAW, NEAR_RAW_BITS,
-                     NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_MARGIN, RANS_SLACK, _inc, copy_bytes,
+                     NEAR_RAW_MIN, NO_MARGIN, OK, PROB_SCALE, RANS_L, RANS_SLACK, _inc, copy_bytes,
                      merge_bf16, nonzero_range)
 from .rans import (cum_freqs, decode_rans_stream, freq_table_bytes, rans_cost_bits, rans_encode, rans_normalize,
                    rans_states_for, read_freq_table, states_ok, write_freq_table)
@@ -20,6 +20,7 @@ from .histo import histo4
 from .restore import exp_restore
 from .huffman import check_huff_stream, decode_huff_stream, huffman_lengths
 from .huffenc import put_huff
+from .hfixed import _plane_sample, _sample_entropy, fixed_code, near_fixed
 
 
 # ---------------------------------------------------------------------------
@@ -122,26 +123,14 @@ def near_raw(p, n):
     (a third of the encoder's time on a bf16 mantissa plane) is skipped."""
     if n < NEAR_RAW_MIN:
         return False
-    t = np.zeros(256, np.int64)
-    m = 0
-    for b0 in range(0, n - 63, 1024):
-        for i in range(b0, b0 + 64):
-            t[p[i]] += 1
-        m += 64
+    t, m = _plane_sample(p, n)
     return near_raw_counts(t, m)
 
 
 @njit(nogil=True, cache=True)
 def near_raw_counts(t, m):
     """near_raw's test on the counts t of a sample of m bytes."""
-    k = 0
-    acc = 0.0
-    for c in range(256):
-        if t[c] > 0:
-            k += 1
-            acc += t[c] * np.log2(np.float64(t[c]))
-    ent = np.log2(np.float64(m)) - acc / m + (k - 1) / (2.0 * m * np.log(2.0))
-    return ent >= 8.0 - NEAR_RAW_BITS
+    return _sample_entropy(t, m) >= 8.0 - NEAR_RAW_BITS
 
 
 @njit(nogil=True, cache=True)
@@ -155,41 +144,43 @@ def analysis_scratch(ns):
 def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv):
     """Count the symbols of each plane per sub-stream into h (zeroed by the
     caller), then analyze_hist.  Except where size comes first (rm ==
-    NO_MARGIN), a plane near_raw is not counted: it is stored raw."""
+    NO_MARGIN), a plane near_raw is not counted: it is stored raw; nor is one
+    near_fixed: it takes the fixed-length code, its counts in h all on the
+    range's first symbol (so that the writer's sub-stream sizes, counts times
+    lengths, are right)."""
     skip = 0
+    fixed = 0
+    fk = np.zeros(ns, np.int64)
+    flo = np.zeros(ns, np.int64)
     for s in range(ns):
-        if rm != NO_MARGIN and near_raw(planes[s], n):
-            skip |= 1 << s
-        else:
-            histo4(planes[s], n, h[s])
-    return analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip, fv)
-
-
-@njit(nogil=True, cache=True)
-def fixed_code(freq, lens):
-    """Where the symbols present lie in a range of 2^k < 256 values and the Huffman code lens saves at most
-    1/RANS_MARGIN of a k-bit code's bits, lens becomes the k-bit code: every symbol of the range (present or
-    not, inside 0..255) at length k, a complete code that the decoder reads k bits a symbol without a table
-    walk (hfixed.fixed_decode4; the plane of a non-negative tensor's sign and 7 mantissa bits: Huffman saved
-    0.3% of it and took 0.5 ns an element to decode). A code of 256 symbols is left alone: the raw stream is
-    its fixed code, chosen where Huffman saves nothing. Returns whether lens changed."""
-    lo, hi = nonzero_range(freq, 0, 256)
-    k = 1
-    while (1 << k) < hi - lo + 1:
-        k += 1
-    if k >= 8:
-        return False
-    tot = 0
-    bits = 0
-    for c in range(lo, hi + 1):
-        tot += freq[c]
-        bits += freq[c] * np.int64(lens[c])
-    if k * tot > bits + bits // RANS_MARGIN:
-        return False
-    lo = min(lo, 256 - (1 << k))
-    for c in range(256):
-        lens[c] = np.uint8(k) if lo <= c < lo + (1 << k) else np.uint8(0)
-    return True
+        if rm != NO_MARGIN and n >= NEAR_RAW_MIN:
+            t, m = _plane_sample(planes[s], n)
+            if near_raw_counts(t, m):
+                skip |= 1 << s
+                continue
+            fk[s], flo[s] = near_fixed(planes[s], n, t, m)
+            if fk[s] > 0:
+                skip |= 1 << s
+                fixed |= 1 << s
+                continue
+        histo4(planes[s], n, h[s])
+    total = analyze_hist(h, n, ns, lens, modes, sizes, f, cm, rm, skip, fv)
+    for s in range(ns):
+        if (fixed >> s) & 1:
+            k = fk[s]
+            lens[s, :] = 0
+            lens[s, flo[s]:flo[s] + (1 << k)] = k
+            bytes_ = 0
+            for j in range(4):
+                c = (n + 3 - j) >> 2
+                h[s, j, flo[s]] = c
+                bytes_ += (c * k + 7) >> 3
+            size = _table_bytes(lens[s]) + 12 + bytes_
+            if size < n:   # (as analyze_hist: raw where Huffman is not smaller)
+                modes[s] = MODE_HUFF
+                total += size - sizes[s]
+                sizes[s] = size
+    return total
 
 
 @njit(nogil=True, cache=True)
