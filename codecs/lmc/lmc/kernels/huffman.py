@@ -7,10 +7,10 @@ import numpy as np
 from numba import njit
 
 from .intrinsics import clz64, ld, load_u32, load_u64, store_u32
-from .hfixed import fixed_decode4
 from .intrinsics import st as put
 from .base import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, OK, TABSIZE, _B57, _CM, _M11,
                    _M32, _M57, _M63, _S8, _U0, _i4, _slow_load)
+from .hfixed import fixed_decode4
 
 
 # ---------------------------------------------------------------------------
