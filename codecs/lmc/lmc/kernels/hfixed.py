@@ -29,6 +29,28 @@ def _rounds(builder, k, c, vs):
             (vs(m3), vs(c(8)), vs(k))]
 
 
+def _setup(V, builder, k, lo, sp):
+    """What the reader and the packer build first: (c, an i64 constant; the bit reversal of a ``<4 x i64>``; the
+    three rounds (_rounds); 64 - 8k in the four lanes; lo in the 32 bytes; the four sub-streams' starts from sp,
+    an i64*)."""
+    ir = V.ir
+    V4 = ir.VectorType(V.I64, 4)
+    B32 = ir.VectorType(V.I8, 32)
+
+    def c(v):
+        return ir.Constant(V.I64, v)
+
+    def vs(x):   # an i64 in the four lanes
+        u = builder.insert_element(ir.Constant(V4, ir.Undefined), x, ir.Constant(V.I32, 0))
+        return builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 4), [0] * 4))
+
+    rev = V.fn(builder, "llvm.bitreverse.v4i64", V4, [V4])
+    u = builder.insert_element(ir.Constant(B32, ir.Undefined), builder.trunc(lo, V.I8), ir.Constant(V.I32, 0))
+    vlo = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 32), [0] * 32))
+    return (c, rev, _rounds(builder, k, c, vs), vs(builder.sub(c(64), builder.shl(k, c(3)))), vlo,
+            [builder.load(builder.gep(sp, [c(j)])) for j in range(4)])
+
+
 def _make_fixed_groups():
     """``(buf, st, k, lo, out, ng) -> ng``: symbols 0 .. 8 ng - 1 of the four sub-streams of a fixed-length code of
     k bits (sub-stream j at buf[st[j]:]) interleaved into out[:32 ng], eight symbols of each sub-stream a step.
@@ -53,22 +75,9 @@ def _make_fixed_groups():
         def codegen(context, builder, signature, args):
             bp, sp, op = (V.data(context, builder, signature, args, j, t) for j, t in ((0, I8), (1, I64), (4, I8)))
             k, lo, ng = args[2], args[3], args[5]
-            rev = V.fn(builder, "llvm.bitreverse.v4i64", V4, [V4])
-
-            def c(v):
-                return ir.Constant(I64, v)
-
-            def vs(x):   # an i64 in the four lanes
-                u = builder.insert_element(ir.Constant(V4, ir.Undefined), x, ir.Constant(V.I32, 0))
-                return builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 4), [0] * 4))
-
-            rounds = _rounds(builder, k, c, vs)
-            down = vs(builder.sub(c(64), builder.shl(k, c(3))))
-            u = builder.insert_element(ir.Constant(B32, ir.Undefined), builder.trunc(lo, I8), ir.Constant(V.I32, 0))
-            vlo = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 32), [0] * 32))
+            c, rev, rounds, down, vlo, starts = _setup(V, builder, k, lo, sp)
             # output byte 4 jj + j: sub-stream j's symbol jj, in byte 7 - jj of its lane
             perm = ir.Constant(ir.VectorType(V.I32, 32), [8 * (b % 4) + 7 - b // 4 for b in range(32)])
-            starts = [builder.load(builder.gep(sp, [c(j)])) for j in range(4)]
             with cgutils.for_range(builder, ng) as loop:
                 off = builder.mul(loop.index, k)
                 x = ir.Constant(V4, ir.Undefined)
@@ -111,22 +120,9 @@ def _make_fixed_pack():
         def codegen(context, builder, signature, args):
             pp, op, sp = (V.data(context, builder, signature, args, j, t) for j, t in ((0, I8), (3, I8), (4, I64)))
             k, lo, ng = args[1], args[2], args[5]
-            rev = V.fn(builder, "llvm.bitreverse.v4i64", V4, [V4])
-
-            def c(v):
-                return ir.Constant(I64, v)
-
-            def vs(x):
-                u = builder.insert_element(ir.Constant(V4, ir.Undefined), x, ir.Constant(V.I32, 0))
-                return builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 4), [0] * 4))
-
-            rounds = _rounds(builder, k, c, vs)
-            up = vs(builder.sub(c(64), builder.shl(k, c(3))))
-            u = builder.insert_element(ir.Constant(B32, ir.Undefined), builder.trunc(lo, I8), ir.Constant(V.I32, 0))
-            vlo = builder.shuffle_vector(u, u, ir.Constant(ir.VectorType(V.I32, 32), [0] * 32))
+            c, rev, rounds, up, vlo, starts = _setup(V, builder, k, lo, sp)
             # lane j's byte b: sub-stream j's symbol 7 - b, input byte 4 (7 - b) + j
             perm = ir.Constant(ir.VectorType(V.I32, 32), [4 * (7 - b % 8) + b // 8 for b in range(32)])
-            starts = [builder.load(builder.gep(sp, [c(j)])) for j in range(4)]
             with cgutils.for_range(builder, ng) as loop:
                 src = builder.gep(pp, [builder.shl(loop.index, c(5))])
                 b = builder.sub(builder.load(builder.bitcast(src, ir.PointerType(B32)), align=1), vlo)
