@@ -119,6 +119,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     have_x = False   # the XOR coding counted (and planes2 split)
     fast_x = False   # prefer="fast" and the XOR coding may pay: counted exactly
     gate = False     # format 7, prefer="speed": only the codings whose estimates may win are counted
+    sampled = False  # E and the temporal sample taken before the counts (not again in their loop)
     need_a = True    # the alone coding counted exactly
     gate_t = True
     gate_x = True
@@ -154,6 +155,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
                 fast_x = est_x < est_a
             est_a = min(est_a, est_x)
         elif fv >= 7 and not sf:
+            sampled = True
             est_a, est_x0 = stream_estimates(data, ref, start, n, layout, dhs)
             est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
             if est_a >= 0 and n >= TSAMPLE_MIN:
@@ -208,7 +210,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             best_e = cost_a
             if do_d:
                 best_e = min(best_e, cost_d)
-            if not fast and not gate and rnd == 0:
+            if not fast and not gate and rnd == 0 and not sampled:
                 E = temporal_base(ref, start, n, layout)
                 est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
             # (the sample's estimate leaves out the tables: up to format 6 it is

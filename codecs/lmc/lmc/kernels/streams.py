@@ -170,12 +170,9 @@ def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv):
             k = fk[s]
             lens[s, :] = 0
             lens[s, flo[s]:flo[s] + (1 << k)] = k
-            bytes_ = 0
             for j in range(4):
-                c = (n + 3 - j) >> 2
-                h[s, j, flo[s]] = c
-                bytes_ += (c * k + 7) >> 3
-            size = _table_bytes(lens[s]) + 12 + bytes_
+                h[s, j, flo[s]] = (n + 3 - j) >> 2
+            size = _table_bytes(lens[s]) + 12 + _huff_sub_bytes(h[s], lens[s], np.empty(4, np.int64))
             if size < n:   # (as analyze_hist: raw where Huffman is not smaller)
                 modes[s] = MODE_HUFF
                 total += size - sizes[s]
