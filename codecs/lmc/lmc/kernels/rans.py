@@ -7,7 +7,8 @@ from numba import njit
 
 from .intrinsics import ld, load_u16, load_u32, mulhi64, store_u16, store_u32
 from .intrinsics import st as put
-from .simd import LANES, SIMD, enc32, rounds32
+from .simd import LANES, SIMD, rounds32
+from .wenc import enc_rounds
 from .base import (ERR_FREQ, ERR_RANS, ERR_TRUNC, OK, PROB_BITS, PROB_SCALE, RANS_L, _S32, _i4, copy_bytes,
                      nonzero_range)
 
@@ -183,11 +184,9 @@ def rans_states_for(n, version):
 
 @njit(nogil=True, cache=True)
 def rans_encode(syms, ctxs, use_ctx, n, f, cm, buf, S):
-    """Encode syms[0:n] (table ctxs[i] if use_ctx else 0) backwards with S
-    (4 or 32) states; the stream (S u32 final states, then the 16-bit words
-    in decoding order) is placed at the end of buf (len >= 2n + 4S).
-    Returns its start.  (The context coder's encoder, _tenc, with an entry
-    per symbol of f's tables.)"""
+    """Encode syms[0:n] (table ctxs[i] if use_ctx else 0) backwards with S (4 or 32) states; the stream (S u32
+    final states, then the 16-bit words in decoding order) is placed at the end of buf (len >= 2n + 4S).
+    Returns its start.  (The context coder's encoder, _tenc, with an entry per symbol of f's tables.)"""
     et = np.zeros(2 * f.size, np.uint64)
     for j in range(f.size):
         if f[j] > 0:
@@ -447,14 +446,14 @@ def _tenc(jb, n, et, buf, S):
     if S != 4:
         xl = np.empty(S, np.uint64)
         xl[:] = np.uint64(RANS_L)
-        # (where the CPU has AVX2, the full rounds of 32 below the last partial one as vectors: simd.enc32)
+        # (where the CPU has AVX2, the full rounds of 32 below the last partial one as vectors: wenc.enc_rounds)
         lo = (n // LANES) * LANES if SIMD and S == LANES else 0
         for i in range(n - 1, lo - 1, -1):
             j = np.int64(ld(jb, i))
             k = i & (S - 1)
             xl[k], p = _renc2(xl[k], ld(et, 2 * j), ld(et, 2 * j + 1), buf, p)
         if lo > 0:
-            p = enc32(jb, lo, et, buf, p, xl)
+            p = enc_rounds(jb, lo, et, buf, p, xl)
         p -= 4 * S
         for k in range(S):
             store_u32(buf, p + 4 * k, np.uint32(xl[k]))

@@ -456,6 +456,19 @@ def _make_enc32():
     return _enc32
 
 
+@njit(nogil=True, cache=True)
+def enc_table(et):
+    """rans._tenc's packed table et (two u64 an entry) as one u32 an entry, f | cum << 13 (rans._enc_entry's
+    bias is cum, or cum + 4095 where f = 1)."""
+    et32 = np.empty(et.size // 2, np.uint32)
+    for j in range(et.size // 2):
+        info = et[2 * j + 1]
+        fs = np.int64(info >> np.uint64(32))
+        cum = np.int64(info & np.uint64(8191)) - 4095 * np.int64(fs == 1)
+        et32[j] = np.uint32(fs | (max(cum, 0) << 13))
+    return et32
+
+
 if SIMD:
     _rounds_cb = _make_rounds32(True)
     _rounds_o0 = _make_rounds32(False)
@@ -484,13 +497,7 @@ if SIMD:
 
     @njit(nogil=True, cache=True)
     def _enc32_u16(j16, nr, et, buf, p, xl):
-        # et32[j] = f | cum << 13 from rans._enc_entry's packed entries (bias = cum, or cum + 4095 where f = 1)
-        et32 = np.empty(et.size // 2, np.uint32)
-        for j in range(et.size // 2):
-            info = et[2 * j + 1]
-            fs = np.int64(info >> np.uint64(32))
-            cum = np.int64(info & np.uint64(8191)) - 4095 * np.int64(fs == 1)
-            et32[j] = np.uint32(fs | (max(cum, 0) << 13))
+        et32 = enc_table(et)
         x32 = np.empty(LANES, np.uint32)
         for k in range(LANES):
             x32[k] = np.uint32(xl[k])
