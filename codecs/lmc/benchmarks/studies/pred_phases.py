@@ -1,6 +1,6 @@
 """Where the time of coding a second moment alone goes: the kernels the chunk coder runs on a predicted-exponent
-chunk, one at a time, on the first chunk of the checkpoint's largest ``exp_avg_sq`` tensor (bf16 or fp32, with its
-rows), with the whole chunk's compress and decompress for scale; then the rANS encoder of its exponent residuals by
+chunk, one at a time, on the first chunk of the largest ``exp_avg_sq`` tensor (bf16 or fp32, with its rows) whose
+first chunk takes that mode, with the whole chunk's compress and decompress for scale; then the rANS encoder of its exponent residuals by
 each loop this CPU has (``wenc.enc_rounds``: the register-window loop where AVX-512 and the window allow it;
 ``simd.enc32``: the AVX2 loop).
 
@@ -41,9 +41,14 @@ def main():
     keep_heap(["-m", "benchmarks.studies.pred_phases", *sys.argv[1:]])
     bf = a.dtype == "bf16"
     dt, unit, layout = (ml_dtypes.bfloat16, 2, LAYOUT_BF16) if bf else (np.float32, 4, LAYOUT_F32)
-    t = max(load_tensors(a.checkpoint, 65536)["exp_avg_sq"], key=lambda x: x.size).astype(dt)
-    w = t.shape[-1]
-    x = t[:max(1, CHUNK // w)]
+    for t in sorted(load_tensors(a.checkpoint, 65536)["exp_avg_sq"], key=lambda v: -v.size):
+        t = t.astype(dt)
+        w = t.shape[-1]
+        x = t[:max(1, CHUNK // w)]
+        if "predicted" in lmc.info(lmc.compress(x, threads=1))["chunk_modes"]:
+            break
+    else:
+        raise SystemExit("no exp_avg_sq tensor's first chunk takes the predicted-exponent mode")
     n = x.size
     d8 = x.ravel().view(np.uint8)
     ns = unit
