@@ -82,6 +82,8 @@ def _make_wenc():
 
     @intrinsic
     def _wenc(typingctx, syms, nr, tab, et32, buf, p, xs, off):
+        if not all(isinstance(a, types.Array) and a.layout == "C" for a in (syms, tab, et32, buf, xs)):
+            return None   # (the loop reads its arrays' data as contiguous: any other layout is a typing error)
         sig = types.int64(syms, nr, tab, et32, buf, p, xs, off)
 
         def codegen(context, builder, signature, args):
