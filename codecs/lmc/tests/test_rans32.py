@@ -401,3 +401,15 @@ def test_vector_temporal_kernels_match_the_scalar_loops():
         p2 -= 128
         b2[p2:p2 + 128] = xl.astype(np.uint32).view(np.uint8)
         assert p1 == p2 and b1[p1:].tobytes() == b2[p2:].tobytes(), trial
+
+
+@pytest.mark.skipif(not simd.SIMD512, reason="the permd loop is the one this CPU runs: the tests above cover it")
+def test_avx2_decoder_loop_on_an_avx512_cpu():
+    """Where the CPU has AVX-512, rounds32 puts the words in their lanes by vpexpandw; LMC_SIMD=avx2 keeps the
+    permd loop (what an AVX2 CPU runs): this file's tests run again in a child with it."""
+    env = dict(os.environ, LMC_SIMD="avx2")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.abspath(__file__),
+                        "-k", "not avx2_decoder_loop and not scalar_build"], cwd=HERE, env=env, capture_output=True,
+                       text=True, timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert " passed" in p.stdout

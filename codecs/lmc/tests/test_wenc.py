@@ -1,12 +1,14 @@
 """The 32-state rANS encoder of byte streams with its entries in registers (kernels/wenc.py, AVX-512): the same
 words and final states as the AVX2 encoder (simd.enc32) and the scalar loop, on streams whose symbols lie in a
 window of 64 values (also across 255 -> 0), with outliers outside it (each vector that holds one takes the gather),
-and on streams that the window rule sends back to simd.enc32; the float product rule for x div f; the window rule's
-bound; blobs equal to those of the AVX2 build (``LMC_SIMD=avx2``) and of the scalar build (``LMC_SIMD=0``)."""
+and on streams that the window rule sends back to simd.enc32, from random states and on extreme tables; the float
+product rule for x div f (the arithmetic the loop does, in numpy); the window rule's bound; blobs equal to those of
+the AVX2 build (``LMC_SIMD=avx2``) and of the scalar build (``LMC_SIMD=0``), which decode in each."""
 import os
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -149,22 +151,58 @@ def _peaked(rng, rows, cols, scale):
 
 
 def test_blobs_equal_those_of_the_avx2_and_scalar_builds(tmp_path):
-    """Whole blobs (rANS exponent and residual streams of 32 states) from this build, the AVX2 build and the
-    scalar build are the same bytes."""
+    """Whole blobs from this build, the AVX2 build and the scalar build are the same bytes, and decode in each:
+    arrays whose exponent streams are coded with 32-state rANS (a nearly constant exponent; second-moment-like
+    arrays, whose predicted-exponent residuals wrap across 0) and ordinary weights."""
+    from fuzz_blobs import Blob
     rng = np.random.default_rng(11)
-    arrs = [_peaked(rng, 256, 256, 1e-8), _peaked(rng, 512, 128, 1.0),
+    near = rng.uniform(1.0, 2.0, 1 << 16).astype(np.float32)
+    near[rng.random(near.size) < 0.03] *= 2.0          # the exponent: 97% one value
+    arrs = [near, near.astype(ml_dtypes.bfloat16), _peaked(rng, 256, 256, 1e-8), _peaked(rng, 512, 128, 1.0),
             rng.normal(0, 0.02, 1 << 16).astype(np.float32)]
     for i, a in enumerate(arrs):
-        np.save(tmp_path / f"a{i}.npy", a)
+        np.save(tmp_path / f"a{i}.npy", a.view(np.uint16) if a.dtype == ml_dtypes.bfloat16 else a)
     here = [lmc.compress(a, threads=1) for a in arrs]
+    owners = {f[3] for b in here for fs in Blob(b).fields for f in fs}
+    assert "alone/rans32" in owners, owners          # (the register loop's streams: >= 8192 byte symbols)
     assert any(lmc.info(b)["chunk_modes"].get("predicted") for b in here)
     code = f"""
-import sys, numpy as np, lmc
-sys.stdout.buffer.write(b"".join(lmc.compress(np.load({str(tmp_path)!r} + f"/a{{i}}.npy"), threads=1)
-                                 for i in range({len(arrs)})))
+import sys, ml_dtypes, numpy as np, lmc
+def load(i):
+    a = np.load({str(tmp_path)!r} + f"/a{{i}}.npy")
+    return a.view(ml_dtypes.bfloat16) if i == 1 else a
+xs = [load(i) for i in range({len(arrs)})]
+bs = [lmc.compress(x, threads=1) for x in xs]
+for x, b in zip(xs, bs):
+    assert lmc.decompress(b).tobytes() == x.tobytes()
+sys.stdout.buffer.write(b"".join(bs))
 """
     for mode in ("avx2", "0"):
         res = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LMC_SIMD=mode),
                              capture_output=True, timeout=900)
         assert res.returncode == 0, res.stderr[-3000:]
         assert res.stdout == b"".join(here), mode
+
+
+@pytest.mark.skipif(not simd.SIMD512, reason="the register-table encoder needs AVX-512 (SIMD512 is False here)")
+def test_any_states_and_extreme_tables():
+    """From random states (any value an encoder's state takes, 2^16 .. 2^32 - 1), and on a one-symbol table
+    (f = 4096: no state ever renormalises) and a 4095 / 1 table: the same words and states as simd.enc32 and the
+    scalar loop."""
+    rng = np.random.default_rng(21)
+    n = 32 * 300
+    one = np.full(n, 7, np.uint8)
+    two = np.full(n, 200, np.uint8)
+    two[rng.integers(0, n, 3)] = 201
+    peaked = _syms(rng, n, 250, 10, 2)
+    for syms in (one, two, peaked):
+        et, f, _ = _table(syms)
+        assert wenc.window(simd.enc_table(et))[0] >= 0
+        x0 = rng.integers(1 << 16, 1 << 32, 32).astype(np.uint64)
+        res = []
+        for fn in (wenc.enc_rounds, simd.enc32, _scalar_rounds):
+            buf = np.zeros(2 * n + 64, np.uint8)
+            xl = x0.copy() if fn is not _scalar_rounds else [np.uint64(v) for v in x0]
+            p = fn(syms, n, et, buf, buf.size, xl)
+            res.append((p, buf[p:].tobytes(), np.array(xl, np.uint64).tobytes()))
+        assert res[0] == res[1] == res[2]

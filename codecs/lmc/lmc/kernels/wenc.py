@@ -11,7 +11,8 @@ Why: the AVX2 encoder spends a third of its time in its gathers (``vpgatherdd``,
 exponent plane, the predicted exponent's residuals): its symbols lie, almost all, in a few dozen neighbouring
 values. Their 64 entries (the encoder's f | cum << 13, and 1/f as a float) fit in eight ``zmm`` registers, and
 ``vpermi2d`` looks up 16 lanes in one of two 32-entry halves. A vector with a symbol outside the window takes the
-gather and a division instead (a branch taken at most once in eight vectors: 16 lanes at 1/128).
+gather and a division instead (a branch taken, on average, at most once in eight vectors: 16 lanes at
+1/128 of the probability each; outliers that cluster may take it more often, never with other bytes).
 
 One state's step, x the state, f and cum its symbol's frequency and start (as ``rans._renc2``):
 
@@ -24,7 +25,7 @@ One state's step, x the state, f and cum its symbol's frequency and start (as ``
 - x' = q * 4096 + x mod f + cum.
 
 Nothing here checks bounds: the caller passes lo <= syms.size, a multiple of 32, and a buffer whose bytes below p
-take the words (at most 2 lo)."""
+take the words (at most 2 lo; simd.enc32, where it runs instead, also writes the 16 bytes below the last word)."""
 import numpy as np
 from numba import njit
 
@@ -124,13 +125,13 @@ def _make_wenc():
                     x = builder.load(vx[h])
                     m = builder.icmp_unsigned(">", x, builder.sub(builder.shl(f, splat(20)), splat(1)))
                     cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
-                    q = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
+                    wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
                     w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
                     first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt),
                                                                       ir.Constant(I32, 1)), I16), VM)
-                    builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [q]), ir.PointerType(VW)),
+                    builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)),
                                           ir.Constant(I32, 1), first])
-                    builder.store(q, pos)
+                    builder.store(wp, pos)
                     x = builder.select(m, builder.lshr(x, splat(16)), x)
                     q0 = builder.fptoui(builder.fmul(builder.uitofp(x, F16), builder.load(rv)), VN)
                     rem = builder.sub(x, builder.mul(q0, f))
@@ -154,7 +155,7 @@ if SIMD512:
         """simd.enc32's rounds (see the module's docstring for which loop runs)."""
         if lo <= 0:
             return p
-        if syms.itemsize != 1:
+        if syms.itemsize != 1 or et.size < 512:   # (byte symbols: a table of 256 entries, two u64 each)
             return enc32(syms, lo, et, buf, p, xl)
         et32 = enc_table(et)
         off, tab = window(et32)
