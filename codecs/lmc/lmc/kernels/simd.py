@@ -163,8 +163,7 @@ def _make_rounds32(with_cb):
             W8 = ir.VectorType(I16, 8)
             expand = (fn(builder, "llvm.masked.expandload.v8i16", W8, [ir.PointerType(I16), ir.VectorType(V.I1, 8), W8])
                       if SIMD512 else None)
-            vx = [cgutils.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
-                  for h in range(4)]
+            vx = V.states(builder, xp, 4)
             pos = cgutils.alloca_once_value(builder, args[1])
             with cgutils.for_range(builder, args[8]) as loop:
                 g = builder.add(args[7], builder.mul(loop.index, ir.Constant(I64, LANES)))
@@ -183,8 +182,7 @@ def _make_rounds32(with_cb):
                     x, q = rans_vstep(builder, e, x, builder.load(pos), bp, pp, permd, ctpop, expand)
                     builder.store(x, vx[h])
                     builder.store(q, pos)
-            for h in range(4):
-                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+            V.put_states(builder, vx, xp)
             return builder.load(pos)
         return sig, codegen
     return _rounds
@@ -208,6 +206,18 @@ class _Vec:
 
     def splat(self, v):
         return self.ir.Constant(self.VN, [v & 0xFFFFFFFF] * self.N)
+
+    def states(self, builder, xp, count):
+        """A loop's rANS states: the count vectors at xp (a pointer to vectors), each in a stack slot that LLVM
+        keeps in a register."""
+        ir = self.ir
+        return [self.cg.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(self.I32, h)]),
+                                                                align=4)) for h in range(count)]
+
+    def put_states(self, builder, vx, xp):
+        """The states back to xp after the loop."""
+        for h, v in enumerate(vx):
+            builder.store(builder.load(v), builder.gep(xp, [self.ir.Constant(self.I32, h)]), align=4)
 
     def vsplat(self, builder, v):
         """An i64 argument truncated to 32 bits in every lane."""
@@ -423,8 +433,7 @@ def _make_enc32():
             gather = V.fn(builder, "llvm.x86.avx2.gather.d.d.256", V8, [V8, ir.PointerType(I8), V8, V8, I8])
             permd = V.fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8])
             ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
-            vx = [cgutils.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
-                  for h in range(4)]
+            vx = V.states(builder, xp, 4)
             pos = cgutils.alloca_once_value(builder, args[4])
             with cgutils.for_range(builder, args[1]) as loop:
                 g = builder.mul(builder.sub(builder.sub(args[1], ir.Constant(I64, 1)), loop.index),
@@ -459,8 +468,7 @@ def _make_enc32():
                                      builder.zext(builder.icmp_signed(">=", rem, f), V8))
                     x = builder.add(builder.add(x, cum), builder.mul(qv, builder.sub(splat(4096), f)))
                     builder.store(x, vx[h])
-            for h in range(4):
-                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+            V.put_states(builder, vx, xp)
             return builder.load(pos)
         return sig, codegen
     return _enc32

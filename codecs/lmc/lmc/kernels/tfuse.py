@@ -99,8 +99,7 @@ def _make_fused(W, lanes):
                 def vstep(e, x, q):
                     return rans_vstep(builder, e, x, q, bp, pp, permd, ctpop, expand)
             vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (10, 11, 12))
-            vx = [V.cg.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
-                  for h in range(nv)]
+            vx = V.states(builder, xp, nv)
             pos = V.cg.alloca_once_value(builder, builder.load(iop))
             tot = V.cg.alloca_once_value(builder, builder.load(builder.gep(iop, [ir.Constant(I32, 1)])))
             used = V.cg.alloca_once_value(builder, zero)
@@ -151,8 +150,7 @@ def _make_fused(W, lanes):
                 stage_c(es)
             stage_b(builder.add(args[8], builder.mul(builder.sub(args[9], ir.Constant(I64, 1)),
                                                      ir.Constant(I64, 32))))
-            for h in range(nv):
-                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+            V.put_states(builder, vx, xp)
             builder.store(builder.load(pos), iop)
             builder.store(builder.load(tot), builder.gep(iop, [ir.Constant(I32, 1)]))
             return V.hsum(builder, builder.load(used), "or_")

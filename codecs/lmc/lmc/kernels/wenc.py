@@ -98,8 +98,7 @@ def _make_wenc():
             T = [builder.load(builder.gep(tp, [ir.Constant(I32, k)]), align=4) for k in range(8)]
             voff = V.vsplat(builder, args[7])
             one = ir.Constant(F16, [1.0] * 16)
-            vx = [cgutils.alloca_once_value(builder, builder.load(builder.gep(xp, [ir.Constant(I32, h)]), align=4))
-                  for h in range(2)]
+            vx = V.states(builder, xp, 2)
             ev = cgutils.alloca_once(builder, VN)
             rv = cgutils.alloca_once(builder, F16)
             pos = cgutils.alloca_once_value(builder, args[5])
@@ -140,8 +139,7 @@ def _make_wenc():
                     x = builder.select(builder.icmp_signed("<", rem, splat(0)), builder.sub(xb, d),
                                        builder.select(builder.icmp_signed(">=", rem, f), builder.add(xb, d), xb))
                     builder.store(x, vx[h])
-            for h in range(2):
-                builder.store(builder.load(vx[h]), builder.gep(xp, [ir.Constant(I32, h)]), align=4)
+            V.put_states(builder, vx, xp)
             return builder.load(pos)
         return sig, codegen
     return _wenc
