@@ -1,8 +1,8 @@
 """Where the time of coding a second moment alone goes: the kernels the chunk coder runs on a predicted-exponent
 chunk, one at a time, on the first chunk of the largest ``exp_avg_sq`` tensor (bf16 or fp32, with its rows) whose
-first chunk takes that mode, with the whole chunk's compress and decompress for scale; then the rANS encoder of its exponent residuals by
-each loop this CPU has (``wenc.enc_rounds``: the register-window loop where AVX-512 and the window allow it;
-``simd.enc32``: the AVX2 loop).
+first chunk takes that mode, with the whole chunk's compress and decompress for scale; then the rANS encoder of
+its exponent residuals by each loop this CPU has (``wenc.enc_rounds``: the register-window loop where AVX-512 and
+the window allow it; ``simd.enc32``: the AVX2 loop).
 
     cd codecs/lmc && python -m benchmarks.studies.pred_phases SERIES/checkpoint-N [--dtype bf16] [--repeat 30]
 

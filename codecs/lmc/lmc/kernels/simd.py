@@ -159,7 +159,7 @@ def _make_rounds32(with_cb):
             permd = fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8])
             ctpop = fn(builder, "llvm.ctpop.i32", I32, [I32])
             # with AVX-512 (VL, VBMI2) the words go to their lanes by vpexpandw from memory: no table load on the
-            # states' chain (0.47 -> 0.43 ns an element on a second moment's exponent residuals)
+            # states' chain (0.47 -> 0.42 ns an element on a second moment's exponent residuals)
             W8 = ir.VectorType(I16, 8)
             expand = (fn(builder, "llvm.masked.expandload.v8i16", W8, [ir.PointerType(I16), ir.VectorType(V.I1, 8), W8])
                       if SIMD512 else None)
