@@ -51,6 +51,16 @@ def _setup(V, builder, k, lo, sp):
             [builder.load(builder.gep(sp, [c(j)])) for j in range(4)])
 
 
+def _env():
+    """What the reader's and the packer's builders start from: (numba's types, its intrinsic decorator, a _Vec,
+    llvmlite's ir, cgutils, i8, i64, <4 x i64>, <32 x i8>)."""
+    from numba import types
+    from numba.extending import intrinsic
+    V = _Vec()
+    ir = V.ir
+    return (types, intrinsic, V, ir, V.cg, V.I8, V.I64, ir.VectorType(V.I64, 4), ir.VectorType(V.I8, 32))
+
+
 def _make_fixed_groups():
     """``(buf, st, k, lo, out, ng) -> ng``: symbols 0 .. 8 ng - 1 of the four sub-streams of a fixed-length code of
     k bits (sub-stream j at buf[st[j]:]) interleaved into out[:32 ng], eight symbols of each sub-stream a step.
@@ -60,13 +70,7 @@ def _make_fixed_groups():
     (halves, quarters, bytes), lo added and the 32 bytes put in output order by one shuffle. Generic LLVM vector
     operations only (no CPU-specific intrinsic). The caller guarantees 8 ng <= every sub-stream's symbols and
     k (ng - 1) + 8 <= every sub-stream's bytes; nothing here checks bounds."""
-    from numba import types
-    from numba.extending import intrinsic
-    V = _Vec()
-    ir, cgutils = V.ir, V.cg
-    I8, I64 = V.I8, V.I64
-    V4 = ir.VectorType(I64, 4)
-    B32 = ir.VectorType(I8, 32)
+    types, intrinsic, V, ir, cgutils, I8, I64, V4, B32 = _env()
 
     @intrinsic
     def _fixed_groups(typingctx, buf, st, k, lo, out, ng):
@@ -105,13 +109,7 @@ def _make_fixed_pack():
     fields gathered by the three rounds in reverse, the bits reversed; one 8-byte store a sub-stream, whose last
     8 - k bytes are zero and are written over by the next step. The caller guarantees 32 ng <= p.size, every
     symbol in lo .. lo + 2^k - 1, and k (ng - 1) + 8 <= every sub-stream's bytes; nothing here checks bounds."""
-    from numba import types
-    from numba.extending import intrinsic
-    V = _Vec()
-    ir, cgutils = V.ir, V.cg
-    I8, I64 = V.I8, V.I64
-    V4 = ir.VectorType(I64, 4)
-    B32 = ir.VectorType(I8, 32)
+    types, intrinsic, V, ir, cgutils, I8, I64, V4, B32 = _env()
 
     @intrinsic
     def _fixed_pack(typingctx, p, k, lo, out, st, ng):
@@ -155,10 +153,10 @@ else:
 
 
 @njit(nogil=True, cache=True)
-def fixed_encode4(p, n, k, lo, codes, out, o, sub):
+def fixed_encode4(p, n, k, lo, codes, lens, out, o, sub):
     """huffenc._encode4 for a code whose every length is k over lo .. lo + 2^k - 1 (every symbol of p[:n] in that
     range): the same sub-streams at out[o:] (sizes sub[0..3], exact), eight symbols of each a step as vectors where
-    simd.SIMD holds, then symbol by symbol from codes (the reversed canonical codes). Never writes outside
+    simd.SIMD holds, then symbol by symbol from codes (the reversed canonical codes) and lens. Never writes outside
     [o, o + sum(sub)). Returns the end, or -1 on a size mismatch (an internal error)."""
     st = np.empty(4, np.int64)
     q = o
@@ -171,23 +169,30 @@ def fixed_encode4(p, n, k, lo, codes, out, o, sub):
     if SIMD and lo_sub >= 8:
         g = _fixed_pack(p, np.int64(k), np.int64(lo), out, st, min((n >> 2) >> 3, (lo_sub - 8) // k + 1))
     for j in range(4):
-        q = st[j] + g * k
-        acc = np.uint64(0)
-        nb = 0
-        for i in range(8 * g, (n + 3 - j) >> 2):
-            acc |= codes[p[4 * i + j]] << np.uint64(nb)
-            nb += k
-            while nb >= 8:
-                out[q] = np.uint8(acc & np.uint64(0xFF))
-                q += 1
-                acc >>= np.uint64(8)
-                nb -= 8
-        if nb > 0:
-            out[q] = np.uint8(acc & np.uint64(0xFF))
-            q += 1
+        q = put_codes(p, 32 * g + j, n, codes, lens, out, st[j] + g * k, np.uint64(0), 0)
         if q != st[j] + sub[j]:
             return -1
     return end
+
+
+@njit(nogil=True, cache=True, inline="always")
+def put_codes(p, i, n, codes, lens, out, q, acc, nb):
+    """The codes of symbols p[i], p[i + 4], .. below n (one sub-stream's; lens[c] bits each) appended LSB first
+    to the nb pending bits of acc, written a byte at a time at out[q:], the last byte padded with zeros.
+    Returns the next position."""
+    for e in range(i, n, 4):
+        c = p[e]
+        acc |= codes[c] << np.uint64(nb)
+        nb += lens[c]
+        while nb >= 8:
+            out[q] = np.uint8(acc & np.uint64(0xFF))
+            q += 1
+            acc >>= np.uint64(8)
+            nb -= 8
+    if nb > 0:
+        out[q] = np.uint8(acc & np.uint64(0xFF))
+        q += 1
+    return q
 
 
 @njit(nogil=True, cache=True)
@@ -275,18 +280,18 @@ def _sample_entropy(t, m):
 
 
 @njit(nogil=True, cache=True)
-def near_fixed(p, n, t, m):
+def near_fixed(p, n, t, ent):
     """(k, lo) where plane p[:n] is sure to take the fixed-length code of k bits over lo .. lo + 2^k - 1
     (fixed_code), else (0, 0): every byte of the plane in such a range, 2 <= k < 8 (exact: the plane's least and
-    greatest byte), and the entropy of near_raw's sample t (m bytes) within NEAR_RAW_BITS of k bits, so that no
-    Huffman code of it saves more than about 1/40 of k bits (fixed_code asks 1/32). Where it holds the plane is
-    not counted (what its counting and Huffman coding cost: 0.6 ns an element of a second moment's sign and
-    mantissa plane)."""
+    greatest byte), and ent, the entropy of near_raw's sample t (_sample_entropy), within NEAR_RAW_BITS of k
+    bits, so that no Huffman code of it saves more than about 1/40 of k bits (fixed_code asks 1/32). Where it
+    holds the plane is not counted (what its counting and Huffman coding cost: 0.6 ns an element of a second
+    moment's sign and mantissa plane)."""
     lo, hi = nonzero_range(t, 0, 256)
     k = 2
     while (1 << k) < hi - lo + 1:
         k += 1
-    if k >= 8 or _sample_entropy(t, m) < k - NEAR_RAW_BITS:
+    if k >= 8 or ent < k - NEAR_RAW_BITS:
         return 0, 0
     mn = np.int64(255)
     mx = np.int64(0)

@@ -7,7 +7,7 @@ from numba import njit
 
 from .intrinsics import ld, store_u32, store_u64
 from .base import _U0, _i4, _u4, copy_bytes, nonzero_range
-from .hfixed import fixed_encode4
+from .hfixed import fixed_encode4, put_codes
 from .huffman import canonical_codes
 
 
@@ -85,21 +85,7 @@ def _encode4(p, n, codes, lens, out, o, sub, free=False):
     ens = _i4(en0, en1, en2, en3)
     starts = _i4(o, en0, en1, en2)
     for k in range(4):
-        q = qs[k]
-        acc = accs[k]
-        nb = nbs[k]
-        for i in range(20 * j + k, n, 4):
-            c = p[i]
-            acc |= codes[c] << np.uint64(nb)
-            nb += lens[c]
-            while nb >= 8:
-                out[q] = np.uint8(acc & np.uint64(0xFF))
-                q += 1
-                acc >>= np.uint64(8)
-                nb -= 8
-        if nb > 0:
-            out[q] = np.uint8(acc & np.uint64(0xFF))
-            q += 1
+        q = put_codes(p, 20 * j + k, n, codes, lens, out, qs[k], accs[k], nbs[k])
         if free:
             sub[k] = q - starts[k]
         elif q != ens[k]:
@@ -140,7 +126,7 @@ def put_huff(p, n, lens, sub, out, o, lim, tbuf, free):
         for s in range(lo, hi + 1):
             fixed = fixed and ln[s] == k
         if fixed:   # every symbol of the range at length k (hfixed.fixed_code): packed without table lookups
-            return fixed_encode4(p, n, k, lo, codes, out, o, sub)
+            return fixed_encode4(p, n, k, lo, codes, ln, out, o, sub)
         return _encode4(p, n, codes, ln, out, o, sub)
     for k in range(4):
         copy_bytes(out, o, tbuf, k * ub, sub[k])

@@ -130,7 +130,13 @@ def near_raw(p, n):
 @njit(nogil=True, cache=True)
 def near_raw_counts(t, m):
     """near_raw's test on the counts t of a sample of m bytes."""
-    return _sample_entropy(t, m) >= 8.0 - NEAR_RAW_BITS
+    return near_raw_entropy(_sample_entropy(t, m))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def near_raw_entropy(ent):
+    """near_raw's test on the sample's entropy."""
+    return ent >= 8.0 - NEAR_RAW_BITS
 
 
 @njit(nogil=True, cache=True)
@@ -155,10 +161,11 @@ def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv):
     for s in range(ns):
         if rm != NO_MARGIN and n >= NEAR_RAW_MIN:
             t, m = _plane_sample(planes[s], n)
-            if near_raw_counts(t, m):
+            ent = _sample_entropy(t, m)
+            if near_raw_entropy(ent):
                 skip |= 1 << s
                 continue
-            fk[s], flo[s] = near_fixed(planes[s], n, t, m)
+            fk[s], flo[s] = near_fixed(planes[s], n, t, ent)
             if fk[s] > 0:
                 skip |= 1 << s
                 fixed |= 1 << s
