@@ -10,7 +10,7 @@ LSB-first, in the order ``_traw`` writes them:
 - each lane's bit count kb = k - (k != 0) and value v < 2^kb are at hand (no lookup);
 - neighbouring lanes are joined in the vector: v0 | v1 << kb0 (four joins of at most 30 bits, then two of at
   most 60 in 64-bit lanes);
-- each joined value meets the accumulator once (``_take``'s step, kept with the absolute bit position, so that
+- each joined value meets the accumulator once (``temporal._put``'s step, kept with the absolute bit position, so that
   the chains from one value to the next are an add and an or with a select): two steps per eight units, where
   ``_traw`` takes one per four after four lookups.
 

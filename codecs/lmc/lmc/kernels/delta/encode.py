@@ -133,16 +133,17 @@ def _plan(x, r, n, W, hs):
     best = np.int64(1) << 62
     bc = 0
     bq = 8
+    nib = 0
+    low = 0   # the low part below the cut: its byte streams (and nibble stream), as the packed stream (_hcost)
     for ci in range(nc):
         c = 4 * ci
-        # the low part: its byte streams and nibble stream, as the packed stream (_hcost)
-        low = 0
-        for j in range(c >> 3):
-            low += _hcost(hs, j * 256)
         if c & 4:
-            low += _hcost(hs, (4 + (c >> 3)) * 256)
+            nib = _hcost(hs, (4 + (c >> 3)) * 256)
+        elif c > 0:   # (each table's cost taken once: byte c / 8 - 1 joins the low part of every cut from c on)
+            low += _hcost(hs, ((c >> 3) - 1) * 256)
+        lo = low + nib if c & 4 else low
         for qi in range(3):
-            bits = low + _hcost(hs, (8 + 3 * ci + qi) * 256) + esc[3 * ci + qi] * 8 * ((W - c + 7) >> 3)
+            bits = lo + _hcost(hs, (8 + 3 * ci + qi) * 256) + esc[3 * ci + qi] * 8 * ((W - c + 7) >> 3)
             if bits < best:
                 best = bits
                 bc = c
