@@ -306,7 +306,7 @@ def _put(acc, p, v, k, out, o):
     from bit p & ~63), whose 8 bytes are stored at o + (p >> 3 & ~7) (speculatively); where the step crosses into
     the next 8 bytes acc keeps v's bits past them.  The chains from one step to the next are an add (p) and an or
     with a select (acc); a carried bit count instead took a compare, a shift and a subtract more a step (fp32
-    weights' raw bits: 0.91 ns an element).  Returns (acc, p)."""
+    weights' raw bits: 0.87 ns an element against 0.62).  Returns (acc, p)."""
     sh = np.uint64(p & 63)
     lo = acc | (v << sh)
     store_u64(out, o + ((p >> 3) & ~7), lo)
