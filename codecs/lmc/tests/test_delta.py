@@ -398,3 +398,61 @@ def test_fast_plan_near_the_best_plan(which):
             sl = slice(c * chunk, c * chunk + b.n_of(c))
             best = _best_plan(x[sl], r[sl])
             assert p[0] == 6 and len(p) <= 1.05 * best[0], (c, _heads(b.pack()), len(p), best)
+
+
+def _plan_of_every_cut(x, r):
+    """delta_plan's (c, q, estimate) as first written: every sampled table counted (numpy here), every cut and
+    field width priced by the kernel's _hcost, the first smallest taken."""
+    from lmc.kernels.delta.encode import DSAMPLE, DSAMPLE_MIN, _hcost
+    from fuzz_blobs import mono
+    W = 8 * x.dtype.itemsize
+    u = np.dtype(f"u{W // 8}")
+    n = x.size
+    step = 1 if n < DSAMPLE_MIN else DSAMPLE
+    d = (mono(x.view(u), W) - mono(r.view(u), W)) & ((1 << W) - 1)
+    z = ((d << 1) & ((1 << W) - 1)) ^ np.where(d >> (W - 1), (1 << W) - 1, 0)
+    z = np.concatenate([z[b:b + ((min(b + 64, n) - b) & ~7)] for b in range(0, n - 7, 64 * step)] or [z[:0]])
+    m = z.size
+    if m == 0:
+        return 0, 8, 0
+    hs = np.zeros(256, np.int64)
+
+    def cost(keys):
+        hs[:] = np.bincount(keys, minlength=256)
+        return _hcost(hs, 0)
+    best, bc, bq = 1 << 62, 0, 8
+    for c in range(0, W, 4):
+        low = sum(cost((z >> (8 * j)) & 255) for j in range(c >> 3))
+        if c & 4:
+            j = c >> 3
+            low += cost(((z[0::2] >> (8 * j)) & 15) | (((z[1::2] >> (8 * j)) & 15) << 4))
+        h = z >> c
+        sb = 8 * ((W - c + 7) >> 3)
+        for q in (2, 4, 8):
+            f = np.minimum(h, (1 << q) - 1)
+            g = 8 // q
+            keys = sum(f[k::g] << (q * k) for k in range(g))
+            bits = low + cost(keys) + int((f == (1 << q) - 1).sum()) * sb
+            if bits < best:
+                best, bc, bq = bits, c, q
+    return bc, bq, int(best * (n / (8.0 * m))) + 6 + 5 * ((W >> 3) + 2)
+
+
+def test_plan_bounds_keep_the_plan_of_every_cut():
+    """The delta plan counts a cut's tables only where a bound below its bits (the low part and the escapes that
+    are certain) is below the best so far, and stops where the low part alone reaches it: the plan, and its
+    estimate, are those of counting every cut, on every spread (no move to far moves, every layout), sampled
+    chunks and chunks counted whole, and z = 0 everywhere."""
+    from lmc.kernels.delta.encode import DPLAN_TABLES, delta_plan
+    from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32
+    lay = {BF: LAYOUT_BF16, np.float16: LAYOUT_F16, np.float32: LAYOUT_F32}
+    hs = np.full(DPLAN_TABLES * 256, 7, np.int64)   # (scratch left dirty by an earlier call)
+    seen = set()
+    for i, (dt, spread, far, span) in enumerate(PLANS + [(np.float32, 30, 0.5, 1 << 30), (BF, 3, 0.3, 100)]):
+        for n in (8, 1001, 4095, 70000):
+            x, r = delta_pair(dt, n, 900 + i, spread=spread, far=far, far_span=span)
+            want = _plan_of_every_cut(x, r)
+            got = delta_plan(x.view(np.uint8), r.view(np.uint8), 0, n, lay[dt], hs)
+            assert tuple(int(v) for v in got) == want, (dt, spread, far, n, got, want)
+            seen.add(want[:2])
+    assert len(seen) >= 6, seen   # (the cases reach several plans)

@@ -18,7 +18,7 @@ FORMAT.md, "Delta chunk"."""
 import numpy as np
 from numba import njit
 
-from ..intrinsics import store_u32
+from ..intrinsics import clz64, store_u32
 from ..base import CHUNK_DELTA, LAYOUT_BF16, LAYOUT_F32, MODE_HUFF, MODE_RAW, _mono, log2_count
 from ..histo import histo4
 from ..streams import _write_streams, analyze_hist, analyze_planes, count_streams
@@ -90,60 +90,80 @@ def delta_plan(data, ref, start, n, layout, hs):
 @njit(nogil=True, cache=True)
 def _plan(x, r, n, W, hs):
     nc = W >> 2   # cuts c = 0, 4, .., W - 4 (index c >> 2)
-    hs[:] = 0
-    # tables: byte j of z at j * 256; the nibble pairs at bit 8j at (4 + j) * 256; the packed stream of
-    # (c, qi) at (8 + 3 * (c >> 2) + qi) * 256
-    esc = np.zeros(3 * nc, np.int64)
-    z = np.empty(64, np.uint32)
+    # tables (each zeroed when first counted): byte j of z at j * 256; the nibble pairs at bit 8j at (4 + j) *
+    # 256; the packed stream of (c, qi) at (8 + 3 * (c >> 2) + qi) * 256
     step = 1 if n < DSAMPLE_MIN else DSAMPLE
+    zs = np.empty((n // (64 * step) + 1) * 64, np.uint32)   # the sample's z, its blocks one after another
+    nbit = np.zeros(W + 2, np.int64)                       # how many of them have each bit length
     m = 0
     for b0 in range(0, n - 7, 64 * step):
-        e0 = (min(b0 + 64, n) - b0) & ~7
-        _dz(x[b0:b0 + e0], r[b0:b0 + e0], e0, W, z)
+        e0 = (min(b0 + 64, n) - b0) & ~7   # (a multiple of 8: the blocks joined keep every pair and group of 4)
+        _dz(x[b0:b0 + e0], r[b0:b0 + e0], e0, W, zs[m:m + e0])
+        for i in range(m, m + e0):
+            nbit[64 - clz64(np.uint64(zs[i]))] += 1
         m += e0
-        for j in range(W >> 3):
-            for i in range(e0):
-                hs[j * 256 + ((np.int64(z[i]) >> (8 * j)) & 255)] += 1
-            for i in range(0, e0, 2):
-                hs[(4 + j) * 256 + (((np.int64(z[i]) >> (8 * j)) & 15)
-                                    | (((np.int64(z[i + 1]) >> (8 * j)) & 15) << 4))] += 1
-        for ci in range(nc):
-            t = (8 + 3 * ci) * 256
-            sh = 4 * ci
-            for i in range(0, e0, 4):
-                h0 = np.int64(z[i]) >> sh
-                h1 = np.int64(z[i + 1]) >> sh
-                h2 = np.int64(z[i + 2]) >> sh
-                h3 = np.int64(z[i + 3]) >> sh
-                hs[t + (min(h0, 3) | (min(h1, 3) << 2) | (min(h2, 3) << 4) | (min(h3, 3) << 6))] += 1
-                hs[t + 256 + (min(h0, 15) | (min(h1, 15) << 4))] += 1
-                hs[t + 256 + (min(h2, 15) | (min(h3, 15) << 4))] += 1
-                hs[t + 512 + min(h0, 255)] += 1
-                hs[t + 512 + min(h1, 255)] += 1
-                hs[t + 512 + min(h2, 255)] += 1
-                hs[t + 512 + min(h3, 255)] += 1
-    # the escapes (fields all ones), from the packed streams' counts
-    for ci in range(nc):
-        t = (8 + 3 * ci) * 256
-        for v in range(256):
-            esc[3 * ci] += hs[t + v] * (np.int64(v & 3 == 3) + np.int64((v >> 2) & 3 == 3)
-                                        + np.int64((v >> 4) & 3 == 3) + np.int64(v >> 6 == 3))
-            esc[3 * ci + 1] += hs[t + 256 + v] * (np.int64(v & 15 == 15) + np.int64(v >> 4 == 15))
-        esc[3 * ci + 2] = hs[t + 512 + 255]
+    # above[b]: the sampled z of more than b bits, each an escape in every field of q bits at a cut c with
+    # c + q <= b (z >= 2^(c + q) > (2^q - 1) << c)
+    above = np.zeros(W + 2, np.int64)
+    for b in range(W, -1, -1):
+        above[b] = above[b + 1] + nbit[b + 1]
     best = np.int64(1) << 62
     bc = 0
     bq = 8
     nib = 0
     low = 0   # the low part below the cut: its byte streams (and nibble stream), as the packed stream (_hcost)
+    # The cuts in order, each table counted when a cut first needs it.  The plan is the one of counting every
+    # table: a cut or a width is passed over only where a bound below its bits is not below the best so far
+    # (the low part grows with the cut, so at a whole byte where it alone reaches the best no later cut can win).
     for ci in range(nc):
         c = 4 * ci
+        j = c >> 3
         if c & 4:
-            nib = _hcost(hs, (4 + (c >> 3)) * 256)
-        elif c > 0:   # (each table's cost taken once: byte c / 8 - 1 joins the low part of every cut from c on)
-            low += _hcost(hs, ((c >> 3) - 1) * 256)
+            hs[(4 + j) * 256:(5 + j) * 256] = 0
+            for i in range(0, m, 2):
+                hs[(4 + j) * 256 + (((np.int64(zs[i]) >> (8 * j)) & 15)
+                                    | (((np.int64(zs[i + 1]) >> (8 * j)) & 15) << 4))] += 1
+            nib = _hcost(hs, (4 + j) * 256)
+        elif c > 0:   # byte j - 1 joins the low part of every cut from c on
+            hs[(j - 1) * 256:j * 256] = 0
+            for i in range(m):
+                hs[(j - 1) * 256 + ((np.int64(zs[i]) >> (8 * (j - 1))) & 255)] += 1
+            low += _hcost(hs, (j - 1) * 256)
+            if low >= best:
+                break
         lo = low + nib if c & 4 else low
+        # a bound below each field width's bits at this cut: the low part and the escapes that are certain (the
+        # packed stream costs 0 bits or more); a cut none of whose widths can come below the best so far is not
+        # counted (the plan is the one of counting every cut: a skipped width's bits are >= best)
+        sb = 8 * ((W - c + 7) >> 3)
+        if min(lo + above[min(c + 2, W)] * sb, min(lo + above[min(c + 4, W)] * sb,
+                                                    lo + above[min(c + 8, W)] * sb)) >= best:
+            continue
+        t = (8 + 3 * ci) * 256
+        sh = 4 * ci
+        hs[t:t + 768] = 0
+        for i in range(0, m, 4):
+            h0 = np.int64(zs[i]) >> sh
+            h1 = np.int64(zs[i + 1]) >> sh
+            h2 = np.int64(zs[i + 2]) >> sh
+            h3 = np.int64(zs[i + 3]) >> sh
+            hs[t + (min(h0, 3) | (min(h1, 3) << 2) | (min(h2, 3) << 4) | (min(h3, 3) << 6))] += 1
+            hs[t + 256 + (min(h0, 15) | (min(h1, 15) << 4))] += 1
+            hs[t + 256 + (min(h2, 15) | (min(h3, 15) << 4))] += 1
+            hs[t + 512 + min(h0, 255)] += 1
+            hs[t + 512 + min(h1, 255)] += 1
+            hs[t + 512 + min(h2, 255)] += 1
+            hs[t + 512 + min(h3, 255)] += 1
+        # the escapes (fields all ones), from the packed streams' counts
+        e2 = 0
+        e4 = 0
+        for v in range(256):
+            e2 += hs[t + v] * (np.int64(v & 3 == 3) + np.int64((v >> 2) & 3 == 3)
+                               + np.int64((v >> 4) & 3 == 3) + np.int64(v >> 6 == 3))
+            e4 += hs[t + 256 + v] * (np.int64(v & 15 == 15) + np.int64(v >> 4 == 15))
         for qi in range(3):
-            bits = lo + _hcost(hs, (8 + 3 * ci + qi) * 256) + esc[3 * ci + qi] * 8 * ((W - c + 7) >> 3)
+            esc = e2 if qi == 0 else (e4 if qi == 1 else hs[t + 512 + 255])
+            bits = lo + _hcost(hs, (8 + 3 * ci + qi) * 256) + esc * sb
             if bits < best:
                 best = bits
                 bc = c
