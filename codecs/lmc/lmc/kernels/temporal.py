@@ -203,9 +203,10 @@ def packed(W):
 
 @njit(nogil=True, cache=True)
 def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
-    """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % 8 are vectors (kernels.tenc.tsyms8),
-    which for 16-bit units pack their raw bits too: low's bytes (low: uint32[>= n + 16]) then hold the chunk's raw
-    bit stream as _traw writes it; elsewhere low[i] holds element i's raw bits.  Returns the raw bits."""
+    """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % 8 (32-bit units: n % tenc.LANES32)
+    are vectors (kernels.tenc.tsyms8), which for 16-bit units pack their raw bits too: low's bytes (low: uint32[>=
+    n + 16]) then hold the chunk's raw bit stream as _traw writes it; elsewhere low[i] holds element i's raw bits.
+    Returns the raw bits."""
     if not SIMD:
         return _tsyms(x, r, n, W, mb, em, E, jb, low)
     raw, m = tsyms8(x, r, n, W, mb, em, E, jb, low)
