@@ -214,11 +214,13 @@ def _give_scratch(b):
             _SCRATCH.buf = base
 
 
-def _ref_hash(ref_u8, total, chunk, unit, nthreads, wk):
-    """The reference's hash: over its chunk checksums (wk: kernels.base.ck_mode of the blob's version)."""
-    nch = -(-total // chunk) if total else 0
-    chks = np.zeros(nch, np.uint64)
-    _run_chunks(checksum_range, (ref_u8, total, chunk, unit, int(wk), chks), nch, nthreads)
+def _ref_hash(ref_u8, total, chunk, unit, nthreads, wk, chks=None):
+    """The reference's hash: over its chunk checksums (wk: kernels.base.ck_mode of the blob's version; chks: those
+    checksums where the encoder took them, else they are taken here)."""
+    if chks is None:
+        nch = -(-total // chunk) if total else 0
+        chks = np.zeros(nch, np.uint64)
+        _run_chunks(checksum_range, (ref_u8, total, chunk, unit, int(wk), chks), nch, nthreads)
     b = chks.tobytes() + struct.pack("<QQ", total, unit)
     return zlib.crc32(b) | (zlib.adler32(b) << 32)
 
@@ -324,19 +326,20 @@ def _compress(data, threads, reference, chunk_size, dtype, fv, pref=0):
         has_ref = True
         flags |= FLAG_REF
     nth = _nthreads(threads)
-    if has_ref:
-        refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit, nth, ck_mode(fv)))
     sizes = np.zeros(nch, np.int64)
     chks = np.zeros(nch, np.uint64)
+    rchks = np.zeros(nch if has_ref else 0, np.uint64)   # (the reference's chunk checksums: encode_range)
     used = np.ones(nch, np.int64)
     w = max(1, int(shape[-1])) if len(shape) >= 2 else max(1, total)
     cap = 1 + ns * (5 + min(chunk, max(total, 1))) + 16
     scratch = _take_scratch(nch * cap) if nch else None
     try:
         _run_chunks(encode_range, (data_u8, ref_u8, has_ref, int(fv), int(pref), w, total, chunk, unit,
-                                     layout, ns, scratch, cap, sizes, chks, used), nch, nth)
+                                     layout, ns, scratch, cap, sizes, chks, used, rchks), nch, nth)
         if nch and sizes.min() < 0:  # pragma: no cover - would be a bug
             raise RuntimeError("lmc: internal encoder error (Huffman size mismatch)")
+        if has_ref:
+            refhash = struct.pack("<Q", _ref_hash(ref_u8, total, chunk, unit, nth, ck_mode(fv), rchks))
         if fv >= 4:
             version = fv
         else:
