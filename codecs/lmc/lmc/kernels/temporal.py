@@ -279,7 +279,7 @@ def temporal_estimate(hist, f, cm, W, n, fv):
 
 @njit(nogil=True, cache=True)
 def _spill(acc, nb, out, q):
-    """_traw's one-element step: the accumulator's low 4 bytes stored at q (speculatively), and moved past where
+    """_tpack's one-element step: the accumulator's low 4 bytes stored at q (speculatively), and moved past where
     nb >= 32; returns (acc, nb, q)."""
     store_u32(out, q, np.uint32(acc & _M32))
     g = np.int64(nb >= 32)
@@ -288,7 +288,7 @@ def _spill(acc, nb, out, q):
 
 @njit(inline="always")
 def _put(acc, p, v, k, out, o):
-    """_traw's group step with the absolute bit position p: v (k <= 62 bits) joins the pending bits of acc (those
+    """_traw's step with the absolute bit position p: v (k <= 62 bits) joins the pending bits of acc (those
     from bit p & ~63), whose 8 bytes are stored at o + (p >> 3 & ~7) (speculatively); where the step crosses into
     the next 8 bytes acc keeps v's bits past them.  The chains from one step to the next are an add (p) and an or
     with a select (acc); a carried bit count instead took a compare, a shift and a subtract more a step (fp32
@@ -331,23 +331,11 @@ def _traw(jb, low, n, kbt, out, o, group):
             acc, p = _put(acc, p, np.uint64(ld(low, i)) | (np.uint64(ld(low, i + 1)) << np.uint64(k0)), k0 + k1,
                           out, o)
             i += 2
-    nb = p & 63
-    q = o + ((p >> 3) & ~7)
-    while nb >= 32:   # (at most 63 pending: the single steps below keep fewer than 32)
-        store_u32(out, q, np.uint32(acc & _M32))
-        acc >>= np.uint64(32)
-        nb -= 32
-        q += 4
-    while i < n:
-        acc |= np.uint64(ld(low, i)) << np.uint64(nb)
-        acc, nb, q = _spill(acc, nb + np.int64(ld(kbt, np.int64(ld(jb, i)))), out, q)
+    while i < n:   # (the last n % group one at a time)
+        acc, p = _put(acc, p, np.uint64(ld(low, i)), np.int64(ld(kbt, np.int64(ld(jb, i)))), out, o)
         i += 1
-    while nb > 0:
-        out[q] = np.uint8(acc & np.uint64(0xFF))
-        q += 1
-        acc >>= _S8
-        nb -= 8
-    return q
+    store_u64(out, o + ((p >> 3) & ~7), acc)   # (the pending bits, zeros after them)
+    return o + ((p + 7) >> 3)
 
 
 @njit(nogil=True, cache=True)
