@@ -11,6 +11,7 @@ from .intrinsics import st as put
 from .base import (ERR_KRAFT, ERR_PAD, ERR_STREAM, ERR_TABLE, ERR_TRUNC, MAXLEN, OK, TABSIZE, _B57, _CM, _M11,
                    _M32, _M57, _M63, _S8, _U0, _i4, _slow_load)
 from .hfixed import fixed_decode4
+from .hmulti import multi8
 
 
 # ---------------------------------------------------------------------------
@@ -447,7 +448,7 @@ def decode_huff_stream(blob, pos, plen, p, n, lens, dec, dec3, dec1, tmp, inter=
         for idx in range(TABSIZE):
             e = dec[idx]
             dec1[idx] = np.uint16((e >> 8) | ((e & 0xFF) << 8))
-    else:
+    elif not multi8(dec, dec3):   # (the vector build where the CPU has one: kernels.hmulti)
         build_multi_table(dec, dec3)
     return huff_decode4(blob, st, ln, dec, dec3, dec1, single, p, n, tmp, inter)
 
