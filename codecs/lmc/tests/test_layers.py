@@ -23,7 +23,7 @@ PARTS = [
 # lmc.kernels bottom up: a kernel module imports only those before it (the delta encoder not its decoder)
 KERNELS = ["intrinsics", "simd", "wenc", "restore", "histo", "base", "hmulti", "hfixed", "huffman", "huffenc", "rans",
            "streams", "tfuse", "tenc", "temporal", "mctx", "jmerge", "joint", "delta", "delta.fields", "delta.encode",
-           "delta.decode", "chunk", "check", "drivers"]
+           "delta.decode", "chunk", "pair", "check", "drivers"]
 MAX_LINES = 600
 
 

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import lmc
+from fuzz_blobs import Blob
 from lmc.kernels import restore
+from lmc.kernels.base import CHUNK_PRED
 from lmc.kernels.simd import SIMD
 from lmc.kernels.streams import exp_residuals
 
@@ -92,3 +94,57 @@ def test_predicted_chunks_round_trip_through_the_api():
             blob = lmc.compress(arr, chunk_size=10_000)
             assert lmc.info(blob)["chunk_modes"].get("predicted", 0) > 0
             assert np.array_equal(lmc.decompress(blob).view(np.uint8), arr.view(np.uint8))
+
+
+@pytest.mark.parametrize("w", [1, 3, 4, 5, 64, 1000])
+def test_exp_restore2_is_exp_restore_of_each_plane(w):
+    """The two chains side by side (kernels.pair's restore) give each plane's own bytes, whichever is longer."""
+    rng = np.random.default_rng(100 + w)
+    for n, m in ((0, 5), (w + 4, w + 4), (w + 5, 3 * w + 17), (4099, 4096), (4096, 131), (257, 9000)):
+        for kind in ("uniform", "small", "edges"):
+            a, b = _residuals(rng, n, kind), _residuals(rng, m, kind)
+            p, q = a.copy(), b.copy()
+            restore.exp_restore2(p, n, q, m, w)
+            assert np.array_equal(p, plain_restore(a, w)) and np.array_equal(q, plain_restore(b, w)), (n, m, kind)
+
+
+def _pred_blob(dt, chunk=4096):
+    rng = np.random.default_rng(11)
+    scale = np.exp2(rng.uniform(-30, 0, 576))[None, :] * np.exp2(rng.uniform(-4, 0, 96))[:, None]
+    x = (scale * (1 + 0.2 * rng.random((96, 576)))).astype(np.float32).astype(dt)
+    blob = lmc.compress(x, chunk_size=chunk)
+    modes = [p[0] for p in Blob(blob).payloads]
+    assert len(modes) == 14 and modes.count(CHUNK_PRED) == len(modes)   # (an even count, then an odd one)
+    return x, blob
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
+def test_predicted_chunks_in_pairs_decode_as_each_alone(dt):
+    """decode_range takes two predicted-exponent chunks in a row as a pair (kernels.pair): every split of the
+    chunks among threads (pairs, a chunk left alone at a range's end) and an odd count give the array."""
+    x, blob = _pred_blob(dt)
+    for th in (1, 2, 3, 5):
+        assert lmc.decompress(blob, threads=th).tobytes() == x.tobytes()
+    x13 = x[:90]   # (13 chunks, the last one short)
+    b13 = lmc.compress(x13, chunk_size=4096)
+    assert [p[0] for p in Blob(b13).payloads] == [CHUNK_PRED] * 13
+    assert lmc.decompress(b13, threads=1).tobytes() == x13.tobytes()
+
+
+@pytest.mark.parametrize("c", [0, 5, 13])
+def test_a_damaged_chunk_of_a_pair_is_named(c):
+    """A unit damaged in either chunk of a pair (a raw mantissa byte: the structure stays sound, so the
+    checksum finds it) is blamed on its own chunk, as when each chunk is decoded alone; a pair whose row
+    lengths differ (forged) is decoded chunk by chunk and fails where the forged length gives wrong units."""
+    x, blob = _pred_blob(ml_dtypes.bfloat16)
+    h = lmc.api._parse_header(np.frombuffer(blob, np.uint8))
+    off, size = int(h["offsets"][c]), int(h["sizes"][c])
+    bad = bytearray(blob)
+    bad[off + size - 1] ^= 0x10
+    with pytest.raises(lmc.FormatError, match=f"chunk {c}: .*checksum"):
+        lmc.decompress(bytes(bad), threads=1)
+    if c % 2:
+        bad = bytearray(blob)
+        bad[off + 1:off + 5] = (575).to_bytes(4, "little")
+        with pytest.raises(lmc.FormatError, match=f"chunk {c}: "):
+            lmc.decompress(bytes(bad), threads=1)

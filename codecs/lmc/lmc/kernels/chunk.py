@@ -519,23 +519,37 @@ def decode_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, out, start,
 
 
 @njit(nogil=True, cache=True)
-def decode_f32(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w, dst):
-    """decode_planes and merge_units for an fp32 alone, predicted (w > 0: the row length) or XOR chunk into dst
-    (uint32[n]; XOR chunks: before the reference is applied); where the three mantissa streams are raw (the
-    common case) they are merged straight from the blob, without a copy.  Returns a status."""
-    q = np.empty(4, np.int64)
+def f32_streams(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, q):
+    """decode_f32's streams: the exponents into planes[0], each other stream into planes[s] unless it is raw
+    (then q[s] >= 0: its position in blob).  Returns a status."""
     st, pos = read_records(blob, pos, end, n, 4, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, q)
-    if st != OK:
-        return st
-    if pos != end:
+    if st == OK and pos != end:
         return ERR_TRAIL
-    if w > 0:
-        exp_restore(planes[0], n, w)
+    return st
+
+
+@njit(nogil=True, cache=True)
+def f32_merge(blob, q, n, planes, dst):
+    """The units of an fp32 chunk from its planes; where the three mantissa streams are raw (the common case)
+    merged straight from the blob, without a copy."""
     if q[1] >= 0 and q[2] >= 0 and q[3] >= 0:
         merge_f32(planes[0], blob[q[1]:q[1] + n], blob[q[2]:q[2] + n], blob[q[3]:q[3] + n], n, dst)
-        return OK
+        return
     for s in range(1, 4):
         if q[s] >= 0:
             copy_bytes(planes[s], 0, blob, q[s], n)
     merge_f32(planes[0], planes[1], planes[2], planes[3], n, dst)
+
+
+@njit(nogil=True, cache=True)
+def decode_f32(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w, dst):
+    """decode_planes and merge_units for an fp32 alone, predicted (w > 0: the row length) or XOR chunk into dst
+    (uint32[n]; XOR chunks: before the reference is applied).  Returns a status."""
+    q = np.empty(4, np.int64)
+    st = f32_streams(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, q)
+    if st != OK:
+        return st
+    if w > 0:
+        exp_restore(planes[0], n, w)
+    f32_merge(blob, q, n, planes, dst)
     return OK

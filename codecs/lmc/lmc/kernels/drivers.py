@@ -11,6 +11,7 @@ from .simd import LANES
 from .delta.encode import delta_scratch
 from .mctx import MCTX_K
 from .chunk import decode_chunk, encode_chunk
+from .pair import pairable, pred_pair
 
 # ---------------------------------------------------------------------------
 # drivers over a range of chunks.  They release the GIL (nogil) and are run
@@ -90,9 +91,21 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
     planes, dec, dec3, dec1, lens, tmp, f, cm, dtab = stream_scratch(ns, chunk, total)
     cb = np.empty(min(chunk, total) + 16, np.uint16)
     syms = np.empty(min(chunk, total) + 16, np.uint8)
-    for c in range(c0, c1):
+    # (two predicted-exponent chunks in a row are decoded as a pair, their exponents restored side by side:
+    # kernels.pair; the second chunk's planes)
+    two = pairable(layout) and c1 - c0 >= 2
+    planes2 = np.empty((ns + 3, min(chunk, total) + 128) if two else (1, 1), np.uint8)
+    c = c0
+    while c < c1:
         if stop[0] != 0:
             return
+        if two and c + 1 < c1 and pred_pair(blob, offsets, sizes, chks, c, chunk, total, unit, layout, has_ref,
+                                            out, planes, planes2, dec, dec3, dec1, lens, tmp, version, f, cm, dtab,
+                                            status):
+            if status[c] != 0 or status[c + 1] != 0:
+                stop[0] = 1
+            c += 2
+            continue
         start = c * chunk
         n = min(chunk, total - start)
         status[c] = decode_chunk(blob, offsets[c], sizes[c], n, unit, layout, ns,
@@ -100,15 +113,16 @@ def decode_range(blob, offsets, sizes, chks, total, chunk, unit, layout, ns, ref
                                  dec1, lens, tmp, version, f, cm, dtab, cb, syms)
         if status[c] != 0:
             stop[0] = 1
+        c += 1
 
 def _checked_pure_python():
     """LMC_CHECKED=1 with NUMBA_DISABLE_JIT=1: the kernels allocate checked
     arrays (lmc.api passes its buffers as checked arrays too)."""
-    from . import base, chunk, huffenc, huffman, intrinsics, joint, mctx, rans, restore, streams, temporal
+    from . import base, chunk, huffenc, huffman, intrinsics, joint, mctx, pair, rans, restore, streams, temporal
     from .delta import decode, encode, fields
     import sys
     for m in (restore, base, huffman, huffenc, rans, streams, temporal, mctx, joint, fields, encode, decode, chunk,
-              sys.modules[__name__]):
+              pair, sys.modules[__name__]):
         m.np = intrinsics.checked_numpy
 
 

@@ -476,33 +476,48 @@ def read_records(blob, pos, end, n, ns, planes, dec, dec3, dec1, lens, tmp, vers
 
 
 @njit(nogil=True, cache=True)
+def bf16_streams(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab):
+    """decode_bf16's streams: the exponents into planes[0], the sign/mantissa stream into planes[1] unless it is
+    raw.  Returns (status, the raw stream's position in blob or -1)."""
+    st, m0, l0 = _read_record(blob, pos, end, n, version)
+    if st != OK:
+        return st, -1
+    q0 = pos + 5
+    st, m1, l1 = _read_record(blob, q0 + l0, end, n, version)
+    if st != OK:
+        return st, -1
+    q1 = q0 + l0 + 5
+    if q1 + l1 != end:
+        return ERR_TRAIL, -1
+    st = _decode_stream(blob, q0, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
+    if st != OK or m1 == MODE_RAW:
+        return st, q1
+    st = _decode_stream(blob, q1, l1, m1, planes[1], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
+    return st, -1
+
+
+@njit(nogil=True, cache=True)
+def bf16_merge(blob, q1, n, planes, dst):
+    """The units of a bf16 chunk from its exponent plane and its sign/mantissa stream (raw at blob[q1:] where
+    q1 >= 0, else planes[1])."""
+    if q1 >= 0:
+        merge_bf16(planes[0], blob[q1:q1 + n], n, dst)
+    else:
+        merge_bf16(planes[0], planes[1], n, dst)
+
+
+@njit(nogil=True, cache=True)
 def decode_bf16(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab, w, dst):
     """decode_planes and merge_units for a bf16 alone, predicted (w > 0: the
     row length) or XOR chunk into dst (uint16[n]; XOR chunks: before the
     reference is applied), a raw sign/mantissa stream (the common case)
     merged straight from the blob, without a copy.  Returns a status."""
-    st, m0, l0 = _read_record(blob, pos, end, n, version)
-    if st != OK:
-        return st
-    q0 = pos + 5
-    st, m1, l1 = _read_record(blob, q0 + l0, end, n, version)
-    if st != OK:
-        return st
-    q1 = q0 + l0 + 5
-    if q1 + l1 != end:
-        return ERR_TRAIL
-    st = _decode_stream(blob, q0, l0, m0, planes[0], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
+    st, q1 = bf16_streams(blob, pos, end, n, planes, dec, dec3, dec1, lens, tmp, version, f, cm, dtab)
     if st != OK:
         return st
     if w > 0:
         exp_restore(planes[0], n, w)
-    if m1 == MODE_RAW:
-        merge_bf16(planes[0], blob[q1:q1 + n], n, dst)
-        return OK
-    st = _decode_stream(blob, q1, l1, m1, planes[1], n, lens, dec, dec3, dec1, tmp, f, cm, dtab, version)
-    if st != OK:
-        return st
-    merge_bf16(planes[0], planes[1], n, dst)
+    bf16_merge(blob, q1, n, planes, dst)
     return OK
 
 
