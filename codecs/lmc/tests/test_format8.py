@@ -82,3 +82,35 @@ def test_damage_changes_the_checksum():
         assert int(checksum_units(xb, 0, x.size, 2, 3)) != int(checksum_units(yb, 0, y.size, 2, 3))
         assert int(checksum_units(xb, 0, x.size, 2, 2)) != int(checksum_units(yb, 0, y.size, 2, 2))
     assert seen == set(range(5))
+
+
+def test_ref_pass_is_the_checksum_and_the_context_base():
+    """The encoder's one pass over a reference chunk (check.ref_pass) gives the chunk's checksum (checksum_units)
+    and the temporal mode's context base (temporal_base) as their own passes do: every float layout, starts and
+    lengths that leave units past the last whole 8-byte word, exponents all ones (inf / NaN, left out of the base)
+    and subnormals; other checksum kinds and the planes layout leave the base to the chunk coder (-1)."""
+    from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES, checksum_units
+    from lmc.kernels.check import ref_pass
+    from lmc.kernels.temporal import temporal_base
+    rng = np.random.default_rng(21)
+    for layout, unit, dt in ((LAYOUT_BF16, 2, np.uint16), (LAYOUT_F16, 2, np.uint16), (LAYOUT_F32, 4, np.uint32)):
+        W = 8 * unit
+        for case in range(4):
+            u = rng.integers(0, 1 << W, 1000, dtype=np.uint64).astype(dt)
+            if case == 1:   # inf / NaN everywhere but a few units: their exponent is all ones
+                u[:] = np.array(0x7F80 if layout == LAYOUT_BF16 else (0x7C00 if layout == LAYOUT_F16 else 0x7F800000),
+                                dt) | (u & dt(1))
+                u[::97] = dt(5)
+            elif case == 2:   # small exponents only (subnormals and zeros)
+                u &= dt(0x807F if layout == LAYOUT_BF16 else (0x83FF if layout == LAYOUT_F16 else 0x807FFFFF))
+            elif case == 3:   # the largest finite exponent in the last unit only
+                u &= dt(0x3FFF if W == 16 else 0x3FFFFFFF)
+                u[-1] = dt(0x7F00 if layout == LAYOUT_BF16 else (0x7800 if layout == LAYOUT_F16 else 0x7F000000))
+            b = u.view(np.uint8)
+            for start, n in ((0, 1000), (0, 1), (3, 5), (1, 998), (7, 993), (2, 3)):
+                for wk in (0, 1, 2, 3):
+                    chk, E = ref_pass(b, start, n, unit, layout, wk)
+                    assert chk == checksum_units(b, start, n, unit, wk), (layout, case, start, n, wk)
+                    assert E == (temporal_base(b, start, n, layout) if wk == 3 else -1), (layout, case, start, n, wk)
+    b = rng.integers(0, 256, 100, dtype=np.uint8)
+    assert ref_pass(b, 0, 100, 1, LAYOUT_PLANES, 3) == (checksum_units(b, 0, 100, 1, 3), -1)

@@ -1,5 +1,6 @@
 """lmc kernels: the structural pre-pass (``check_chunk``, driven over ranges of chunks by ``check_range``) and
-the checksums of a reference's chunks (``checksum_range``). Every chunk's layout is checked before the output is
+the checksums of a reference's chunks (``checksum_range``; ``ref_pass``: one chunk's with the encoder's
+context base, in one pass). Every chunk's layout is checked before the output is
 allocated or any chunk is decoded (FORMAT.md, "Decoder obligations"), so a forged blob is refused at the cost of
 its own bytes, not of the sizes its header claims. The checks are the decoder's own, done early; they only
 reject blobs the decoder would reject too."""
@@ -8,12 +9,13 @@ import numpy as np
 from numba import njit
 
 from .base import (CHUNK_DELTA, CHUNK_JOINT, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
-                   ERR_CHECKSUM, ERR_PRED, NCTX, OK, _U0, checksum_fill, checksum_units, ck_mode, merge_units)
+                   ERR_CHECKSUM, ERR_PRED, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, NCTX, OK, _C3, _M32, _S32, _U0,
+                   _fold_w, checksum_fill, checksum_units, ck_mode, csum_sums, merge_units)
 from .streams import check_planes
 from .delta.decode import check_delta
 from .joint import check_joint
 from .mctx import check_mctx
-from .temporal import check_temporal
+from .temporal import _tbase, check_temporal
 from .chunk import chunk_head
 
 @njit(nogil=True, cache=True)
@@ -80,6 +82,74 @@ def checksum_range(data, total, chunk, unit, wk, chks, c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
         chks[c] = checksum_units(data, start, n, unit, wk)
+
+
+@njit(inline="always")
+def _efin(v, sh, em):
+    """The exponent field at bit sh of v, 0 where it is all ones (as _tbase leaves inf / NaN out)."""
+    e = (v >> sh) & em
+    return e if e != em else _U0
+
+
+@njit(nogil=True, cache=True)
+def _ref_words2(d, n8, mb, em):
+    """ref_pass's loop over words of two 32-bit units: (csum_sums's two sums, the largest finite exponent)."""
+    t1 = _U0
+    t2 = _U0
+    ic = _U0
+    E = _U0
+    for i in range(n8):   # (unsigned 64-bit lanes throughout: the loop vectorizes)
+        v = d[i]
+        t1 += v
+        x = v ^ ic
+        ic += _C3
+        t2 += (x & _M32) * (x >> _S32)
+        E = max(E, max(_efin(v, mb, em), _efin(v, mb + np.uint64(32), em)))
+    return t1, t2, np.int64(E)
+
+
+@njit(nogil=True, cache=True)
+def _ref_words4(d, n8, mb, em):
+    """ref_pass's loop over words of four 16-bit units."""
+    t1 = _U0
+    t2 = _U0
+    ic = _U0
+    E = _U0
+    for i in range(n8):
+        v = d[i]
+        t1 += v
+        x = v ^ ic
+        ic += _C3
+        t2 += (x & _M32) * (x >> _S32)
+        E = max(E, max(max(_efin(v, mb, em), _efin(v, mb + np.uint64(16), em)),
+                       max(_efin(v, mb + np.uint64(32), em), _efin(v, mb + np.uint64(48), em))))
+    return t1, t2, np.int64(E)
+
+
+@njit(nogil=True, cache=True)
+def ref_pass(ref, start, n, unit, layout, wk):
+    """(the checksum of the reference's chunk, checksum_units's; the temporal mode's context base over it,
+    temporal_base's, or -1 where the layout has none or the checksum is not format 8's): one pass over the chunk
+    for both, where the encoder took the checksum and then the base in a pass each."""
+    if wk != 3 or not (layout == LAYOUT_BF16 or layout == LAYOUT_F16 or layout == LAYOUT_F32):
+        return checksum_units(ref, start, n, unit, wk), np.int64(-1)
+    mb, em = (23, 0xFF) if layout == LAYOUT_F32 else ((7, 0xFF) if layout == LAYOUT_BF16 else (10, 0x1F))
+    nb = n * unit
+    b = ref[start * unit:start * unit + nb]
+    n8 = nb >> 3
+    d = b[:n8 * 8].view(np.uint64)
+    if unit == 4:
+        t1, t2, E = _ref_words2(d, n8, np.uint64(mb), np.uint64(em))
+    else:
+        t1, t2, E = _ref_words4(d, n8, np.uint64(mb), np.uint64(em))
+    s1, s2 = csum_sums(b[n8 * 8:], nb - n8 * 8, n8, t1, t2)
+    u0 = (n8 * 8) // unit   # (the units past the whole words)
+    if u0 < n:
+        if unit == 4:
+            E = max(E, _tbase(b[4 * u0:].view(np.uint32), n - u0, mb, em))
+        else:
+            E = max(E, _tbase(b[2 * u0:].view(np.uint16), n - u0, mb, em))
+    return _fold_w(s1, s2, 3), E
 
 
 from .intrinsics import CHECKED as _CHECKED  # noqa: E402

@@ -64,7 +64,7 @@ XOR_GATE = 64
 
 @njit(nogil=True, cache=True)
 def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, out, o, planes, planes2,
-                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane, mh, mf, mcm, dsc):
+                 jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane, mh, mf, mcm, dsc, E0=-1):
     """Encode one chunk at out[o:] (planes, planes2: ns x >= n scratch;
     temporal scratch (float layouts with a reference and v2): jb, low: n
     u16 / u32; th: int32[4 * NCTX * 65]; ha, hx: int32[ns * 1024]; thist,
@@ -73,7 +73,8 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     8 bytes of room past o + n * unit; rplane: >= n bytes where fv >= 3;
     mh: int64[4096], mf, mcm: int64[MCTX_K * 256] for the mantissa-context
     mode, jb then >= n u16 too; the delta mode (v6, a reference, float
-    layouts): dsc = delta_scratch(...), one per driver).
+    layouts): dsc = delta_scratch(...), one per driver; E0: the reference's context base where the driver took
+    it (check.ref_pass), else -1).
     fv: the newest format version whose modes may be used (1, 2 or 3; 4:
     3's modes, the checksum over 64-bit words; 5: 4's and the
     mantissa-context mode, bf16, only where size comes first; 6: 5's and
@@ -136,7 +137,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         # find their blocks (first, on a cold chunk, each sampled block waited for memory)
         chk = checksum_units(data, start, n, unit, wk)
         if do_d and not fast and fv >= 7 and not sf:
-            E = temporal_base(ref, start, n, layout)
+            E = E0 if E0 >= 0 else temporal_base(ref, start, n, layout)
     if do_d:
         db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
         if fast:
@@ -211,7 +212,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             if do_d:
                 best_e = min(best_e, cost_d)
             if not fast and not gate and rnd == 0 and not sampled:
-                E = temporal_base(ref, start, n, layout)
+                E = E0 if E0 >= 0 else temporal_base(ref, start, n, layout)
                 est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
             # (the sample's estimate leaves out the tables: up to format 6 it is
             # let within 1/16 above the best exact count; from 7 it must stay

@@ -6,7 +6,8 @@ arrays.  Above ``kernels.chunk``: see it for the conventions every kernel follow
 import numpy as np
 from numba import njit
 
-from .base import LAYOUT_BF16, LAYOUT_PLANES, NCTX, PREF_SIZE, PROB_SCALE, TABSIZE, checksum_units, ck_mode, copy_bytes
+from .base import LAYOUT_BF16, LAYOUT_PLANES, NCTX, PREF_SIZE, PROB_SCALE, TABSIZE, ck_mode, copy_bytes
+from .check import ref_pass
 from .simd import LANES
 from .delta.encode import delta_scratch
 from .mctx import MCTX_K
@@ -24,7 +25,8 @@ def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns
     """Encode chunks c0 .. c1 into scratch (chunk c at c * cap): their sizes, checksums and format versions
     needed; with a reference, rchks[c] = the checksum of the reference's chunk c (the reference's hash: lmc.api),
     taken just before the chunk is coded, so that the coder's passes over the reference find it in the cache
-    (a pass of its own over the whole reference cost fp32 weights 0.17 ns an element)."""
+    (a pass of its own over the whole reference cost fp32 weights 0.17 ns an element), in the same pass as the
+    temporal mode's context base (check.ref_pass), which the chunk coder is handed."""
     wk = ck_mode(fv)
     m = min(chunk, total) + 16
     planes = np.empty((ns, m + 112), np.uint8)   # (the joint-symbol mode's fields: a whole block of 128)
@@ -53,11 +55,12 @@ def encode_range(data, ref, has_ref, fv, pref, w, total, chunk, unit, layout, ns
     for c in range(c0, c1):
         start = c * chunk
         n = min(chunk, total - start)
+        E = -1   # (the temporal mode's context base, where ref_pass takes it)
         if has_ref:
-            rchks[c] = checksum_units(ref, start, n, unit, wk)
+            rchks[c], E = ref_pass(ref, start, n, unit, layout, wk)
         sz, ck, u = encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, scratch,
                                  c * cap, planes, planes2, jb, low, th, ha, hx, thist, tf, tcm,
-                                 tbuf[:2 * n + 4 * LANES + 16], rbuf, kbt, et, rplane, mh, mf, mcm, dsc)
+                                 tbuf[:2 * n + 4 * LANES + 16], rbuf, kbt, et, rplane, mh, mf, mcm, dsc, E)
         sizes[c] = sz
         chks[c] = ck
         used[c] = u
