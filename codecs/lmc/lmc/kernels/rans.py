@@ -117,28 +117,27 @@ def read_freq_table(blob, pos, end, maxsym, f, c0, cm):
     if hi < lo or hi > maxsym:
         return -1
     pos += 2
-    for s in range(256):
-        f[c0 + s] = 0
-        cm[c0 + s] = 0
+    f[c0:c0 + 256] = 0
+    cm[c0:c0 + 256] = 0
     tot = 0
+    bad = False
     for s in range(lo, hi + 1):
+        # (a value's length by a select, not a branch: one or two bytes at random cost a misprediction each;
+        # the tests of the end are branches that only a truncated table takes)
         if pos >= end:
             return -1
         b = np.int64(blob[pos])
-        if b & 0x80:
-            if pos + 1 >= end:
-                return -1
-            v = ((b & 0x7F) << 8) | np.int64(blob[pos + 1])
-            if v < 128 or v > PROB_SCALE:
-                return -1
-            pos += 2
-        else:
-            v = b
-            pos += 1
+        two = b >> 7
+        if pos + two >= end:
+            return -1
+        w = ((b & 0x7F) << 8) | np.int64(blob[min(pos + 1, end - 1)])
+        v = w if two else b
+        bad |= two == 1 and (w < 128 or w > PROB_SCALE)
+        pos += 1 + two
         f[c0 + s] = v
         cm[c0 + s] = tot
         tot += v
-    if tot != PROB_SCALE or f[c0 + lo] == 0 or f[c0 + hi] == 0:
+    if bad or tot != PROB_SCALE or f[c0 + lo] == 0 or f[c0 + hi] == 0:
         return -1
     return pos
 
