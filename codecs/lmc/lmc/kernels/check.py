@@ -92,8 +92,9 @@ def _efin(v, sh, em):
 
 
 @njit(nogil=True, cache=True)
-def _ref_words2(d, n8, mb, em):
-    """ref_pass's loop over words of two 32-bit units: (csum_sums's two sums, the largest finite exponent)."""
+def _ref_words(d, n8, s0, s1, s2, s3, em):
+    """ref_pass's loop over 64-bit words: (csum_sums's two sums, the largest finite exponent field among those at
+    bits s0 .. s3 of each word: the units' fields, a 32-bit unit's twice)."""
     t1 = _U0
     t2 = _U0
     ic = _U0
@@ -104,25 +105,7 @@ def _ref_words2(d, n8, mb, em):
         x = v ^ ic
         ic += _C3
         t2 += (x & _M32) * (x >> _S32)
-        E = max(E, max(_efin(v, mb, em), _efin(v, mb + np.uint64(32), em)))
-    return t1, t2, np.int64(E)
-
-
-@njit(nogil=True, cache=True)
-def _ref_words4(d, n8, mb, em):
-    """ref_pass's loop over words of four 16-bit units."""
-    t1 = _U0
-    t2 = _U0
-    ic = _U0
-    E = _U0
-    for i in range(n8):
-        v = d[i]
-        t1 += v
-        x = v ^ ic
-        ic += _C3
-        t2 += (x & _M32) * (x >> _S32)
-        E = max(E, max(max(_efin(v, mb, em), _efin(v, mb + np.uint64(16), em)),
-                       max(_efin(v, mb + np.uint64(32), em), _efin(v, mb + np.uint64(48), em))))
+        E = max(E, max(max(_efin(v, s0, em), _efin(v, s1, em)), max(_efin(v, s2, em), _efin(v, s3, em))))
     return t1, t2, np.int64(E)
 
 
@@ -138,10 +121,9 @@ def ref_pass(ref, start, n, unit, layout, wk):
     b = ref[start * unit:start * unit + nb]
     n8 = nb >> 3
     d = b[:n8 * 8].view(np.uint64)
-    if unit == 4:
-        t1, t2, E = _ref_words2(d, n8, np.uint64(mb), np.uint64(em))
-    else:
-        t1, t2, E = _ref_words4(d, n8, np.uint64(mb), np.uint64(em))
+    hs = 8 * unit   # (the units' offsets in a word: 0, 32 or 0, 16, 32, 48)
+    t1, t2, E = _ref_words(d, n8, np.uint64(mb), np.uint64(mb + hs), np.uint64(mb + (2 * hs & 63)),
+                           np.uint64(mb + (3 * hs & 63)), np.uint64(em))
     s1, s2 = csum_sums(b[n8 * 8:], nb - n8 * 8, n8, t1, t2)
     u0 = (n8 * 8) // unit   # (the units past the whole words)
     if u0 < n:
