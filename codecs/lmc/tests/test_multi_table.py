@@ -1,6 +1,11 @@
 """The Huffman decoder's multi-symbol table: the vector build (kernels.hmulti.multi8, where the CPU has AVX2)
 against the scalar loop (huffman.build_multi_table), entry for entry, on codes of every shape the encoder makes
-(two symbols to 256, lengths up to MAXLEN, skewed and flat), and the decoder's symbols through each."""
+(two symbols to 256, lengths up to MAXLEN, skewed and flat), and the decoder's symbols through each; on an
+AVX-512 CPU, the 8-lane forms of this decoder's vector loops in an ``LMC_SIMD=avx2`` child."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -65,3 +70,19 @@ def test_entries_decode_their_index():
                 rest >>= ln
             assert (tot, cnt) == (bits, len(syms))
             assert [(e >> (8 + 8 * j)) & 255 for j in range(cnt)] == syms
+
+
+@pytest.mark.skipif(not simd.SIMD512, reason="the AVX2 loops are the ones this CPU runs: the tests cover them")
+def test_avx2_loops_on_an_avx512_cpu():
+    """Where the CPU has AVX-512 the table build, the joint-symbol merge and the paired restore run their 16- and
+    32-lane forms; LMC_SIMD=avx2 keeps the 8-lane ones (what an AVX2 CPU runs): their tests run again in a child
+    with it."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, LMC_SIMD="avx2")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        os.path.abspath(__file__), os.path.join(here, "test_restore.py"),
+                        os.path.join(here, "test_joint.py"), "-k",
+                        "not avx2_loops and (vector or entries or pair or restore or partial_last_block or any_length)"],
+                       cwd=here, env=env, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert " passed" in p.stdout and " failed" not in p.stdout
