@@ -15,7 +15,7 @@ from .streams import check_planes
 from .delta.decode import check_delta
 from .joint import check_joint
 from .mctx import check_mctx
-from .temporal import _tbase, check_temporal
+from .temporal import _fparams, _tbase, check_temporal
 from .chunk import chunk_head
 
 @njit(nogil=True, cache=True)
@@ -116,7 +116,7 @@ def ref_pass(ref, start, n, unit, layout, wk):
     for both, where the encoder took the checksum and then the base in a pass each."""
     if wk != 3 or not (layout == LAYOUT_BF16 or layout == LAYOUT_F16 or layout == LAYOUT_F32):
         return checksum_units(ref, start, n, unit, wk), np.int64(-1)
-    mb, em = (23, 0xFF) if layout == LAYOUT_F32 else ((7, 0xFF) if layout == LAYOUT_BF16 else (10, 0x1F))
+    _, mb, em = _fparams(layout)
     nb = n * unit
     b = ref[start * unit:start * unit + nb]
     n8 = nb >> 3
