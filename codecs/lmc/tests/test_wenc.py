@@ -133,7 +133,7 @@ def test_same_words_and_states_as_the_avx2_encoder_and_the_scalar_loop(lo_sym, w
 
 @pytest.mark.skipif(not simd.SIMD512, reason="the register-table encoder needs AVX-512 (SIMD512 is False here)")
 def test_wide_streams_go_to_the_avx2_encoder():
-    """A flat byte stream (no window holds enough) and 16-bit joint symbols take simd.enc32: the same result."""
+    """A flat byte stream (no window holds enough) takes simd.enc32: the same result."""
     rng = np.random.default_rng(9)
     syms = rng.integers(0, 256, 32 * 300).astype(np.uint8)
     et, _, _ = _table(syms)
@@ -206,3 +206,59 @@ def test_any_states_and_extreme_tables():
             p = fn(syms, n, et, buf, buf.size, xl)
             res.append((p, buf[p:].tobytes(), np.array(xl, np.uint64).tobytes()))
         assert res[0] == res[1] == res[2]
+
+
+def _joint_table(rng, nctx, ks, extreme):
+    """A temporal-like packed table et over nctx contexts of ks symbols each (entry c * ks + s), and symbols
+    drawn from it: each context a peaked distribution; ``extreme``: context 0 one symbol of f = 4096 (its states
+    never renormalise), context 1 a 4095 / 1 pair, the others with many f = 1 symbols."""
+    n = 32 * 500
+    cnt = np.zeros(nctx * ks, np.int64)
+    ctx = rng.integers(0, nctx, n)
+    syms = np.empty(n, np.uint16)
+    for c in range(nctx):
+        at = np.nonzero(ctx == c)[0]
+        if extreme and c == 0:
+            s = np.full(at.size, 5)
+        elif extreme and c == 1:
+            s = np.full(at.size, 3)
+            s[:1] = 9
+        else:
+            p = rng.dirichlet(np.full(ks, 0.05 if extreme else 0.7))
+            s = rng.choice(ks, at.size, p=p)
+        syms[at] = c * ks + s
+    et = np.zeros(2 * nctx * ks, np.uint64)
+    for c in range(nctx):
+        cnt = np.bincount(syms[ctx == c] - c * ks, minlength=ks).astype(np.int64)
+        if cnt.sum() == 0:
+            continue
+        f = np.zeros(256, np.int64)
+        cm = np.zeros(256, np.int64)
+        full = np.zeros(256, np.int64)
+        full[:ks] = cnt
+        krans.rans_normalize(full, 0, 256, f)
+        krans.cum_freqs(f, 0, cm)
+        for s in range(ks):
+            if f[s] > 0:
+                krans._enc_entry(f[s], cm[s], 0, et, c * ks + s)
+    return syms, et
+
+
+@pytest.mark.skipif(not simd.SIMD512, reason="the 16-lane encoder needs AVX-512 (SIMD512 is False here)")
+@pytest.mark.parametrize("ks,extreme", [(33, False), (65, False), (33, True), (65, True)])
+def test_joint_symbols_same_words_and_states(ks, extreme):
+    """16-bit joint symbols (the temporal mode's, 16 contexts of 33 or 65 symbols) take wenc.enc16, whose table
+    entries come from scalar loads: the same words and final states as simd.enc32 and the scalar loop, from the
+    initial states and from random ones, on ordinary and extreme tables (f = 4096, a 4095 / 1 pair, f = 1)."""
+    rng = np.random.default_rng(ks * 3 + extreme)
+    syms, et = _joint_table(rng, 16, ks, extreme)
+    n = syms.size
+    for x0 in (np.full(32, 1 << 16, np.uint64), rng.integers(1 << 16, 1 << 32, 32).astype(np.uint64)):
+        res = []
+        for fn in (wenc.enc_rounds, wenc.enc16, simd.enc32, _scalar_rounds):
+            buf = np.zeros(2 * n + 64, np.uint8)
+            xl = x0.copy() if fn is not _scalar_rounds else [np.uint64(v) for v in x0]
+            p = fn(syms, n, et, buf, buf.size, xl)
+            res.append((p, buf[p:].tobytes(), np.array(xl, np.uint64).tobytes()))
+        assert res[0] == res[1] == res[2] == res[3]
+        assert len(res[0][1]) > 0
