@@ -475,6 +475,22 @@ def _make_enc32():
 
 
 @njit(nogil=True, cache=True)
+def states32(xl):
+    """rans._tenc's 32 states (uint64) as the vector encoders' uint32 array."""
+    x32 = np.empty(LANES, np.uint32)
+    for k in range(LANES):
+        x32[k] = np.uint32(xl[k])
+    return x32
+
+
+@njit(nogil=True, cache=True)
+def states_back(x32, xl):
+    """The vector encoders' states back into rans._tenc's."""
+    for k in range(LANES):
+        xl[k] = np.uint64(x32[k])
+
+
+@njit(nogil=True, cache=True)
 def enc_table(et):
     """rans._tenc's packed table et (two u64 an entry) as one u32 an entry, f | cum << 13 (rans._enc_entry's
     bias is cum, or cum + 4095 where f = 1)."""
@@ -515,13 +531,9 @@ if SIMD:
 
     @njit(nogil=True, cache=True)
     def _enc32_u16(j16, nr, et, buf, p, xl):
-        et32 = enc_table(et)
-        x32 = np.empty(LANES, np.uint32)
-        for k in range(LANES):
-            x32[k] = np.uint32(xl[k])
-        p = _enc32(j16, np.int64(nr), et32, buf, np.int64(p), x32, _PERMR)
-        for k in range(LANES):
-            xl[k] = np.uint64(x32[k])
+        x32 = states32(xl)
+        p = _enc32(j16, np.int64(nr), enc_table(et), buf, np.int64(p), x32, _PERMR)
+        states_back(x32, xl)
         return p
 
     @njit(nogil=True, cache=True)

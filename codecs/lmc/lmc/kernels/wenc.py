@@ -33,7 +33,7 @@ take the words (at most 2 lo; simd.enc32, where it runs instead, also writes the
 import numpy as np
 from numba import njit
 
-from .simd import LANES, SIMD512, _Vec, enc32, enc_table
+from .simd import LANES, SIMD512, _Vec, enc32, enc_table, states32, states_back
 
 WINDOW = 64
 WINDOW_OUT = 128   # the window must hold all but 1/WINDOW_OUT of the 4096 units of probability
@@ -71,6 +71,35 @@ def window(et32):
     return (256 - start) & 255, tab
 
 
+def _push_step(V, builder, e, x, pos, bp, quotient):
+    """One state step of 16 lanes, the two loops' shared part (``rans._renc2``'s): lanes with x > (f << 20) - 1
+    push x's low 16 bits below the pointer (its stack slot ``pos``) in lane order, by ``vpcompressw`` and a masked
+    store of exactly those words, and shift x right by 16; then x' = q * 4096 + x mod f + cum, from q0 =
+    quotient(x, f) (q - 1, q or q + 1: the remainder tells them apart).  e: the lanes' entries f | cum << 13.
+    Returns x'."""
+    ir, splat, I16, I32, I64 = V.ir, V.splat, V.I16, V.I32, V.I64
+    VW, VM = ir.VectorType(I16, 16), ir.VectorType(V.I1, 16)
+    compress = V.fn(builder, "llvm.x86.avx512.mask.compress.v16i16", VW, [VW, VW, VM])
+    mstore = V.fn(builder, "llvm.masked.store.v16i16.p0", ir.VoidType(), [VW, ir.PointerType(VW), I32, VM])
+    ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
+    f = builder.and_(e, splat(0x1FFF))
+    m = builder.icmp_unsigned(">", x, builder.sub(builder.shl(f, splat(20)), splat(1)))
+    cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
+    wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
+    w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
+    first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt), ir.Constant(I32, 1)),
+                                          I16), VM)
+    builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)), ir.Constant(I32, 1), first])
+    builder.store(wp, pos)
+    x = builder.select(m, builder.lshr(x, splat(16)), x)
+    q0 = quotient(x, f)
+    rem = builder.sub(x, builder.mul(q0, f))
+    d = builder.sub(splat(4096), f)
+    xb = builder.add(builder.add(builder.shl(q0, splat(12)), rem), builder.lshr(e, splat(13)))
+    return builder.select(builder.icmp_signed("<", rem, splat(0)), builder.sub(xb, d),
+                          builder.select(builder.icmp_signed(">=", rem, f), builder.add(xb, d), xb))
+
+
 def _make_wenc():
     """The loop: ``(syms, nr, tab, et32, buf, p, xs, off) -> p``: nr rounds of byte symbols syms from the last
     round down, tab and off from ``window``, et32 the whole table (for vectors that leave the window), xs
@@ -81,7 +110,6 @@ def _make_wenc():
     ir, cgutils, splat = V.ir, V.cg, V.splat
     I1, I8, I16, I32, I64, VN = V.I1, V.I8, V.I16, V.I32, V.I64, V.VN
     F16 = ir.VectorType(ir.FloatType(), 16)
-    VW = ir.VectorType(I16, 16)
     VB = ir.VectorType(I8, 16)
     VM = ir.VectorType(I1, 16)
 
@@ -95,9 +123,6 @@ def _make_wenc():
             sp, tp, ep, bp, xp = (V.data(context, builder, signature, args, k, t)
                                   for k, t in ((0, I8), (2, VN), (3, I8), (4, I8), (6, VN)))
             vperm2 = V.fn(builder, "llvm.x86.avx512.vpermi2var.d.512", VN, [VN, VN, VN])
-            compress = V.fn(builder, "llvm.x86.avx512.mask.compress.v16i16", VW, [VW, VW, VM])
-            mstore = V.fn(builder, "llvm.masked.store.v16i16.p0", ir.VoidType(), [VW, ir.PointerType(VW), I32, VM])
-            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
             gth = V.fn(builder, "llvm.x86.avx512.mask.gather.dpi.512", VN, [VN, ir.PointerType(I8), VN, VM, I32])
             T = [builder.load(builder.gep(tp, [ir.Constant(I32, k)]), align=4) for k in range(8)]
             voff = V.vsplat(builder, args[7])
@@ -123,25 +148,9 @@ def _make_wenc():
                         eg = builder.call(gth, [splat(0), ep, sv, ir.Constant(VM, [1] * 16), ir.Constant(I32, 4)])
                         builder.store(eg, ev)
                         builder.store(builder.fdiv(one, builder.uitofp(builder.and_(eg, splat(0x1FFF)), F16)), rv)
-                    e = builder.load(ev)
-                    f = builder.and_(e, splat(0x1FFF))
-                    x = builder.load(vx[h])
-                    m = builder.icmp_unsigned(">", x, builder.sub(builder.shl(f, splat(20)), splat(1)))
-                    cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
-                    wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
-                    w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
-                    first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt),
-                                                                      ir.Constant(I32, 1)), I16), VM)
-                    builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)),
-                                          ir.Constant(I32, 1), first])
-                    builder.store(wp, pos)
-                    x = builder.select(m, builder.lshr(x, splat(16)), x)
-                    q0 = builder.fptoui(builder.fmul(builder.uitofp(x, F16), builder.load(rv)), VN)
-                    rem = builder.sub(x, builder.mul(q0, f))
-                    d = builder.sub(splat(4096), f)
-                    xb = builder.add(builder.add(builder.shl(q0, splat(12)), rem), builder.lshr(e, splat(13)))
-                    x = builder.select(builder.icmp_signed("<", rem, splat(0)), builder.sub(xb, d),
-                                       builder.select(builder.icmp_signed(">=", rem, f), builder.add(xb, d), xb))
+                    r = builder.load(rv)
+                    x = _push_step(V, builder, builder.load(ev), builder.load(vx[h]), pos, bp,
+                                   lambda x, f: builder.fptoui(builder.fmul(builder.uitofp(x, F16), r), VN))
                     builder.store(x, vx[h])
             V.put_states(builder, vx, xp)
             return builder.load(pos)
@@ -156,11 +165,9 @@ def _make_tenc16():
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(lanes=16)
-    ir, cgutils, splat = V.ir, V.cg, V.splat
-    I1, I16, I32, I64, VN = V.I1, V.I16, V.I32, V.I64, V.VN
+    ir, cgutils = V.ir, V.cg
+    I16, I32, I64, VN = V.I16, V.I32, V.I64, V.VN
     F16 = ir.VectorType(ir.FloatType(), 16)
-    VW = ir.VectorType(I16, 16)
-    VM = ir.VectorType(I1, 16)
 
     @intrinsic
     def _tenc16(typingctx, jb, nr, et32, buf, p, xs):
@@ -171,9 +178,6 @@ def _make_tenc16():
         def codegen(context, builder, signature, args):
             jp, ep, bp, xp = (V.data(context, builder, signature, args, k, t)
                               for k, t in ((0, I16), (2, I32), (3, V.I8), (5, VN)))
-            compress = V.fn(builder, "llvm.x86.avx512.mask.compress.v16i16", VW, [VW, VW, VM])
-            mstore = V.fn(builder, "llvm.masked.store.v16i16.p0", ir.VoidType(), [VW, ir.PointerType(VW), I32, VM])
-            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
             vx = V.states(builder, xp, 2)
             pos = cgutils.alloca_once_value(builder, args[4])
             with cgutils.for_range(builder, args[1]) as loop:
@@ -187,25 +191,9 @@ def _make_tenc16():
                     for k in range(16):
                         j = builder.zext(builder.load(builder.gep(jp, [builder.add(i0, ir.Constant(I64, k))])), I64)
                         e = builder.insert_element(e, builder.load(builder.gep(ep, [j])), ir.Constant(I32, k))
-                    f = builder.and_(e, splat(0x1FFF))
-                    x = builder.load(vx[h])
-                    m = builder.icmp_unsigned(">", x, builder.sub(builder.shl(f, splat(20)), splat(1)))
-                    cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
-                    wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
-                    w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
-                    first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt),
-                                                                      ir.Constant(I32, 1)), I16), VM)
-                    builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)),
-                                          ir.Constant(I32, 1), first])
-                    builder.store(wp, pos)
-                    x = builder.select(m, builder.lshr(x, splat(16)), x)
-                    # (as simd._make_enc32: q0 within one of x div f, told apart by the remainder)
-                    q0 = builder.fptosi(builder.fdiv(builder.uitofp(x, F16), builder.sitofp(f, F16)), VN)
-                    rem = builder.sub(x, builder.mul(q0, f))
-                    d = builder.sub(splat(4096), f)
-                    xb = builder.add(builder.add(builder.shl(q0, splat(12)), rem), builder.lshr(e, splat(13)))
-                    x = builder.select(builder.icmp_signed("<", rem, splat(0)), builder.sub(xb, d),
-                                       builder.select(builder.icmp_signed(">=", rem, f), builder.add(xb, d), xb))
+                    # (x div f as simd._make_enc32 takes it: one float32 division)
+                    x = _push_step(V, builder, e, builder.load(vx[h]), pos, bp, lambda x, f: builder.fptosi(
+                        builder.fdiv(builder.uitofp(x, F16), builder.sitofp(f, F16)), VN))
                     builder.store(x, vx[h])
             V.put_states(builder, vx, xp)
             return builder.load(pos)
@@ -220,13 +208,9 @@ if SIMD512:
     @njit(nogil=True, cache=True)
     def enc16(jb, lo, et, buf, p, xl):
         """simd.enc32's rounds for 16-bit symbols (jb: uint16) by _make_tenc16's loop."""
-        et32 = enc_table(et)
-        x32 = np.empty(LANES, np.uint32)
-        for k in range(LANES):
-            x32[k] = np.uint32(xl[k])
-        p = _tenc16(np.ascontiguousarray(jb), np.int64(lo // LANES), et32, buf, np.int64(p), x32)
-        for k in range(LANES):
-            xl[k] = np.uint64(x32[k])
+        x32 = states32(xl)
+        p = _tenc16(np.ascontiguousarray(jb), np.int64(lo // LANES), enc_table(et), buf, np.int64(p), x32)
+        states_back(x32, xl)
         return p
 
     @njit(nogil=True, cache=True)
@@ -242,12 +226,9 @@ if SIMD512:
         off, tab = window(et32)
         if off < 0:
             return enc32(syms, lo, et, buf, p, xl)
-        x32 = np.empty(LANES, np.uint32)
-        for k in range(LANES):
-            x32[k] = np.uint32(xl[k])
+        x32 = states32(xl)
         p = _wenc(syms, np.int64(lo // LANES), tab, et32, buf, np.int64(p), x32, np.int64(off))
-        for k in range(LANES):
-            xl[k] = np.uint64(x32[k])
+        states_back(x32, xl)
         return p
 
 else:
