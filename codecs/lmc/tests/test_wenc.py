@@ -213,9 +213,9 @@ def _joint_table(rng, nctx, ks, extreme):
     drawn from it: each context a peaked distribution; ``extreme``: context 0 one symbol of f = 4096 (its states
     never renormalise), context 1 a 4095 / 1 pair, the others with many f = 1 symbols."""
     n = 32 * 500
-    cnt = np.zeros(nctx * ks, np.int64)
     ctx = rng.integers(0, nctx, n)
     syms = np.empty(n, np.uint16)
+    et = np.zeros(2 * nctx * ks, np.uint64)
     for c in range(nctx):
         at = np.nonzero(ctx == c)[0]
         if extreme and c == 0:
@@ -227,20 +227,8 @@ def _joint_table(rng, nctx, ks, extreme):
             p = rng.dirichlet(np.full(ks, 0.05 if extreme else 0.7))
             s = rng.choice(ks, at.size, p=p)
         syms[at] = c * ks + s
-    et = np.zeros(2 * nctx * ks, np.uint64)
-    for c in range(nctx):
-        cnt = np.bincount(syms[ctx == c] - c * ks, minlength=ks).astype(np.int64)
-        if cnt.sum() == 0:
-            continue
-        f = np.zeros(256, np.int64)
-        cm = np.zeros(256, np.int64)
-        full = np.zeros(256, np.int64)
-        full[:ks] = cnt
-        krans.rans_normalize(full, 0, 256, f)
-        krans.cum_freqs(f, 0, cm)
-        for s in range(ks):
-            if f[s] > 0:
-                krans._enc_entry(f[s], cm[s], 0, et, c * ks + s)
+        if at.size:   # (the context's own table, as a byte stream's: entries c * ks + s of the joint one)
+            et[2 * c * ks:2 * (c + 1) * ks] = _table(s.astype(np.uint8))[0][:2 * ks]
     return syms, et
 
 

@@ -1,5 +1,5 @@
-"""AVX-512 code for the 32-state rANS encoder of byte streams: a round is two vectors of 16 states, and each
-symbol's encoder entry comes from registers instead of a gather.
+"""AVX-512 code for the 32-state rANS encoder: a round is two vectors of 16 states. A byte stream's symbols take
+their encoder entries from registers instead of a gather; 16-bit symbols from scalar loads.
 
 ``enc_rounds(syms, lo, et, buf, p, xl)`` does what ``simd.enc32`` does (``rans._tenc``'s full rounds below
 symbol lo, from the last round down) and gives the same words and states. Where ``simd.SIMD512`` holds and the
@@ -230,7 +230,6 @@ if SIMD512:
         p = _wenc(syms, np.int64(lo // LANES), tab, et32, buf, np.int64(p), x32, np.int64(off))
         states_back(x32, xl)
         return p
-
 else:
     @njit(nogil=True, cache=True)
     def enc_rounds(syms, lo, et, buf, p, xl):
