@@ -327,7 +327,7 @@ def test_vector_temporal_kernels_match_the_scalar_loops():
     for W, T, mb, em in ((16, np.uint16, 7, 0xFF), (16, np.uint16, 10, 0x1F), (32, np.uint32, 23, 0xFF)):
         edge = np.array([0, 1 << (W - 1), (1 << W) - 1, (1 << (W - 1)) - 1, 1, (1 << (W - 1)) + 1,
                          em << mb, (em << mb) | 1], np.uint64)
-        for n in (3, 8, 13, 64, 1000, 4099):
+        for n in (3, 8, 13, 31, 64, 1000, 4099):
             r = rng.integers(0, 1 << W, n, dtype=np.uint64)
             x = np.where(rng.random(n) < 0.5, r + rng.integers(-70, 70, n).astype(np.uint64),
                          rng.integers(0, 1 << W, n, dtype=np.uint64))
@@ -349,7 +349,7 @@ def test_vector_temporal_kernels_match_the_scalar_loops():
                 # the scalar loop's raw bits as the scalar writer packs them
                 packed = np.zeros((a1 + 7) // 8 + 8, np.uint8)
                 assert kt._traw(j1, l1, n, kbt[W], packed, 0, 1) == (a1 + 7) // 8
-                a2 = kt._tsyms_all(x, r, n, W, mb, em, E, j2, l2)   # (the first n & ~7 by tenc.tsyms8)
+                a2 = kt._tsyms_all(x, r, n, W, mb, em, E, j2, l2)   # (the first n & ~(VLANES - 1) by tenc.tsyms8)
                 assert a1 == a2 and (j1 == j2).all(), (W, mb, n, E)
                 if W == 16:
                     assert l2.view(np.uint8)[:(a1 + 7) // 8].tobytes() == packed[:(a1 + 7) // 8].tobytes(), (mb, n, E)

@@ -188,7 +188,7 @@ def packed(W):
 
 @njit(nogil=True, cache=True)
 def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
-    """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % 8 (32-bit units: n % tenc.LANES32)
+    """_tsyms over n units.  Where the CPU has AVX2 (SIMD) all but the last n % tenc.VLANES (8, or 16 with AVX-512)
     are vectors (kernels.tenc.tsyms8), which for 16-bit units pack their raw bits too: low's bytes (low: uint32[>=
     n + 16]) then hold the chunk's raw bit stream as _traw writes it; elsewhere low[i] holds element i's raw bits.
     Returns the raw bits."""
@@ -198,7 +198,7 @@ def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
     if not packed(W):   # (32-bit units: see kernels.tenc)
         return raw + _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], low[m:])
     rb = low.view(np.uint8)
-    lt = np.empty(8, np.uint32)
+    lt = np.empty(16, np.uint32)
     t = _tsyms(x[m:], r[m:], n - m, W, mb, em, E, jb[m:], lt)
     _tpack(rb, raw, jb[m:], lt, n - m, W)
     return raw + t
@@ -206,7 +206,7 @@ def _tsyms_all(x, r, n, W, mb, em, E, jb, low):
 
 @njit(nogil=True, cache=True)
 def _tpack(rb, bit, jb, lt, m, W):
-    """The raw bits of m (< 8) more elements (symbols jb, bits lt) appended to the stream in rb, whose first
+    """The raw bits of m (< 16) more elements (symbols jb, bits lt) appended to the stream in rb, whose first
     `bit` bits are written (zeros above them in their byte); room as _traw's."""
     KS = 2 * W + 1
     q = bit >> 3
