@@ -442,8 +442,9 @@ def test_plan_bounds_keep_the_plan_of_every_cut():
     """The delta plan counts a cut's tables only where a bound below its bits (the low part and the escapes that
     are certain) is below the best so far, and stops where the low part alone reaches it: the plan, and its
     estimate, are those of counting every cut, on every spread (no move to far moves, every layout), sampled
-    chunks and chunks counted whole, and z = 0 everywhere."""
-    from lmc.kernels.delta.encode import DPLAN_TABLES, delta_plan
+    chunks and chunks counted whole, and z = 0 everywhere.  Told a limit (the gate's cut), the plan is the same
+    where its estimate is not above the limit, and PLAN_OVER (stopped early) wherever it is."""
+    from lmc.kernels.delta.encode import DPLAN_TABLES, PLAN_OVER, delta_plan
     from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32
     lay = {BF: LAYOUT_BF16, np.float16: LAYOUT_F16, np.float32: LAYOUT_F32}
     hs = np.full(DPLAN_TABLES * 256, 7, np.int64)   # (scratch left dirty by an earlier call)
@@ -455,4 +456,8 @@ def test_plan_bounds_keep_the_plan_of_every_cut():
             got = delta_plan(x.view(np.uint8), r.view(np.uint8), 0, n, lay[dt], hs)
             assert tuple(int(v) for v in got) == want, (dt, spread, far, n, got, want)
             seen.add(want[:2])
+            e = want[2]
+            for lim in sorted({0, e // 2, e - 1, e, e + 1, 2 * e + 100} - {-1}):
+                got = tuple(int(v) for v in delta_plan(x.view(np.uint8), r.view(np.uint8), 0, n, lay[dt], hs, lim))
+                assert got == (want if e <= lim else (0, 8, int(PLAN_OVER))), (dt, spread, far, n, lim, got, want)
     assert len(seen) >= 6, seen   # (the cases reach several plans)

@@ -41,7 +41,7 @@ from .histo import histo4
 from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes, decode_bf16,
                       decode_planes, read_records, exp_residuals, exp_restore, pred_gain, stream_count, stream_hist,
                       write_planes, write_pred)
-from .delta.encode import delta_analyze, delta_build, delta_plan, delta_write, delta_z, stream_estimates
+from .delta.encode import PLAN_OVER, delta_analyze, delta_build, delta_plan, delta_write, delta_z, stream_estimates
 from .delta.decode import delta_decode
 from .joint import JOINT_MIN, joint_alone, joint_analyze, joint_decode, joint_write
 from .mctx import MCTX_MIN, mctx_decode, mctx_plan, mctx_write
@@ -138,8 +138,11 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         chk = checksum_units(data, start, n, unit, wk)
         if do_d and not fast and fv >= 7 and not sf:
             E = E0 if E0 >= 0 else temporal_base(ref, start, n, layout)
+    dplan = False    # the delta plan made (est_d exact, or PLAN_OVER: above the gate's cut)
     if do_d:
-        db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
+        if fast or fv < 7 or sf:
+            db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
+            dplan = True
         if fast:
             # prefer="fast": the delta, alone and XOR codings estimated from
             # a sample (the XOR's with a margin of 1/16: the delta mode is
@@ -159,7 +162,14 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             sampled = True
             est_a, est_x0 = stream_estimates(data, ref, start, n, layout, dhs)
             est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
-            if est_a >= 0 and n >= TSAMPLE_MIN:
+            # the delta plan last, told the gate's cut without it: where its estimate would be above that cut
+            # (it is then not the smallest, and the cut the same) it may stop early with PLAN_OVER, and the
+            # delta coding is not counted (the same choices as a plan made in full)
+            gated = est_a >= 0 and n >= TSAMPLE_MIN
+            lo = min(est_a, min(est_t, est_x))
+            db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs, lo + lo // GATE_MARGIN if gated else -1)
+            dplan = est_d != PLAN_OVER
+            if gated:
                 gate = True
                 lo = min(min(est_a, est_d), min(est_t, est_x))
                 cut = lo + lo // GATE_MARGIN
@@ -184,6 +194,9 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         for rnd in range(2):
             if do_d and not have_d:
                 have_d = True
+                if not dplan:
+                    db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)
+                    dplan = True
                 delta_z(data, ref, start, n, layout, dz)
                 dm = delta_build(dz, n, 8 * unit, db, dq, dpl, dpos, dmk)
                 cost_d = delta_analyze(dpl, n, 8 * unit, db, dq, dm, dh, dlens, dmodes, dsizes, df, dcm, rm, fast,
