@@ -65,22 +65,29 @@ def stream_count(data, ref, use_ref, start, n, layout, hs):
             _inc(hs, 2048 + hb + (v & 0xFF))
 
 
-@njit(nogil=True, cache=True)
-def count_streams(hs, t, v, layout):
+# the samplers' tables of byte streams where each is apart (count_streams): 256 bins and a gap.  A sampler
+# counts unit i of each group of 4 into a set of tables of its own, so that no count waits on the one before it
+# (on the few bins of a weights chunk's high bytes its XOR counts took 5.9 us a chunk in one set, 3.2 in four)
+XSTRIDE = 272
+
+
+@njit(inline="always")
+def count_streams(hs, t, v, layout, P):
     """Count the bytes of unit v (or its XOR with the reference) in its byte streams as stream_count splits
-    them, stream s at hs[t + 256 * s:] (one table per stream: the samplers' counts)."""
+    them, stream s at hs[t + P * s:] (one table per stream: the samplers' counts).  (Inlined: called, the
+    temporal sample's counts took 1.2x the time.)"""
     if layout == LAYOUT_F32:
         hs[t + ((v >> 23) & 0xFF)] += 1
-        hs[t + 256 + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
-        hs[t + 512 + ((v >> 8) & 0xFF)] += 1
-        hs[t + 768 + (v & 0xFF)] += 1
+        hs[t + P + (((v >> 24) & 0x80) | ((v >> 16) & 0x7F))] += 1
+        hs[t + 2 * P + ((v >> 8) & 0xFF)] += 1
+        hs[t + 3 * P + (v & 0xFF)] += 1
     elif layout == LAYOUT_BF16:
         hs[t + ((v >> 7) & 0xFF)] += 1
-        hs[t + 256 + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
+        hs[t + P + (((v >> 8) & 0x80) | (v & 0x7F))] += 1
     else:
         hs[t + ((v >> 10) & 0x1F)] += 1
-        hs[t + 256 + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
-        hs[t + 512 + (v & 0xFF)] += 1
+        hs[t + P + (((v >> 13) & 4) | ((v >> 8) & 3))] += 1
+        hs[t + 2 * P + (v & 0xFF)] += 1
 
 
 @njit(nogil=True, cache=True)

@@ -17,7 +17,7 @@ from .rans import (_rans_len, check_ctx_stream, cum_freqs, decode_ctx_stream, fr
 from .simd import LANES, SIMD, tmask8, trecon8
 from .tenc import tsyms8
 from .tfuse import fused_budget, fused_rounds
-from .streams import count_streams
+from .streams import XSTRIDE, count_streams
 
 
 # ---------------------------------------------------------------------------
@@ -175,8 +175,16 @@ def _tsample(x, r, n, layout, E, ts, xs):
     raw = _tsyms_all(xv, rv, m, W, mb, em, E, tk, low)
     for j in range(m):
         ts[np.int64(tk[j])] += 1
-    for j in range(m):
-        count_streams(xs, 0, np.int64(xv[j]) ^ np.int64(rv[j]), layout)
+    # the XOR's byte streams (as streams.count_streams splits them), unit u of each group into the u-th set of
+    # tables (streams.XSTRIDE)
+    xt = np.zeros(16 * XSTRIDE, np.int32)
+    for j in range(0, m, 4):
+        for u in range(4):
+            count_streams(xt, 4 * u * XSTRIDE, np.int64(xv[j + u]) ^ np.int64(rv[j + u]), layout, XSTRIDE)
+    for s in range(4):
+        for b in range(256):
+            xs[256 * s + b] = (np.int64(xt[s * XSTRIDE + b]) + np.int64(xt[(4 + s) * XSTRIDE + b])
+                               + np.int64(xt[(8 + s) * XSTRIDE + b]) + np.int64(xt[(12 + s) * XSTRIDE + b]))
     return raw, m
 
 

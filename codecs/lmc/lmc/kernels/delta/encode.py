@@ -239,13 +239,14 @@ def stream_estimates(data, ref, start, n, layout, hs):
 @njit(nogil=True, cache=True)
 def _count_sample(x, r, n, layout, hs):
     """stream_estimates' counts: of the units x (tables at hs[0:]) and of x ^ r (at hs[1024:]), one
-    64-element block in DSAMPLE.  Returns the number of units counted."""
+    64-element block in DSAMPLE.  Returns the number of units counted.  (In one set of tables: four, as
+    temporal._tsample counts its XOR, took as long here.)"""
     m = 0
     for b0 in range(0, n - 63, 64 * DSAMPLE):
         for i in range(b0, b0 + 64):
             v = np.int64(x[i])
-            count_streams(hs, 0, v, layout)
-            count_streams(hs, 1024, v ^ np.int64(r[i]), layout)
+            count_streams(hs, 0, v, layout, 256)
+            count_streams(hs, 1024, v ^ np.int64(r[i]), layout, 256)
         m += 64
     return m
 
