@@ -10,7 +10,7 @@ from .intrinsics import st as put
 from .simd import LANES, SIMD, rounds32
 from .wenc import enc_rounds
 from .base import (ERR_FREQ, ERR_RANS, ERR_TRUNC, OK, PROB_BITS, PROB_SCALE, RANS_L, _S32, _i4, copy_bytes,
-                     nonzero_range)
+                     log2_count, nonzero_range)
 
 
 # ---------------------------------------------------------------------------
@@ -66,12 +66,13 @@ def rans_normalize(cnt, c0, nsym, f):
 
 @njit(nogil=True, cache=True)
 def rans_cost_bits(cnt, f, c0, nsym):
-    """Ideal coded size (bits) of the counts under the quantised f."""
+    """Ideal coded size (bits) of the counts under the quantised f (f <= PROB_SCALE: its log2 looked up, the
+    same value as computed)."""
     bits = 0.0
     for s in range(nsym):
         c = cnt[c0 + s]
         if c > 0:
-            bits += c * (PROB_BITS - np.log2(np.float64(f[c0 + s])))
+            bits += c * (PROB_BITS - log2_count(f[c0 + s]))
     return bits
 
 
