@@ -22,7 +22,9 @@ import numpy as np
 import lmc
 from lmc.api import _parse_header
 from lmc.kernels import temporal as kt
+from lmc.kernels.temporal import TSAMPLE_MIN
 from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NCTX, PROB_SCALE, checksum_units, copy_bytes
+from lmc.kernels.chunk import GATE_MARGIN
 from lmc.kernels.delta.encode import delta_plan, delta_scratch, stream_estimates
 from lmc.kernels.rans import decode_ctx_stream, put_ctx_tables, put_rans, rans_states_for, read_ctx_tables
 from lmc.kernels.simd import LANES, SIMD
@@ -30,6 +32,7 @@ from benchmarks.benchlib import keep_heap, load_tensors
 
 CHUNK = 131072
 FORMAT = 8
+PLAN = "delta mode's plan (sampled; stopped where it cannot come below the gate's cut)"
 
 
 def chunks_of(blob):
@@ -72,16 +75,17 @@ def encoder(x, r, layout, W, repeat):
         for s in range(0, x.size, CHUNK):
             n = min(CHUNK, x.size - s)
             t = time.perf_counter()
-            delta_plan(d8, r8, s, n, layout, dsc[2])
-            t = P("delta mode's plan (sampled)", t)
-            stream_estimates(d8, r8, s, n, layout, dsc[2])
-            t = P("alone and XOR estimates (sampled)", t)
-            E = kt.temporal_base(r8, s, n, layout)
-            t = P("context base (the reference's largest exponent)", t)
-            kt.temporal_sample(d8, r8, s, n, layout, E, thist, tcm)
-            t = P("temporal and XOR estimates (sampled)", t)
             checksum_units(d8, s, n, unit, 3)
             t = P("chunk checksum", t)
+            E = kt.temporal_base(r8, s, n, layout)
+            t = P("context base (the reference's largest exponent)", t)
+            est_a, _ = stream_estimates(d8, r8, s, n, layout, dsc[2])
+            t = P("alone and XOR estimates (sampled)", t)
+            est_t, est_x = kt.temporal_sample(d8, r8, s, n, layout, E, thist, tcm)
+            t = P("temporal and XOR estimates (sampled)", t)
+            lo = min(est_a, est_t, est_x)   # (the plan told the gate's cut, as encode_chunk tells it)
+            delta_plan(d8, r8, s, n, layout, dsc[2], lo + lo // GATE_MARGIN if est_a >= 0 and n >= TSAMPLE_MIN else -1)
+            t = P(PLAN, t)
             kt._tsyms_all(x.view(ut)[s:s + n], r.view(ut)[s:s + n], n, W, mb, 0xFF, E, jb, low)
             t = P(SYMS, t)
             raw = kt.temporal_count(d8, r8, s, n, layout, E, jb, low, th)
