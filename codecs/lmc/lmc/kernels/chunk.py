@@ -138,7 +138,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         chk = checksum_units(data, start, n, unit, wk)
         if do_d and not fast and fv >= 7 and not sf:
             E = E0 if E0 >= 0 else temporal_base(ref, start, n, layout)
-    dplan = False    # the delta plan made (est_d exact, or PLAN_OVER: above the gate's cut)
+    dplan = False    # db, dq and est_d hold an exact plan (False before one is made, and after PLAN_OVER)
     if do_d:
         if fast or fv < 7 or sf:
             db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs)

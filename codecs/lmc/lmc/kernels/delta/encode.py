@@ -92,9 +92,9 @@ def delta_plan(data, ref, start, n, layout, hs, limit=-1):
     part's and packed streams' Huffman codes (_hcost), and the escapes priced as stored (ceil((W - c)
     / 8) bytes each: they cost the decoder a visit too).  hs: int64[>= DPLAN_TABLES * 256] scratch.
     Returns (c, q, the chunk's estimated bytes in that plan: the sample's bits scaled, no tables).
-    limit >= 0: where the estimate is larger than limit the plan may stop early and return (0, 8, PLAN_OVER)
-    (the search starts from the bits just above limit, so it passes over every cut that cannot come below);
-    where it is not larger, the same plan and estimate as without a limit."""
+    limit in [0, 2^52): where the estimate would be larger than limit, (0, 8, PLAN_OVER), the search having started
+    from the bits just above limit, so that it passes over every cut that cannot come below; where it would not,
+    the same plan and estimate as without a limit."""
     if layout == LAYOUT_F32:
         return _plan(data[4 * start:4 * (start + n)].view(np.uint32), ref[4 * start:4 * (start + n)].view(np.uint32),
                      n, 32, hs, limit)
@@ -122,13 +122,13 @@ def _plan(x, r, n, W, hs, limit):
     above = np.zeros(W + 2, np.int64)
     for b in range(W):
         t = np.uint32(1) << np.uint32(b)
-        a = np.int32(0)
+        a = 0
         for i in range(m):
-            a += np.int32(zs[i] >= t)
+            a += np.int64(zs[i] >= t)
         above[b] = a
     best = np.int64(1) << 62
-    if m == 0:
-        limit = -1   # (the estimate is then 0)
+    if m == 0 or limit >= np.int64(1) << 52:
+        limit = -1   # (the estimate is then 0; a limit so large bounds nothing)
     if limit >= 0:   # bits whose estimate is above limit (int(bits * sc) does not decrease as the bits grow)
         best = max(np.int64((limit - head) / sc) - 2, 0)
         while np.int64(best * sc) + head <= limit:
