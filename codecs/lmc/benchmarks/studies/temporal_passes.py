@@ -22,9 +22,8 @@ import numpy as np
 import lmc
 from lmc.api import _parse_header
 from lmc.kernels import temporal as kt
-from lmc.kernels.temporal import TSAMPLE_MIN
 from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NCTX, PROB_SCALE, checksum_units, copy_bytes
-from lmc.kernels.chunk import GATE_MARGIN
+from lmc.kernels.chunk import gate_cut
 from lmc.kernels.delta.encode import delta_plan, delta_scratch, stream_estimates
 from lmc.kernels.rans import decode_ctx_stream, put_ctx_tables, put_rans, rans_states_for, read_ctx_tables
 from lmc.kernels.simd import LANES, SIMD
@@ -83,8 +82,7 @@ def encoder(x, r, layout, W, repeat):
             t = P("alone and XOR estimates (sampled)", t)
             est_t, est_x = kt.temporal_sample(d8, r8, s, n, layout, E, thist, tcm)
             t = P("temporal and XOR estimates (sampled)", t)
-            lo = min(est_a, est_t, est_x)   # (the plan told the gate's cut, as encode_chunk tells it)
-            delta_plan(d8, r8, s, n, layout, dsc[2], lo + lo // GATE_MARGIN if est_a >= 0 and n >= TSAMPLE_MIN else -1)
+            delta_plan(d8, r8, s, n, layout, dsc[2], gate_cut(est_a, est_t, est_x, n))   # (as encode_chunk)
             t = P(PLAN, t)
             kt._tsyms_all(x.view(ut)[s:s + n], r.view(ut)[s:s + n], n, W, mb, 0xFF, E, jb, low)
             t = P(SYMS, t)

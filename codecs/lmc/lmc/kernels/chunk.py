@@ -62,6 +62,17 @@ GATE_MARGIN = 32
 XOR_GATE = 64
 
 
+@njit(inline="always")
+def gate_cut(est_a, est_t, est_x, n):
+    """The gate's cut from the alone, temporal and XOR estimates, before the delta plan's (the limit the plan is
+    told: where its estimate is above it, it is not the smallest and the cut stays the same); -1 where the chunk
+    is not gated (not estimated, or too short to sample)."""
+    if est_a < 0 or n < TSAMPLE_MIN:
+        return np.int64(-1)
+    lo = min(est_a, min(est_t, est_x))
+    return lo + lo // GATE_MARGIN
+
+
 @njit(nogil=True, cache=True)
 def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, out, o, planes, planes2,
                  jb, low, th, ha, hx, thist, tf, tcm, tbuf, rbuf, kbt, et, rplane, mh, mf, mcm, dsc, E0=-1):
@@ -162,16 +173,15 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             sampled = True
             est_a, est_x0 = stream_estimates(data, ref, start, n, layout, dhs)
             est_t, est_x = temporal_sample(data, ref, start, n, layout, E, thist, tcm)
-            # the delta plan last, told the gate's cut without it: where its estimate would be above that cut
-            # (it is then not the smallest, and the cut the same) it may stop early with PLAN_OVER, and the
-            # delta coding is not counted (the same choices as a plan made in full)
-            gated = est_a >= 0 and n >= TSAMPLE_MIN
-            lo = min(est_a, min(est_t, est_x))
-            db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs, lo + lo // GATE_MARGIN if gated else -1)
+            # the delta plan last, told the gate's cut without it: where its estimate would be above that cut it
+            # stops early with PLAN_OVER, and the delta coding is not counted (the same choices as a plan made
+            # in full)
+            cut = gate_cut(est_a, est_t, est_x, n)
+            db, dq, est_d = delta_plan(data, ref, start, n, layout, dhs, cut)
             dplan = est_d != PLAN_OVER
-            if gated:
+            if cut >= 0:
                 gate = True
-                lo = min(min(est_a, est_d), min(est_t, est_x))
+                lo = min(min(est_a, est_d), min(est_t, est_x))   # (the same cut where est_d is above it)
                 cut = lo + lo // GATE_MARGIN
                 need_a = est_a <= cut
                 do_d = est_d <= cut
