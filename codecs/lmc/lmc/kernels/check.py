@@ -17,6 +17,11 @@ from .joint import check_joint
 from .mctx import check_mctx
 from .temporal import _fparams, _tbase, check_temporal
 from .chunk import chunk_head
+from .simd import SIMD
+from .tenc import field_max
+
+RP_BLOCK = 16384   # ref_pass's block (bytes; a multiple of 8)
+
 
 @njit(nogil=True, cache=True)
 def check_chunk(blob, off, clen, n, unit, layout, ns, ref, has_ref, start, expected, version,
@@ -119,6 +124,22 @@ def ref_pass(ref, start, n, unit, layout, wk):
     _, mb, em = _fparams(layout)
     nb = n * unit
     b = ref[start * unit:start * unit + nb]
+    if SIMD:
+        # blocks of RP_BLOCK bytes, each summed and then searched for its largest field while in L1, the fields
+        # as vectors of 64 bytes (tenc.field_max): on a Xeon core 0.12 against 0.24 ns a bf16 element, 0.47
+        # against 0.63 fp32, where the loop below takes the fields in the checksum's 64-bit lanes
+        s1 = _U0
+        s2 = _U0
+        M = np.int64(em) << mb
+        E = np.int64(0)
+        for o in range(0, nb, RP_BLOCK):
+            e = min(nb, o + RP_BLOCK)
+            s1, s2 = csum_sums(b[o:e], e - o, o >> 3, s1, s2)
+            if unit == 4:
+                E = max(E, field_max(b[o:e].view(np.uint32), M))
+            else:
+                E = max(E, field_max(b[o:e].view(np.uint16), M))
+        return _fold_w(s1, s2, 3), E >> mb
     n8 = nb >> 3
     d = b[:n8 * 8].view(np.uint64)
     hs = 8 * unit   # (the units' offsets in a word: 0, 32 or 0, 16, 32, 48)

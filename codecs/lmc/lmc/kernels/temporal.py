@@ -15,7 +15,7 @@ from .rans import (_rans_len, check_ctx_stream, cum_freqs, decode_ctx_stream, fr
                    lanes_states, put_ctx_tables, put_rans, rans_cost_bits, rans_normalize, rans_states_for,
                    read_ctx_tables)
 from .simd import LANES, SIMD, tmask8, trecon8
-from .tenc import tsyms8
+from .tenc import field_max, tsyms8
 from .tfuse import fused_budget, fused_rounds
 from .streams import XSTRIDE, count_streams
 
@@ -54,12 +54,8 @@ def temporal_base(ref, start, n, layout):
 
 @njit(nogil=True, cache=True)
 def _tbase(r, n, mb, em):
-    E = np.int32(0)
-    m = np.int32(em)
-    for i in range(n):
-        e = np.int32(r[i] >> mb) & m
-        E = max(E, e & -np.int32(e != m))  # (branch-free: vectorizes)
-    return np.int64(E)
+    """The largest finite exponent field of r[:n] (fields at bit mb, mask em; inf / NaN left out), 0 if none."""
+    return field_max(r[:n], np.int64(em) << mb) >> mb
 
 
 # Encoder.  The alone coding is counted exactly (kernels.streams.stream_count, no split
