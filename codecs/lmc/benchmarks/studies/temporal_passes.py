@@ -23,6 +23,7 @@ import lmc
 from lmc.api import _parse_header
 from lmc.kernels import temporal as kt
 from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NCTX, PROB_SCALE, checksum_units, copy_bytes
+from lmc.kernels.check import ref_pass
 from lmc.kernels.chunk import gate_cut
 from lmc.kernels.delta.encode import delta_plan, delta_scratch, stream_estimates
 from lmc.kernels.rans import decode_ctx_stream, put_ctx_tables, put_rans, rans_states_for, read_ctx_tables
@@ -76,8 +77,8 @@ def encoder(x, r, layout, W, repeat):
             t = time.perf_counter()
             checksum_units(d8, s, n, unit, 3)
             t = P("chunk checksum", t)
-            E = kt.temporal_base(r8, s, n, layout)
-            t = P("context base (the reference's largest exponent)", t)
+            _, E = ref_pass(r8, s, n, unit, layout, 3)   # (as kernels.drivers.encode_range)
+            t = P("reference pass (its chunk checksum and the context base, its largest exponent)", t)
             est_a, _ = stream_estimates(d8, r8, s, n, layout, dsc[2])
             t = P("alone and XOR estimates (sampled)", t)
             est_t, est_x = kt.temporal_sample(d8, r8, s, n, layout, E, thist, tcm)

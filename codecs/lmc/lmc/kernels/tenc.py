@@ -36,9 +36,11 @@ from numba import njit
 from .simd import SIMD, SIMD512, _Vec
 
 
-def _make_tsyms8(W, N=8):
+def _make_tsyms8(W, N=8, pack=None):
     """``(x, r, nv, mb, em, E, jb, low) -> raw bits`` for W-bit units over the first nv (a multiple of N), N
-    units a vector (8: AVX2; 16: AVX-512)."""
+    units a vector (8: AVX2; 16: AVX-512); pack (default: W == 16): the raw bits packed into low's bytes, else
+    low[i] holds element i's (as for 32-bit units)."""
+    pack = W == 16 if pack is None else pack
     from numba import types
     from numba.extending import intrinsic
     V = _Vec(W, N)
@@ -95,7 +97,7 @@ def _make_tsyms8(W, N=8):
                                   builder.add(builder.sub(builder.add(k, k), nz), neg))
                 builder.store(builder.trunc(sym, ir.VectorType(V.I16, N)), builder.gep(jp, [j]), align=1)
                 kb = builder.sub(k, nz)
-                if W == 32:   # (each element's bits kept: see the module's text)
+                if not pack:   # (each element's bits kept: see the module's text)
                     builder.store(builder.xor(a, builder.shl(nz, kb)), builder.gep(lp, [j]), align=1)
                     builder.store(builder.add(builder.load(tot), kb), tot)
                 else:
@@ -114,7 +116,7 @@ def _make_tsyms8(W, N=8):
                                                   builder.lshr(p0, ir.Constant(I64, 6)))
                         builder.store(builder.select(g, hi, lo), acc)
                         builder.store(p1, pos)
-            if W == 32:
+            if not pack:
                 return V.hsum(builder, builder.load(tot), "add")
             p0 = builder.load(pos)
             at = builder.and_(builder.lshr(p0, ir.Constant(I64, 3)), ir.Constant(I64, ~7))
@@ -141,7 +143,8 @@ def _make_fmax(W):
 
         def codegen(context, builder, signature, args):
             p = V.data(context, builder, signature, args, 0, VT)
-            m1 = builder.insert_element(ir.Constant(VT, ir.Undefined), builder.trunc(args[2], V.U), ir.Constant(V.I32, 0))
+            m1 = builder.insert_element(ir.Constant(VT, ir.Undefined), builder.trunc(args[2], V.U),
+                                        ir.Constant(V.I32, 0))
             vm = builder.shuffle_vector(m1, m1, ir.Constant(ir.VectorType(V.I32, L), [0] * L))
             zero = ir.Constant(VT, [0] * L)
             acc = cg.alloca_once_value(builder, zero)

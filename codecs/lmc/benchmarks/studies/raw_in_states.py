@@ -1,0 +1,314 @@
+"""A format change measured before it is made: the temporal mode's raw bits pushed into its 32 rANS states
+instead of a raw bit stream of their own (bf16 weights against the previous checkpoint, one thread, AVX-512).
+
+    cd codecs/lmc && python -m benchmarks.studies.raw_in_states SERIES [--repeat 5]
+
+Why: coding bf16 weights against a reference spends most of its time in the symbol pass, and most of that pass
+packs the raw bits (the k - 1 bits of |d| below its leading one) into one LSB-first stream (``kernels.tenc``):
+a chain of scalar accumulator steps that vectors cannot take. Each state of an interleaved rANS coder is a stack
+of bits, so a symbol's raw bits can go into its own state: uniform coding of kb bits (frequency 1 in 2^kb) is a
+shift, exact, with the same 16-bit renormalisation. Each lane then codes its own bits, and nothing is serial
+across lanes.
+
+The rule this study codes (a candidate for a format version; every state as in FORMAT.md, "rANS"):
+
+- encoder, element i (backwards, state x in [2^16, 2^32)): if x >= 2^(32 - kb), emit x's low 16 bits and
+  shift x right by 16; x = x * 2^kb + bits; then the symbol is coded into x as now;
+- decoder, element i: the symbol decoded and x renormalised as now; then bits = x mod 2^kb, x = x >> kb, and
+  if x < 2^16, x = x << 16 | the next word. (kb <= 16: x >> kb >= 1 after the encoder's emission, so one
+  word refills it.)
+
+The words are read in groups of 16 states (elements 32 g + 16 h .. + 15 of round g): the group's 16 symbol
+steps, in state order, then its 16 bit pops, in state order; a one-state-at-a-time coder that keeps that order
+(``enc_scalar`` here) writes the vector loop's bytes, which the study checks on every chunk. The sizes are
+the same but for the 128 bytes of final states that replace the raw stream's padding.
+
+What it measures, per 131,072-element chunk of the series' last two checkpoints' weights (cast to bf16), on the
+same data: the symbol pass as the encoder runs it now (raw bits packed) and with each element's bits kept apart
+(``tenc._make_tsyms8(..., pack=False)``); the 32-state rANS encoder as now (``rans.put_rans``: ``wenc.enc16``)
+and with the bits pushed (this module's loop); the decoder's fused pass as now (``temporal.temporal_decode``)
+and with the bits popped (this module's loop). Every chunk is decoded back and compared. Needs AVX-512
+(``simd.SIMD512``): the loops here are its vector code, not the codec's."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+
+import ml_dtypes
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from lmc.kernels import temporal as kt
+from lmc.kernels.base import LAYOUT_BF16, NCTX, PROB_SCALE
+from lmc.kernels.check import ref_pass
+from lmc.kernels.rans import _renc2, put_ctx_tables, put_rans, read_ctx_tables
+from lmc.kernels.simd import LANES, SIMD512, _Vec, enc_table, rans_vstep
+from lmc.kernels.tenc import _make_tsyms8
+from lmc.kernels.wenc import _push_step
+from benchmarks.benchlib import keep_heap, load_tensors
+
+CHUNK = 131072
+
+
+def _make_enc():
+    """``(jb, low, nr, et32b, buf, p, xs) -> p``: wenc._make_tenc16's loop with each element's low[i] (kb bits,
+    kb at bit 26 of its entry) pushed into the state before its symbol."""
+    V = _Vec(lanes=16)
+    ir, cg, splat = V.ir, V.cg, V.splat
+    I16, I32, I64, VN = V.I16, V.I32, V.I64, V.VN
+    F16, VW, VM = ir.VectorType(ir.FloatType(), 16), ir.VectorType(I16, 16), ir.VectorType(V.I1, 16)
+
+    @intrinsic
+    def _enc(typingctx, jb, low, nr, et32b, buf, p, xs):
+        sig = types.int64(jb, low, nr, et32b, buf, p, xs)
+
+        def codegen(context, builder, signature, args):
+            jp, lp, ep, bp, xp = (V.data(context, builder, signature, args, k, t)
+                                  for k, t in ((0, I16), (1, VN), (3, I32), (4, V.I8), (6, VN)))
+            compress = V.fn(builder, "llvm.x86.avx512.mask.compress.v16i16", VW, [VW, VW, VM])
+            mstore = V.fn(builder, "llvm.masked.store.v16i16.p0", ir.VoidType(), [VW, ir.PointerType(VW), I32, VM])
+            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
+            vx = V.states(builder, xp, 2)
+            pos = cg.alloca_once_value(builder, args[5])
+            with cg.for_range(builder, args[2]) as loop:
+                g = builder.mul(builder.sub(builder.sub(args[2], ir.Constant(I64, 1)), loop.index), ir.Constant(I64, 2))
+                for h in (1, 0):
+                    e = ir.Constant(VN, ir.Undefined)
+                    i0 = builder.mul(builder.add(g, ir.Constant(I64, h)), ir.Constant(I64, 16))
+                    for k in range(16):
+                        j = builder.zext(builder.load(builder.gep(jp, [builder.add(i0, ir.Constant(I64, k))])), I64)
+                        e = builder.insert_element(e, builder.load(builder.gep(ep, [j])), ir.Constant(I32, k))
+                    bits = builder.load(builder.gep(lp, [builder.add(g, ir.Constant(I64, h))]), align=4)
+                    kb = builder.lshr(e, splat(26))
+                    x = builder.load(vx[h])
+                    # x >= 2^(32 - kb) emits its low 16 bits (in lane order, below the pointer), then x = x << kb | bits
+                    top = builder.lshr(builder.lshr(x, splat(16)), builder.sub(splat(16), kb))
+                    m = builder.icmp_unsigned("!=", top, splat(0))
+                    cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
+                    wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
+                    w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
+                    first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt),
+                                                                      ir.Constant(I32, 1)), I16), VM)
+                    builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)),
+                                          ir.Constant(I32, 1), first])
+                    builder.store(wp, pos)
+                    x = builder.or_(builder.shl(builder.select(m, builder.lshr(x, splat(16)), x), kb), bits)
+                    x = _push_step(V, builder, builder.and_(e, splat((1 << 26) - 1)), x, pos, bp,
+                                   lambda x, f: builder.fptosi(builder.fdiv(builder.uitofp(x, F16),
+                                                                            builder.sitofp(f, F16)), VN))
+                    builder.store(x, vx[h])
+            V.put_states(builder, vx, xp)
+            return builder.load(pos)
+        return sig, codegen
+    return _enc
+
+
+def _make_dec():
+    """``(blob, io, dtab, ref, out, xs, rounds, E) -> contexts seen``: tfuse._make_fused(16, 16)'s round without
+    its raw bit stream: after each symbol's step its bits are popped from the state, which is refilled again."""
+    V = _Vec(16, 16)
+    ir, I8, I16, I32, I64, VN, splat = V.ir, V.I8, V.I16, V.I32, V.I64, V.VN, V.splat
+    VW, VM = ir.VectorType(I16, 16), ir.VectorType(V.I1, 16)
+
+    @intrinsic
+    def _dec(typingctx, blob, io, dtab, ref, out, xs, rounds, E):
+        sig = types.int64(blob, io, dtab, ref, out, xs, rounds, E)
+
+        def codegen(context, builder, signature, args):
+            def data(k, t):
+                return V.data(context, builder, signature, args, k, t)
+            bp, iop, dp, rp, op, xp = data(0, I8), data(1, I64), data(2, I8), data(3, V.VU), data(4, V.VU), data(5, VN)
+            zero, one = splat(0), ir.Constant(VM, [1] * 16)
+            gth = V.fn(builder, "llvm.x86.avx512.mask.gather.dpi.512", VN, [VN, ir.PointerType(I8), VN, VM, I32])
+            expand = V.fn(builder, "llvm.masked.expandload.v16i16", VW, [ir.PointerType(I16), VM, VW])
+            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
+            vmb, vem, vE = splat(7), splat(255), V.vsplat(builder, args[7])
+            vx = V.states(builder, xp, 2)
+            pos = V.cg.alloca_once_value(builder, builder.load(iop))
+            used = V.cg.alloca_once_value(builder, zero)
+            with V.cg.for_range(builder, args[6]) as loop:
+                for h in range(2):
+                    j = builder.add(builder.mul(loop.index, ir.Constant(I64, 2)), ir.Constant(I64, h))
+                    rv = V.units(builder, rp, j)
+                    c = V.context(builder, rv, vmb, vem, vE)
+                    builder.store(builder.or_(builder.load(used), builder.shl(splat(1), c)), used)
+                    x = builder.load(vx[h])
+                    slot = builder.add(builder.and_(x, splat(4095)), builder.shl(c, splat(12)))
+                    e = builder.call(gth, [zero, dp, slot, one, ir.Constant(I32, 4)])
+                    x, q = rans_vstep(builder, e, x, builder.load(pos), bp, None, None, ctpop, expand)
+                    sv = builder.and_(e, splat(255))
+                    k = builder.lshr(builder.add(sv, splat(1)), splat(1))
+                    nz = builder.zext(builder.icmp_unsigned("!=", k, zero), VN)
+                    kb = builder.sub(k, nz)
+                    bits = builder.and_(x, builder.sub(builder.shl(splat(1), kb), splat(1)))
+                    x = builder.lshr(x, kb)
+                    m = builder.icmp_unsigned("<", x, splat(1 << 16))
+                    w = builder.zext(builder.call(expand, [builder.bitcast(builder.gep(bp, [q]), ir.PointerType(I16)),
+                                                           m, ir.Constant(VW, [0] * 16)]), VN)
+                    builder.store(builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), vx[h])
+                    cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
+                    builder.store(builder.add(q, builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1))), pos)
+                    neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), builder.icmp_unsigned(
+                        "==", builder.and_(sv, splat(1)), zero)), VN)
+                    a = builder.or_(bits, builder.shl(nz, kb))
+                    d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
+                    y = V.mono(builder, builder.and_(builder.add(V.mono(builder, rv), d), splat(0xFFFF)), inverse=True)
+                    builder.store(builder.trunc(y, V.VU), builder.gep(op, [j]), align=1)
+            V.put_states(builder, vx, xp)
+            builder.store(builder.load(pos), iop)
+            return V.hsum(builder, builder.load(used), "or_")
+        return sig, codegen
+    return _dec
+
+
+if SIMD512:
+    _syms_apart = _make_tsyms8(16, 16, pack=False)
+    _enc = _make_enc()
+    _dec = _make_dec()
+
+    @njit(nogil=True)
+    def syms_apart(x, r, E, jb, low):
+        return _syms_apart(x, r, np.int64(x.size), np.int64(7), np.int64(255), np.int64(E), jb, low)
+
+    @njit(nogil=True)
+    def enc_bits(jb, low, et, buf, xs):
+        et32b = enc_table(et)   # (with each entry's kb at bit 26)
+        for j in range(et32b.size):
+            et32b[j] |= np.uint32((et[2 * j + 1] >> np.uint64(26)) & np.uint64(31)) << np.uint32(26)
+        return _enc(jb, low, np.int64(jb.size // 32), et32b, buf, np.int64(buf.size), xs)
+
+    @njit(nogil=True)
+    def dec_bits(blob, dtab, ref, out, xs, E):
+        io = np.zeros(1, np.int64)
+        _dec(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E))
+        return io[0]
+
+
+@njit(nogil=True)
+def enc_scalar(jb, low, et, buf, xl):
+    """The vector encoder's bytes one state at a time (xl: uint64[32] states, updated); returns the start."""
+    p = buf.size
+    for g in range(jb.size - 32, -1, -32):
+        for h in (1, 0):
+            for k in range(15, -1, -1):   # the bits (popped after the symbols: pushed before them)
+                i = g + 16 * h + k
+                kb = np.int64(et[2 * np.int64(jb[i]) + 1] >> np.uint64(26)) & 31
+                x = xl[16 * h + k]
+                if x >> np.uint64(32 - kb):
+                    p -= 2
+                    buf[p] = np.uint8(x & np.uint64(255))
+                    buf[p + 1] = np.uint8((x >> np.uint64(8)) & np.uint64(255))
+                    x >>= np.uint64(16)
+                xl[16 * h + k] = (x << np.uint64(kb)) | np.uint64(low[i])
+            for k in range(15, -1, -1):
+                j = 2 * np.int64(jb[g + 16 * h + k])
+                xl[16 * h + k], p = _renc2(xl[16 * h + k], et[j], et[j + 1], buf, p)
+    return p
+
+
+def study(x, r, repeat):
+    """Best seconds a pass over the whole chunks (the last partial chunk left out), and the bytes of each
+    coding's rANS stream and raw bits."""
+    x8, r8 = x.view(np.uint8), r.view(np.uint8)
+    nch = x.size // CHUNK
+    jb, low = np.empty(CHUNK + 16, np.uint16), np.empty(CHUNK + 16, np.uint32)
+    jb2, low2 = np.empty(CHUNK, np.uint16), np.empty(CHUNK, np.uint32)
+    th = np.empty(4 * NCTX * 65, np.int32)
+    thist, tf, tcm, f2, cm2 = (np.zeros(NCTX * 256, np.int64) for _ in range(5))
+    et, kbt = np.zeros(2 * NCTX * 65, np.uint64), np.zeros(NCTX * 65, np.uint8)
+    tbuf, out = np.empty(4 * CHUNK + 256, np.uint8), np.empty(2 * CHUNK + 64, np.uint8)
+    dtab, o = np.empty(NCTX * PROB_SCALE, np.uint32), np.empty(CHUNK, np.uint16)
+    cb, sy = np.empty(CHUNK + 16, np.uint16), np.empty(CHUNK + 16, np.uint8)
+    t = dict.fromkeys(("symbol pass, raw bits packed (now)", "rANS encoder (now)",
+                       "symbol pass, each element's bits kept", "rANS encoder, the bits pushed into the states",
+                       "decoder, fused (now)", "decoder, fused, the bits popped from the states"), float("inf"))
+    size_now = size_new = 0
+    for rep in range(repeat + 1):   # (the first round compiles and warms up)
+        cur = dict.fromkeys(t, 0.0)
+        for c in range(nch):
+            s = c * CHUNK
+            xs, rs = x[s:s + CHUNK], r[s:s + CHUNK]
+            E = ref_pass(r8, s, CHUNK, 2, LAYOUT_BF16, 3)[1]
+            t0 = time.perf_counter()
+            raw = kt._tsyms_all(xs, rs, CHUNK, 16, 7, 0xFF, E, jb, low)
+            t1 = time.perf_counter()
+            kt.temporal_count(x8, r8, s, CHUNK, LAYOUT_BF16, E, jb, low, th)
+            kt.temporal_hist(th, 16, thist)
+            _, cmask = kt.temporal_estimate(thist, tf, tcm, 16, CHUNK, 9)
+            tend = put_ctx_tables(tf, tcm, cmask, NCTX, 33, out, 0, 2 * CHUNK, et, kbt, True)
+            t2 = time.perf_counter()
+            o1 = put_rans(jb, CHUNK, et, tbuf[:2 * CHUNK + 4 * LANES + 16], out, tend, 4 * CHUNK, 0, 32)
+            t3 = time.perf_counter()
+            syms_apart(xs, rs, E, jb2, low2)
+            t4 = time.perf_counter()
+            xl = np.full(32, np.uint32(1 << 16))
+            t5 = time.perf_counter()
+            p = enc_bits(jb2, low2, et, tbuf, xl)
+            t6 = time.perf_counter()
+            stream = tbuf[p:].copy()
+            if rep == 0:
+                xs64 = np.full(32, np.uint64(1 << 16))
+                ps = enc_scalar(jb2, low2, et, tbuf, xs64)
+                if not (ps == p and np.array_equal(tbuf[ps:], stream) and np.array_equal(xs64, xl)):
+                    raise SystemExit(f"raw_in_states: chunk {c}: the scalar and vector encoders differ")
+            blob_now = np.concatenate([np.frombuffer(bytes([3, E, cmask & 255, cmask >> 8]), np.uint8), out[:o1],
+                                       low.view(np.uint8)[:(raw + 7) >> 3]])
+            t7 = time.perf_counter()
+            st = kt.temporal_decode(blob_now, 1, blob_now.size, CHUNK, LAYOUT_BF16, rs.view(np.uint8), 0,
+                                    o.view(np.uint8), f2, cm2, dtab, cb, sy, 9)
+            t8 = time.perf_counter()
+            if st != 0 or not np.array_equal(o, xs):
+                raise SystemExit(f"raw_in_states: chunk {c}: the current decoder did not give it back ({st})")
+            x2 = xl.copy()
+            o[:] = 0
+            t9 = time.perf_counter()
+            read_ctx_tables(out, 0, tend, cmask, NCTX, 32, f2, cm2, dtab)   # (as temporal_decode reads them)
+            q = dec_bits(stream, dtab, rs, o, x2, E)
+            t10 = time.perf_counter()
+            if q != stream.size or not (x2 == 1 << 16).all() or not np.array_equal(o, xs):
+                raise SystemExit(f"raw_in_states: chunk {c}: the bits in the states did not decode back")
+            for k, v in zip(t, (t1 - t0, t3 - t2, t4 - t3, t6 - t5, t8 - t7, t10 - t9)):
+                cur[k] += v
+            if rep == 0:
+                size_now += o1 - tend + ((raw + 7) >> 3)
+                size_new += 4 + stream.size + 4 * 32
+        if rep:
+            t = {k: min(v, cur[k]) for k, v in t.items()}
+    return t, nch * CHUNK, size_now, size_new
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("series")
+    p.add_argument("--repeat", type=int, default=5)
+    a = p.parse_args()
+    if not SIMD512:
+        raise SystemExit("raw_in_states: needs a CPU with AVX-512 (its loops are AVX-512 code)")
+    keep_heap(["-m", "benchmarks.studies.raw_in_states", *sys.argv[1:]])
+    steps = sorted(int(m.group(1)) for d in os.listdir(a.series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
+    if len(steps) < 2:
+        raise SystemExit(f"raw_in_states: {a.series}: needs two checkpoint-N folders")
+    old, new = (load_tensors(os.path.join(a.series, f"checkpoint-{s}"), 65536)["weight"] for s in steps[-2:])
+    x = np.concatenate([v.astype(ml_dtypes.bfloat16).ravel() for v in new]).view(np.uint16)
+    r = np.concatenate([v.astype(ml_dtypes.bfloat16).ravel() for v in old]).view(np.uint16)
+    t, ne, size_now, size_new = study(x, r, a.repeat)
+    print(f"checkpoint-{steps[-1]}'s weights against checkpoint-{steps[-2]}'s as bf16, {ne:,} elements in "
+          f"{ne // CHUNK} chunks; one thread; best of {a.repeat}; every chunk decoded back by both\n")
+    print("| pass | ms | ns per element |\n|---|---:|---:|")
+    for k, v in t.items():
+        print(f"| {k} | {v * 1e3:.2f} | {v / ne * 1e9:.3f} |")
+    keys = list(t)
+    now, new_ = t[keys[0]] + t[keys[1]], t[keys[2]] + t[keys[3]]
+    print(f"\nsymbol pass and rANS encoder: now {now / ne * 1e9:.3f}, bits in the states {new_ / ne * 1e9:.3f} ns "
+          f"per element ({(now - new_) / ne * 1e9:+.3f} saved); decoder {t[keys[4]] / ne * 1e9:.3f} against "
+          f"{t[keys[5]] / ne * 1e9:.3f}")
+    print(f"bytes of the rANS stream and raw bits (the tables apart): now {size_now:,}, bits in the states "
+          f"{size_new:,} ({(size_new / size_now - 1) * 100:+.3f}%)")
+
+
+if __name__ == "__main__":
+    main()
