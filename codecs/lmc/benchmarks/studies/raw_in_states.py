@@ -1,7 +1,7 @@
 """A format change measured before it is made: the temporal mode's raw bits pushed into its 32 rANS states
-instead of a raw bit stream of their own (bf16 weights against the previous checkpoint, one thread, AVX-512).
+instead of a raw bit stream of their own (weights against the previous checkpoint, one thread, AVX-512).
 
-    cd codecs/lmc && python -m benchmarks.studies.raw_in_states SERIES [--repeat 5]
+    cd codecs/lmc && python -m benchmarks.studies.raw_in_states SERIES [--dtypes bf16,fp32] [--repeat 5]
 
 Why: coding bf16 weights against a reference spends most of its time in the symbol pass, and most of that pass
 packs the raw bits (the k - 1 bits of |d| below its leading one) into one LSB-first stream (``kernels.tenc``):
@@ -23,12 +23,17 @@ steps, in state order, then its 16 bit pops, in state order; a one-state-at-a-ti
 (``enc_scalar`` here) writes the vector loop's bytes, which the study checks on every chunk. The sizes are
 the same but for the 128 bytes of final states that replace the raw stream's padding.
 
-What it measures, per 131,072-element chunk of the series' last two checkpoints' weights (cast to bf16), on the
-same data: the symbol pass as the encoder runs it now (raw bits packed) and with each element's bits kept apart
-(``tenc._make_tsyms8(..., pack=False)``); the 32-state rANS encoder as now (``rans.put_rans``: ``wenc.enc16``)
-and with the bits pushed (this module's loop); the decoder's fused pass as now (``temporal.temporal_decode``)
-and with the bits popped (this module's loop). Every chunk is decoded back and compared. Needs AVX-512
-(``simd.SIMD512``): the loops here are its vector code, not the codec's."""
+32-bit units have up to 31 raw bits: they are pushed as two parts, the bits above the 16th first, then the 16
+or fewer below (the decoder pops the low part, refills, pops the high part, refills).
+
+What it measures, per 131,072-element chunk of the series' last two checkpoints' weights (bf16 and fp32), every
+chunk coded in the temporal mode, on the same data: the symbol pass as the encoder runs it now (bf16: the raw
+bits packed in it) and with each element's bits kept apart (``tenc._make_tsyms8(..., pack=False)``); the
+32-state rANS encoder as now (``rans.put_rans``: ``wenc.enc16``) and with the bits pushed (this module's loop);
+the raw bits written as now (fp32: ``temporal._traw``); the decoder's fused pass as now
+(``temporal.temporal_decode``, its tables read) and with the bits popped (this module's loop, its tables read).
+Every chunk is decoded back by both and compared, and the scalar encoder's bytes with the vector one's. Needs
+AVX-512 (``simd.SIMD512``): the loops here are its vector code, not the codec's."""
 from __future__ import annotations
 
 import argparse
@@ -43,7 +48,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from lmc.kernels import temporal as kt
-from lmc.kernels.base import LAYOUT_BF16, NCTX, PROB_SCALE
+from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F32, NCTX, PROB_SCALE, checksum_units, copy_bytes
 from lmc.kernels.check import ref_pass
 from lmc.kernels.rans import _renc2, put_ctx_tables, put_rans, read_ctx_tables
 from lmc.kernels.simd import LANES, SIMD512, _Vec, enc_table, rans_vstep
@@ -54,9 +59,10 @@ from benchmarks.benchlib import keep_heap, load_tensors
 CHUNK = 131072
 
 
-def _make_enc():
+def _make_enc(W):
     """``(jb, low, nr, et32b, buf, p, xs) -> p``: wenc._make_tenc16's loop with each element's low[i] (kb bits,
-    kb at bit 26 of its entry) pushed into the state before its symbol."""
+    kb at bit 26 of its entry) pushed into the state before its symbol: its bits above the 16th first (W = 32),
+    then the 16 or fewer below."""
     V = _Vec(lanes=16)
     ir, cg, splat = V.ir, V.cg, V.splat
     I16, I32, I64, VN = V.I16, V.I32, V.I64, V.VN
@@ -85,18 +91,27 @@ def _make_enc():
                     bits = builder.load(builder.gep(lp, [builder.add(g, ir.Constant(I64, h))]), align=4)
                     kb = builder.lshr(e, splat(26))
                     x = builder.load(vx[h])
-                    # x >= 2^(32 - kb) emits its low 16 bits (in lane order, below the pointer), then x = x << kb | bits
-                    top = builder.lshr(builder.lshr(x, splat(16)), builder.sub(splat(16), kb))
-                    m = builder.icmp_unsigned("!=", top, splat(0))
-                    cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
-                    wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
-                    w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
-                    first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt),
-                                                                      ir.Constant(I32, 1)), I16), VM)
-                    builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)),
-                                          ir.Constant(I32, 1), first])
-                    builder.store(wp, pos)
-                    x = builder.or_(builder.shl(builder.select(m, builder.lshr(x, splat(16)), x), kb), bits)
+
+                    def push(x, kb, v):
+                        # x >= 2^(32 - kb) emits its low 16 bits (in lane order, below the pointer); x = x << kb | v
+                        top = builder.lshr(builder.lshr(x, splat(16)), builder.sub(splat(16), kb))
+                        m = builder.icmp_unsigned("!=", top, splat(0))
+                        cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
+                        wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
+                        w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
+                        first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt),
+                                                                          ir.Constant(I32, 1)), I16), VM)
+                        builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)),
+                                              ir.Constant(I32, 1), first])
+                        builder.store(wp, pos)
+                        return builder.or_(builder.shl(builder.select(m, builder.lshr(x, splat(16)), x), kb), v)
+                    if W == 32:   # (the bits above the 16th, then the 16 below)
+                        big = builder.icmp_unsigned(">", kb, splat(16))
+                        x = push(x, builder.select(big, builder.sub(kb, splat(16)), splat(0)),
+                                 builder.select(big, builder.lshr(bits, splat(16)), splat(0)))
+                        kb = builder.select(big, splat(16), kb)
+                        bits = builder.and_(bits, splat(0xFFFF))
+                    x = push(x, kb, bits)
                     x = _push_step(V, builder, builder.and_(e, splat((1 << 26) - 1)), x, pos, bp,
                                    lambda x, f: builder.fptosi(builder.fdiv(builder.uitofp(x, F16),
                                                                             builder.sitofp(f, F16)), VN))
@@ -107,10 +122,11 @@ def _make_enc():
     return _enc
 
 
-def _make_dec():
-    """``(blob, io, dtab, ref, out, xs, rounds, E) -> contexts seen``: tfuse._make_fused(16, 16)'s round without
-    its raw bit stream: after each symbol's step its bits are popped from the state, which is refilled again."""
-    V = _Vec(16, 16)
+def _make_dec(W):
+    """``(blob, io, dtab, ref, out, xs, rounds, E) -> contexts seen``: tfuse._make_fused(W, 16)'s round without
+    its raw bit stream: after each symbol's step its bits are popped from the state (16 or fewer, then, W = 32,
+    the rest), each pop followed by a refill."""
+    V = _Vec(W, 16)
     ir, I8, I16, I32, I64, VN, splat = V.ir, V.I8, V.I16, V.I32, V.I64, V.VN, V.splat
     VW, VM = ir.VectorType(I16, 16), ir.VectorType(V.I1, 16)
 
@@ -126,7 +142,7 @@ def _make_dec():
             gth = V.fn(builder, "llvm.x86.avx512.mask.gather.dpi.512", VN, [VN, ir.PointerType(I8), VN, VM, I32])
             expand = V.fn(builder, "llvm.masked.expandload.v16i16", VW, [ir.PointerType(I16), VM, VW])
             ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
-            vmb, vem, vE = splat(7), splat(255), V.vsplat(builder, args[7])
+            vmb, vem, vE = splat(7 if W == 16 else 23), splat(255), V.vsplat(builder, args[7])
             vx = V.states(builder, xp, 2)
             pos = V.cg.alloca_once_value(builder, builder.load(iop))
             used = V.cg.alloca_once_value(builder, zero)
@@ -144,20 +160,33 @@ def _make_dec():
                     k = builder.lshr(builder.add(sv, splat(1)), splat(1))
                     nz = builder.zext(builder.icmp_unsigned("!=", k, zero), VN)
                     kb = builder.sub(k, nz)
-                    bits = builder.and_(x, builder.sub(builder.shl(splat(1), kb), splat(1)))
-                    x = builder.lshr(x, kb)
-                    m = builder.icmp_unsigned("<", x, splat(1 << 16))
-                    w = builder.zext(builder.call(expand, [builder.bitcast(builder.gep(bp, [q]), ir.PointerType(I16)),
-                                                           m, ir.Constant(VW, [0] * 16)]), VN)
-                    builder.store(builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x), vx[h])
-                    cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
-                    builder.store(builder.add(q, builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1))), pos)
+
+                    def pop(x, q, kb):
+                        v = builder.and_(x, builder.sub(builder.shl(splat(1), kb), splat(1)))
+                        x = builder.lshr(x, kb)
+                        m = builder.icmp_unsigned("<", x, splat(1 << 16))
+                        w = builder.zext(builder.call(expand, [builder.bitcast(builder.gep(bp, [q]),
+                                                                               ir.PointerType(I16)),
+                                                               m, ir.Constant(VW, [0] * 16)]), VN)
+                        cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
+                        return (v, builder.select(m, builder.or_(builder.shl(x, splat(16)), w), x),
+                                builder.add(q, builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1))))
+                    if W == 16:
+                        bits, x, q = pop(x, q, kb)
+                    else:
+                        big = builder.icmp_unsigned(">", kb, splat(16))
+                        bits, x, q = pop(x, q, builder.select(big, splat(16), kb))
+                        hi, x, q = pop(x, q, builder.select(big, builder.sub(kb, splat(16)), splat(0)))
+                        bits = builder.or_(bits, builder.shl(hi, splat(16)))
+                    builder.store(x, vx[h])
+                    builder.store(q, pos)
                     neg = builder.zext(builder.and_(builder.icmp_unsigned("!=", sv, zero), builder.icmp_unsigned(
                         "==", builder.and_(sv, splat(1)), zero)), VN)
                     a = builder.or_(bits, builder.shl(nz, kb))
                     d = builder.add(builder.xor(a, builder.sub(zero, neg)), neg)
-                    y = V.mono(builder, builder.and_(builder.add(V.mono(builder, rv), d), splat(0xFFFF)), inverse=True)
-                    builder.store(builder.trunc(y, V.VU), builder.gep(op, [j]), align=1)
+                    y = V.mono(builder, builder.and_(builder.add(V.mono(builder, rv), d), splat((1 << W) - 1)),
+                               inverse=True)
+                    builder.store(builder.trunc(y, V.VU) if W == 16 else y, builder.gep(op, [j]), align=1)
             V.put_states(builder, vx, xp)
             builder.store(builder.load(pos), iop)
             return V.hsum(builder, builder.load(used), "or_")
@@ -166,26 +195,44 @@ def _make_dec():
 
 
 if SIMD512:
-    _syms_apart = _make_tsyms8(16, 16, pack=False)
-    _enc = _make_enc()
-    _dec = _make_dec()
+    _syms_apart = {W: _make_tsyms8(W, 16, pack=False) for W in (16, 32)}
+    _enc = {W: _make_enc(W) for W in (16, 32)}
+    _dec = {W: _make_dec(W) for W in (16, 32)}
+    _s16, _s32, _e16, _e32, _d16, _d32 = _syms_apart[16], _syms_apart[32], _enc[16], _enc[32], _dec[16], _dec[32]
 
     @njit(nogil=True)
     def syms_apart(x, r, E, jb, low):
-        return _syms_apart(x, r, np.int64(x.size), np.int64(7), np.int64(255), np.int64(E), jb, low)
+        if x.itemsize == 2:
+            return _s16(x, r, np.int64(x.size), np.int64(7), np.int64(255), np.int64(E), jb, low)
+        return _s32(x, r, np.int64(x.size), np.int64(23), np.int64(255), np.int64(E), jb, low)
 
     @njit(nogil=True)
-    def enc_bits(jb, low, et, buf, xs):
+    def enc_bits(jb, low, et, buf, xs, W):
         et32b = enc_table(et)   # (with each entry's kb at bit 26)
         for j in range(et32b.size):
             et32b[j] |= np.uint32((et[2 * j + 1] >> np.uint64(26)) & np.uint64(31)) << np.uint32(26)
-        return _enc(jb, low, np.int64(jb.size // 32), et32b, buf, np.int64(buf.size), xs)
+        if W == 16:
+            return _e16(jb, low, np.int64(jb.size // 32), et32b, buf, np.int64(buf.size), xs)
+        return _e32(jb, low, np.int64(jb.size // 32), et32b, buf, np.int64(buf.size), xs)
 
     @njit(nogil=True)
     def dec_bits(blob, dtab, ref, out, xs, E):
         io = np.zeros(1, np.int64)
-        _dec(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E))
+        if ref.itemsize == 2:
+            _d16(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E))
+        else:
+            _d32(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E))
         return io[0]
+
+
+@njit(nogil=True)
+def _push(x, kb, v, buf, p):
+    if x >> np.uint64(32 - kb):
+        p -= 2
+        buf[p] = np.uint8(x & np.uint64(255))
+        buf[p + 1] = np.uint8((x >> np.uint64(8)) & np.uint64(255))
+        x >>= np.uint64(16)
+    return (x << np.uint64(kb)) | np.uint64(v), p
 
 
 @njit(nogil=True)
@@ -194,25 +241,27 @@ def enc_scalar(jb, low, et, buf, xl):
     p = buf.size
     for g in range(jb.size - 32, -1, -32):
         for h in (1, 0):
-            for k in range(15, -1, -1):   # the bits (popped after the symbols: pushed before them)
-                i = g + 16 * h + k
-                kb = np.int64(et[2 * np.int64(jb[i]) + 1] >> np.uint64(26)) & 31
-                x = xl[16 * h + k]
-                if x >> np.uint64(32 - kb):
-                    p -= 2
-                    buf[p] = np.uint8(x & np.uint64(255))
-                    buf[p + 1] = np.uint8((x >> np.uint64(8)) & np.uint64(255))
-                    x >>= np.uint64(16)
-                xl[16 * h + k] = (x << np.uint64(kb)) | np.uint64(low[i])
+            # (popped after the symbols, so pushed before them: the bits above the 16th, then those below)
+            for part in (1, 0):
+                for k in range(15, -1, -1):
+                    i = g + 16 * h + k
+                    kb = np.int64(et[2 * np.int64(jb[i]) + 1] >> np.uint64(26)) & 31
+                    v = np.int64(low[i])
+                    if part == 1:
+                        kb, v = (kb - 16, v >> 16) if kb > 16 else (0, 0)
+                    else:
+                        kb, v = min(kb, 16), v & 0xFFFF
+                    xl[16 * h + k], p = _push(xl[16 * h + k], kb, v, buf, p)
             for k in range(15, -1, -1):
                 j = 2 * np.int64(jb[g + 16 * h + k])
                 xl[16 * h + k], p = _renc2(xl[16 * h + k], et[j], et[j + 1], buf, p)
     return p
 
 
-def study(x, r, repeat):
-    """Best seconds a pass over the whole chunks (the last partial chunk left out), and the bytes of each
+def study(x, r, W, repeat):
+    """Best seconds of each pass over the whole chunks (the last partial chunk left out), and the bytes of each
     coding's rANS stream and raw bits."""
+    layout, mb, unit = (LAYOUT_BF16, 7, 2) if W == 16 else (LAYOUT_F32, 23, 4)
     x8, r8 = x.view(np.uint8), r.view(np.uint8)
     nch = x.size // CHUNK
     jb, low = np.empty(CHUNK + 16, np.uint16), np.empty(CHUNK + 16, np.uint32)
@@ -220,61 +269,69 @@ def study(x, r, repeat):
     th = np.empty(4 * NCTX * 65, np.int32)
     thist, tf, tcm, f2, cm2 = (np.zeros(NCTX * 256, np.int64) for _ in range(5))
     et, kbt = np.zeros(2 * NCTX * 65, np.uint64), np.zeros(NCTX * 65, np.uint8)
-    tbuf, out = np.empty(4 * CHUNK + 256, np.uint8), np.empty(2 * CHUNK + 64, np.uint8)
-    dtab, o = np.empty(NCTX * PROB_SCALE, np.uint32), np.empty(CHUNK, np.uint16)
+    tbuf, out = np.empty(4 * CHUNK + 256, np.uint8), np.empty(unit * CHUNK + 64, np.uint8)
+    dtab, o = np.empty(NCTX * PROB_SCALE, np.uint32), np.empty_like(x[:CHUNK])
     cb, sy = np.empty(CHUNK + 16, np.uint16), np.empty(CHUNK + 16, np.uint8)
-    t = dict.fromkeys(("symbol pass, raw bits packed (now)", "rANS encoder (now)",
-                       "symbol pass, each element's bits kept", "rANS encoder, the bits pushed into the states",
-                       "decoder, fused (now)", "decoder, fused, the bits popped from the states"), float("inf"))
+    t = dict.fromkeys(("symbol pass (now; bf16: its raw bits packed in it)", "rANS encoder (now)",
+                       "raw bits written (now)", "symbol pass, each element's bits kept",
+                       "rANS encoder, the bits pushed into the states", "decoder, fused (now)",
+                       "decoder, fused, the bits popped from the states"), float("inf"))
     size_now = size_new = 0
     for rep in range(repeat + 1):   # (the first round compiles and warms up)
         cur = dict.fromkeys(t, 0.0)
         for c in range(nch):
             s = c * CHUNK
             xs, rs = x[s:s + CHUNK], r[s:s + CHUNK]
-            E = ref_pass(r8, s, CHUNK, 2, LAYOUT_BF16, 3)[1]
+            checksum_units(x8, s, CHUNK, unit, 3)   # (the encoder's first passes: the chunk in the cache, as there)
+            E = ref_pass(r8, s, CHUNK, unit, layout, 3)[1]
             t0 = time.perf_counter()
-            raw = kt._tsyms_all(xs, rs, CHUNK, 16, 7, 0xFF, E, jb, low)
+            raw = kt._tsyms_all(xs, rs, CHUNK, W, mb, 0xFF, E, jb, low)
             t1 = time.perf_counter()
-            kt.temporal_count(x8, r8, s, CHUNK, LAYOUT_BF16, E, jb, low, th)
-            kt.temporal_hist(th, 16, thist)
-            _, cmask = kt.temporal_estimate(thist, tf, tcm, 16, CHUNK, 9)
-            tend = put_ctx_tables(tf, tcm, cmask, NCTX, 33, out, 0, 2 * CHUNK, et, kbt, True)
+            kt.temporal_count(x8, r8, s, CHUNK, layout, E, jb, low, th)
+            kt.temporal_hist(th, W, thist)
+            _, cmask = kt.temporal_estimate(thist, tf, tcm, W, CHUNK, 9)
+            tend = put_ctx_tables(tf, tcm, cmask, NCTX, 2 * W + 1, out, 0, unit * CHUNK, et, kbt, True)
             t2 = time.perf_counter()
-            o1 = put_rans(jb, CHUNK, et, tbuf[:2 * CHUNK + 4 * LANES + 16], out, tend, 4 * CHUNK, 0, 32)
+            o1 = put_rans(jb, CHUNK, et, tbuf[:2 * CHUNK + 4 * LANES + 16], out, tend, unit * CHUNK, (raw + 7) >> 3,
+                          32)
             t3 = time.perf_counter()
-            syms_apart(xs, rs, E, jb2, low2)
+            if kt.packed(W):   # (as temporal_write: the symbol pass packed them)
+                copy_bytes(out, o1, low.view(np.uint8), 0, (raw + 7) >> 3)
+                o2 = o1 + ((raw + 7) >> 3)
+            else:
+                o2 = kt._traw(jb, low, CHUNK, kbt, out, o1, 2)
             t4 = time.perf_counter()
-            xl = np.full(32, np.uint32(1 << 16))
+            syms_apart(xs, rs, E, jb2, low2)
             t5 = time.perf_counter()
-            p = enc_bits(jb2, low2, et, tbuf, xl)
+            xl = np.full(32, np.uint32(1 << 16))
             t6 = time.perf_counter()
+            p = enc_bits(jb2, low2, et, tbuf, xl, W)
+            t7 = time.perf_counter()
             stream = tbuf[p:].copy()
             if rep == 0:
                 xs64 = np.full(32, np.uint64(1 << 16))
                 ps = enc_scalar(jb2, low2, et, tbuf, xs64)
                 if not (ps == p and np.array_equal(tbuf[ps:], stream) and np.array_equal(xs64, xl)):
                     raise SystemExit(f"raw_in_states: chunk {c}: the scalar and vector encoders differ")
-            blob_now = np.concatenate([np.frombuffer(bytes([3, E, cmask & 255, cmask >> 8]), np.uint8), out[:o1],
-                                       low.view(np.uint8)[:(raw + 7) >> 3]])
-            t7 = time.perf_counter()
-            st = kt.temporal_decode(blob_now, 1, blob_now.size, CHUNK, LAYOUT_BF16, rs.view(np.uint8), 0,
-                                    o.view(np.uint8), f2, cm2, dtab, cb, sy, 9)
+            blob_now = np.concatenate([np.frombuffer(bytes([3, E, cmask & 255, cmask >> 8]), np.uint8), out[:o2]])
             t8 = time.perf_counter()
+            st = kt.temporal_decode(blob_now, 1, blob_now.size, CHUNK, layout, rs.view(np.uint8), 0,
+                                    o.view(np.uint8), f2, cm2, dtab, cb, sy, 9)
+            t9 = time.perf_counter()
             if st != 0 or not np.array_equal(o, xs):
                 raise SystemExit(f"raw_in_states: chunk {c}: the current decoder did not give it back ({st})")
             x2 = xl.copy()
             o[:] = 0
-            t9 = time.perf_counter()
-            read_ctx_tables(out, 0, tend, cmask, NCTX, 32, f2, cm2, dtab)   # (as temporal_decode reads them)
-            q = dec_bits(stream, dtab, rs, o, x2, E)
             t10 = time.perf_counter()
+            read_ctx_tables(out, 0, tend, cmask, NCTX, 2 * W, f2, cm2, dtab)   # (as temporal_decode reads them)
+            q = dec_bits(stream, dtab, rs, o, x2, E)
+            t11 = time.perf_counter()
             if q != stream.size or not (x2 == 1 << 16).all() or not np.array_equal(o, xs):
                 raise SystemExit(f"raw_in_states: chunk {c}: the bits in the states did not decode back")
-            for k, v in zip(t, (t1 - t0, t3 - t2, t4 - t3, t6 - t5, t8 - t7, t10 - t9)):
+            for k, v in zip(t, (t1 - t0, t3 - t2, t4 - t3, t5 - t4, t7 - t6, t9 - t8, t11 - t10)):
                 cur[k] += v
             if rep == 0:
-                size_now += o1 - tend + ((raw + 7) >> 3)
+                size_now += o2 - tend
                 size_new += 4 + stream.size + 4 * 32
         if rep:
             t = {k: min(v, cur[k]) for k, v in t.items()}
@@ -284,6 +341,7 @@ def study(x, r, repeat):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("series")
+    p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args()
     if not SIMD512:
@@ -293,21 +351,24 @@ def main():
     if len(steps) < 2:
         raise SystemExit(f"raw_in_states: {a.series}: needs two checkpoint-N folders")
     old, new = (load_tensors(os.path.join(a.series, f"checkpoint-{s}"), 65536)["weight"] for s in steps[-2:])
-    x = np.concatenate([v.astype(ml_dtypes.bfloat16).ravel() for v in new]).view(np.uint16)
-    r = np.concatenate([v.astype(ml_dtypes.bfloat16).ravel() for v in old]).view(np.uint16)
-    t, ne, size_now, size_new = study(x, r, a.repeat)
-    print(f"checkpoint-{steps[-1]}'s weights against checkpoint-{steps[-2]}'s as bf16, {ne:,} elements in "
-          f"{ne // CHUNK} chunks; one thread; best of {a.repeat}; every chunk decoded back by both\n")
-    print("| pass | ms | ns per element |\n|---|---:|---:|")
-    for k, v in t.items():
-        print(f"| {k} | {v * 1e3:.2f} | {v / ne * 1e9:.3f} |")
-    keys = list(t)
-    now, new_ = t[keys[0]] + t[keys[1]], t[keys[2]] + t[keys[3]]
-    print(f"\nsymbol pass and rANS encoder: now {now / ne * 1e9:.3f}, bits in the states {new_ / ne * 1e9:.3f} ns "
-          f"per element ({(now - new_) / ne * 1e9:+.3f} saved); decoder {t[keys[4]] / ne * 1e9:.3f} against "
-          f"{t[keys[5]] / ne * 1e9:.3f}")
-    print(f"bytes of the rANS stream and raw bits (the tables apart): now {size_now:,}, bits in the states "
-          f"{size_new:,} ({(size_new / size_now - 1) * 100:+.3f}%)")
+    print(f"checkpoint-{steps[-1]}'s weights against checkpoint-{steps[-2]}'s, the chunks of {CHUNK:,} elements "
+          f"(the last partial one left out); one thread; best of {a.repeat}; every chunk decoded back by both, and "
+          f"the scalar encoder's bytes compared with the vector one's")
+    for dt in a.dtypes.split(","):
+        typ, W, ut = (ml_dtypes.bfloat16, 16, np.uint16) if dt == "bf16" else (np.float32, 32, np.uint32)
+        x = np.concatenate([v.astype(typ).ravel() for v in new]).view(ut)
+        r = np.concatenate([v.astype(typ).ravel() for v in old]).view(ut)
+        t, ne, size_now, size_new = study(x, r, W, a.repeat)
+        print(f"\n## {dt} weights: {ne:,} elements\n\n| pass | ms | ns per element |\n|---|---:|---:|")
+        for k, v in t.items():
+            print(f"| {k} | {v * 1e3:.2f} | {v / ne * 1e9:.3f} |")
+        v = list(t.values())
+        now, new_ = sum(v[:3]), sum(v[3:5])
+        print(f"\nencoder, the passes above: now {now / ne * 1e9:.3f}, bits in the states {new_ / ne * 1e9:.3f} ns "
+              f"an element ({(now - new_) / ne * 1e9:+.3f} saved); decoder now {v[5] / ne * 1e9:.3f}, bits in the "
+              f"states {v[6] / ne * 1e9:.3f}")
+        print(f"bytes of the rANS stream and the raw bits (the tables apart): now {size_now:,}, bits in the states "
+              f"{size_new:,} ({(size_new / size_now - 1) * 100:+.3f}%)")
 
 
 if __name__ == "__main__":
