@@ -59,10 +59,11 @@ from benchmarks.benchlib import keep_heap, load_tensors
 CHUNK = 131072
 
 
-def _make_enc(W):
+def _make_enc(W, words=False):
     """``(jb, low, nr, et32b, buf, p, xs) -> p``: wenc._make_tenc16's loop with each element's low[i] (kb bits,
     kb at bit 26 of its entry) pushed into the state before its symbol: its bits above the 16th first (W = 32),
-    then the 16 or fewer below."""
+    then the 16 or fewer below; words (W = 32): only the part above the 16th where kb > 16 (low[i] holds it: the
+    low 16 bits went to the word stream, ``split_words``)."""
     V = _Vec(lanes=16)
     ir, cg, splat = V.ir, V.cg, V.splat
     I16, I32, I64, VN = V.I16, V.I32, V.I64, V.VN
@@ -105,7 +106,10 @@ def _make_enc(W):
                                               ir.Constant(I32, 1), first])
                         builder.store(wp, pos)
                         return builder.or_(builder.shl(builder.select(m, builder.lshr(x, splat(16)), x), kb), v)
-                    if W == 32:   # (the bits above the 16th, then the 16 below)
+                    if words:
+                        big = builder.icmp_unsigned(">", kb, splat(16))
+                        kb = builder.select(big, builder.sub(kb, splat(16)), kb)
+                    elif W == 32:   # (the bits above the 16th, then the 16 below)
                         big = builder.icmp_unsigned(">", kb, splat(16))
                         x = push(x, builder.select(big, builder.sub(kb, splat(16)), splat(0)),
                                  builder.select(big, builder.lshr(bits, splat(16)), splat(0)))
@@ -122,17 +126,18 @@ def _make_enc(W):
     return _enc
 
 
-def _make_dec(W):
+def _make_dec(W, words=False):
     """``(blob, io, dtab, ref, out, xs, rounds, E) -> contexts seen``: tfuse._make_fused(W, 16)'s round without
     its raw bit stream: after each symbol's step its bits are popped from the state (16 or fewer, then, W = 32,
-    the rest), each pop followed by a refill."""
+    the rest), each pop followed by a refill; words (W = 32): where kb > 16 the low 16 bits come from the word
+    stream at wd (its position io[1]) by vpexpandw, and only the rest from the state."""
     V = _Vec(W, 16)
     ir, I8, I16, I32, I64, VN, splat = V.ir, V.I8, V.I16, V.I32, V.I64, V.VN, V.splat
     VW, VM = ir.VectorType(I16, 16), ir.VectorType(V.I1, 16)
 
     @intrinsic
-    def _dec(typingctx, blob, io, dtab, ref, out, xs, rounds, E):
-        sig = types.int64(blob, io, dtab, ref, out, xs, rounds, E)
+    def _dec(typingctx, blob, io, dtab, ref, out, xs, rounds, E, wd):
+        sig = types.int64(blob, io, dtab, ref, out, xs, rounds, E, wd)
 
         def codegen(context, builder, signature, args):
             def data(k, t):
@@ -145,6 +150,8 @@ def _make_dec(W):
             vmb, vem, vE = splat(7 if W == 16 else 23), splat(255), V.vsplat(builder, args[7])
             vx = V.states(builder, xp, 2)
             pos = V.cg.alloca_once_value(builder, builder.load(iop))
+            wpos = V.cg.alloca_once_value(builder, builder.load(builder.gep(iop, [ir.Constant(I32, 1)])))
+            wdp = data(8, I8)
             used = V.cg.alloca_once_value(builder, zero)
             with V.cg.for_range(builder, args[6]) as loop:
                 for h in range(2):
@@ -173,6 +180,16 @@ def _make_dec(W):
                                 builder.add(q, builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1))))
                     if W == 16:
                         bits, x, q = pop(x, q, kb)
+                    elif words:
+                        big = builder.icmp_unsigned(">", kb, splat(16))
+                        wq = builder.load(wpos)
+                        lw = builder.zext(builder.call(expand, [builder.bitcast(builder.gep(wdp, [wq]),
+                                                                                ir.PointerType(I16)),
+                                                                big, ir.Constant(VW, [0] * 16)]), VN)
+                        cnt = builder.call(ctpop, [builder.zext(builder.bitcast(big, I16), I32)])
+                        builder.store(builder.add(wq, builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1))), wpos)
+                        hi, x, q = pop(x, q, builder.select(big, builder.sub(kb, splat(16)), kb))
+                        bits = builder.select(big, builder.or_(builder.shl(hi, splat(16)), lw), hi)
                     else:
                         big = builder.icmp_unsigned(">", kb, splat(16))
                         bits, x, q = pop(x, q, builder.select(big, splat(16), kb))
@@ -189,16 +206,16 @@ def _make_dec(W):
                     builder.store(builder.trunc(y, V.VU) if W == 16 else y, builder.gep(op, [j]), align=1)
             V.put_states(builder, vx, xp)
             builder.store(builder.load(pos), iop)
+            builder.store(builder.load(wpos), builder.gep(iop, [ir.Constant(I32, 1)]))
             return V.hsum(builder, builder.load(used), "or_")
         return sig, codegen
     return _dec
 
 
 if SIMD512:
-    _syms_apart = {W: _make_tsyms8(W, 16, pack=False) for W in (16, 32)}
-    _enc = {W: _make_enc(W) for W in (16, 32)}
-    _dec = {W: _make_dec(W) for W in (16, 32)}
-    _s16, _s32, _e16, _e32, _d16, _d32 = _syms_apart[16], _syms_apart[32], _enc[16], _enc[32], _dec[16], _dec[32]
+    _s16, _s32 = _make_tsyms8(16, 16, pack=False), _make_tsyms8(32, 16, pack=False)
+    _e16, _e32, _e32w = _make_enc(16), _make_enc(32), _make_enc(32, words=True)
+    _d16, _d32, _d32w = _make_dec(16), _make_dec(32), _make_dec(32, words=True)
 
     @njit(nogil=True)
     def syms_apart(x, r, E, jb, low):
@@ -207,22 +224,41 @@ if SIMD512:
         return _s32(x, r, np.int64(x.size), np.int64(23), np.int64(255), np.int64(E), jb, low)
 
     @njit(nogil=True)
-    def enc_bits(jb, low, et, buf, xs, W):
+    def enc_bits(jb, low, et, buf, xs, W, words):
         et32b = enc_table(et)   # (with each entry's kb at bit 26)
         for j in range(et32b.size):
             et32b[j] |= np.uint32((et[2 * j + 1] >> np.uint64(26)) & np.uint64(31)) << np.uint32(26)
         if W == 16:
             return _e16(jb, low, np.int64(jb.size // 32), et32b, buf, np.int64(buf.size), xs)
+        if words:
+            return _e32w(jb, low, np.int64(jb.size // 32), et32b, buf, np.int64(buf.size), xs)
         return _e32(jb, low, np.int64(jb.size // 32), et32b, buf, np.int64(buf.size), xs)
 
     @njit(nogil=True)
-    def dec_bits(blob, dtab, ref, out, xs, E):
-        io = np.zeros(1, np.int64)
+    def dec_bits(blob, dtab, ref, out, xs, E, wd, words):
+        io = np.zeros(2, np.int64)
         if ref.itemsize == 2:
-            _d16(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E))
+            _d16(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E), wd)
+        elif words:
+            _d32w(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E), wd)
         else:
-            _d32(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E))
-        return io[0]
+            _d32(blob, io, dtab, ref, out, xs, np.int64(ref.size // 32), np.int64(E), wd)
+        return io[0], io[1]
+
+
+@njit(nogil=True)
+def split_words(jb, low, et, wd):
+    """Where an element has more than 16 raw bits, their low 16 to the word stream wd (in element order) and the
+    rest kept in low; returns the words (a scalar pass here; a symbol pass would store them as it goes)."""
+    nw = 0
+    for i in range(jb.size):
+        kb = np.int64(et[2 * np.int64(jb[i]) + 1] >> np.uint64(26)) & 31
+        v = low[i]
+        big = kb > 16
+        wd[nw] = np.uint16(v & 0xFFFF)
+        nw += big
+        low[i] = v >> 16 if big else v
+    return nw
 
 
 @njit(nogil=True)
@@ -236,7 +272,7 @@ def _push(x, kb, v, buf, p):
 
 
 @njit(nogil=True)
-def enc_scalar(jb, low, et, buf, xl):
+def enc_scalar(jb, low, et, buf, xl, words):
     """The vector encoder's bytes one state at a time (xl: uint64[32] states, updated); returns the start."""
     p = buf.size
     for g in range(jb.size - 32, -1, -32):
@@ -247,7 +283,11 @@ def enc_scalar(jb, low, et, buf, xl):
                     i = g + 16 * h + k
                     kb = np.int64(et[2 * np.int64(jb[i]) + 1] >> np.uint64(26)) & 31
                     v = np.int64(low[i])
-                    if part == 1:
+                    if words:   # (one part: the bits above the 16th, or all of them)
+                        if part == 1:
+                            continue
+                        kb = kb - 16 if kb > 16 else kb
+                    elif part == 1:
                         kb, v = (kb - 16, v >> 16) if kb > 16 else (0, 0)
                     else:
                         kb, v = min(kb, 16), v & 0xFFFF
@@ -275,8 +315,12 @@ def study(x, r, W, repeat):
     t = dict.fromkeys(("symbol pass (now; bf16: its raw bits packed in it)", "rANS encoder (now)",
                        "raw bits written (now)", "symbol pass, each element's bits kept",
                        "rANS encoder, the bits pushed into the states", "decoder, fused (now)",
-                       "decoder, fused, the bits popped from the states"), float("inf"))
-    size_now = size_new = 0
+                       "decoder, fused, the bits popped from the states")
+                      + (("word stream: the low 16 bits split off (a scalar pass)",
+                          "word stream: rANS encoder, the rest pushed into the states",
+                          "word stream: decoder, fused") if W == 32 else ()), float("inf"))
+    wd = np.empty(CHUNK, np.uint16)
+    size_now = size_new = size_words = 0
     for rep in range(repeat + 1):   # (the first round compiles and warms up)
         cur = dict.fromkeys(t, 0.0)
         for c in range(nch):
@@ -305,12 +349,12 @@ def study(x, r, W, repeat):
             t5 = time.perf_counter()
             xl = np.full(32, np.uint32(1 << 16))
             t6 = time.perf_counter()
-            p = enc_bits(jb2, low2, et, tbuf, xl, W)
+            p = enc_bits(jb2, low2, et, tbuf, xl, W, False)
             t7 = time.perf_counter()
             stream = tbuf[p:].copy()
             if rep == 0:
                 xs64 = np.full(32, np.uint64(1 << 16))
-                ps = enc_scalar(jb2, low2, et, tbuf, xs64)
+                ps = enc_scalar(jb2, low2, et, tbuf, xs64, False)
                 if not (ps == p and np.array_equal(tbuf[ps:], stream) and np.array_equal(xs64, xl)):
                     raise SystemExit(f"raw_in_states: chunk {c}: the scalar and vector encoders differ")
             blob_now = np.concatenate([np.frombuffer(bytes([3, E, cmask & 255, cmask >> 8]), np.uint8), out[:o2]])
@@ -324,18 +368,43 @@ def study(x, r, W, repeat):
             o[:] = 0
             t10 = time.perf_counter()
             read_ctx_tables(out, 0, tend, cmask, NCTX, 2 * W, f2, cm2, dtab)   # (as temporal_decode reads them)
-            q = dec_bits(stream, dtab, rs, o, x2, E)
+            q, _ = dec_bits(stream, dtab, rs, o, x2, E, wd, False)
             t11 = time.perf_counter()
             if q != stream.size or not (x2 == 1 << 16).all() or not np.array_equal(o, xs):
                 raise SystemExit(f"raw_in_states: chunk {c}: the bits in the states did not decode back")
-            for k, v in zip(t, (t1 - t0, t3 - t2, t4 - t3, t5 - t4, t7 - t6, t9 - t8, t11 - t10)):
-                cur[k] += v
+            dt = [t1 - t0, t3 - t2, t4 - t3, t5 - t4, t7 - t6, t9 - t8, t11 - t10]
             if rep == 0:
                 size_now += o2 - tend
                 size_new += 4 + stream.size + 4 * 32
+            if W == 32:   # the low 16 bits of the elements with more apart, in a word stream
+                xl = np.full(32, np.uint32(1 << 16))
+                t12 = time.perf_counter()
+                nw = split_words(jb2, low2, et, wd)
+                t13 = time.perf_counter()
+                p = enc_bits(jb2, low2, et, tbuf, xl, W, True)
+                t14 = time.perf_counter()
+                stream = tbuf[p:].copy()
+                if rep == 0:
+                    xs64 = np.full(32, np.uint64(1 << 16))
+                    ps = enc_scalar(jb2, low2, et, tbuf, xs64, True)
+                    if not (ps == p and np.array_equal(tbuf[ps:], stream) and np.array_equal(xs64, xl)):
+                        raise SystemExit(f"raw_in_states: chunk {c}: the scalar and vector encoders differ (words)")
+                x2 = xl.copy()
+                o[:] = 0
+                t15 = time.perf_counter()
+                read_ctx_tables(out, 0, tend, cmask, NCTX, 2 * W, f2, cm2, dtab)
+                q, qw = dec_bits(stream, dtab, rs, o, x2, E, wd.view(np.uint8), True)
+                t16 = time.perf_counter()
+                if q != stream.size or qw != 2 * nw or not (x2 == 1 << 16).all() or not np.array_equal(o, xs):
+                    raise SystemExit(f"raw_in_states: chunk {c}: the word-stream form did not decode back")
+                dt += [t13 - t12, t14 - t13, t16 - t15]
+                if rep == 0:
+                    size_words += 4 + stream.size + 4 * 32 + 4 + 2 * nw
+            for k, v in zip(t, dt):
+                cur[k] += v
         if rep:
             t = {k: min(v, cur[k]) for k, v in t.items()}
-    return t, nch * CHUNK, size_now, size_new
+    return t, nch * CHUNK, size_now, size_new, size_words
 
 
 def main():
@@ -358,7 +427,7 @@ def main():
         typ, W, ut = (ml_dtypes.bfloat16, 16, np.uint16) if dt == "bf16" else (np.float32, 32, np.uint32)
         x = np.concatenate([v.astype(typ).ravel() for v in new]).view(ut)
         r = np.concatenate([v.astype(typ).ravel() for v in old]).view(ut)
-        t, ne, size_now, size_new = study(x, r, W, a.repeat)
+        t, ne, size_now, size_new, size_words = study(x, r, W, a.repeat)
         print(f"\n## {dt} weights: {ne:,} elements\n\n| pass | ms | ns per element |\n|---|---:|---:|")
         for k, v in t.items():
             print(f"| {k} | {v * 1e3:.2f} | {v / ne * 1e9:.3f} |")
@@ -369,6 +438,10 @@ def main():
               f"states {v[6] / ne * 1e9:.3f}")
         print(f"bytes of the rANS stream and the raw bits (the tables apart): now {size_now:,}, bits in the states "
               f"{size_new:,} ({(size_new / size_now - 1) * 100:+.3f}%)")
+        if W == 32:
+            print(f"word stream: encoder {(v[3] + v[7] + v[8]) / ne * 1e9:.3f} ns an element (with the split as a "
+                  f"scalar pass of its own), decoder "
+                  f"{v[9] / ne * 1e9:.3f}; bytes {size_words:,} ({(size_words / size_now - 1) * 100:+.3f}%)")
 
 
 if __name__ == "__main__":
