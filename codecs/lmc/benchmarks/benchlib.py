@@ -134,6 +134,17 @@ def load_tensors(folder, min_el):
     return kinds
 
 
+def last_two_weights(series, who):
+    """(the last two steps of a Trainer series folder of checkpoint-N/, the weights of load_tensors(..., 65536) of
+    each: (before, last), (old, new)); ``who``: the error's prefix."""
+    import re
+    steps = sorted(int(m.group(1)) for d in os.listdir(series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
+    if len(steps) < 2:
+        raise SystemExit(f"{who}: {series}: needs two checkpoint-N folders")
+    old, new = (load_tensors(os.path.join(series, f"checkpoint-{s}"), 65536)["weight"] for s in steps[-2:])
+    return (steps[-2], steps[-1]), (old, new)
+
+
 def blank_like(state):
     """A state dict's structure (nested dicts, lists and tuples) with an uninitialised tensor of the same dtype
     and shape in place of each tensor, other leaves kept: what a DCP load fills."""

@@ -88,15 +88,19 @@ def test_ref_pass_is_the_checksum_and_the_context_base():
     """The encoder's one pass over a reference chunk (check.ref_pass) gives the chunk's checksum (checksum_units)
     and the temporal mode's context base (temporal_base) as their own passes do: every float layout, starts and
     lengths that leave units past the last whole 8-byte word, exponents all ones (inf / NaN, left out of the base)
-    and subnormals; other checksum kinds and the planes layout leave the base to the chunk coder (-1)."""
+    and subnormals, lengths of several of ref_pass's blocks (check.RP_BLOCK) with a tail past the last; the base is
+    also compared with numpy's; other checksum kinds and the planes layout leave the base to the chunk coder (-1)."""
     from lmc.kernels.base import LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES, checksum_units
     from lmc.kernels.check import ref_pass
     from lmc.kernels.temporal import temporal_base
     rng = np.random.default_rng(21)
-    for layout, unit, dt in ((LAYOUT_BF16, 2, np.uint16), (LAYOUT_F16, 2, np.uint16), (LAYOUT_F32, 4, np.uint32)):
+    from lmc.kernels.check import RP_BLOCK
+    N = RP_BLOCK + 1011   # (units: bf16 2.1 blocks, fp32 4.2)
+    for layout, unit, dt, mb, em in ((LAYOUT_BF16, 2, np.uint16, 7, 0xFF), (LAYOUT_F16, 2, np.uint16, 10, 0x1F),
+                                     (LAYOUT_F32, 4, np.uint32, 23, 0xFF)):
         W = 8 * unit
         for case in range(4):
-            u = rng.integers(0, 1 << W, 1000, dtype=np.uint64).astype(dt)
+            u = rng.integers(0, 1 << W, N, dtype=np.uint64).astype(dt)
             if case == 1:   # inf / NaN everywhere but a few units: their exponent is all ones
                 u[:] = np.array(0x7F80 if layout == LAYOUT_BF16 else (0x7C00 if layout == LAYOUT_F16 else 0x7F800000),
                                 dt) | (u & dt(1))
@@ -107,10 +111,15 @@ def test_ref_pass_is_the_checksum_and_the_context_base():
                 u &= dt(0x3FFF if W == 16 else 0x3FFFFFFF)
                 u[-1] = dt(0x7F00 if layout == LAYOUT_BF16 else (0x7800 if layout == LAYOUT_F16 else 0x7F000000))
             b = u.view(np.uint8)
-            for start, n in ((0, 1000), (0, 1), (3, 5), (1, 998), (7, 993), (2, 3)):
+            for start, n in ((0, 1000), (0, 1), (3, 5), (1, 998), (7, 993), (2, 3), (0, N), (5, N - 5),
+                             (3, RP_BLOCK // unit + 7), (0, N - 1)):
+                e = (u[start:start + n] >> dt(mb)) & dt(em)
+                e = e[e != em]
+                want = int(e.max()) if e.size else 0
+                assert temporal_base(b, start, n, layout) == want, (layout, case, start, n)
                 for wk in (0, 1, 2, 3):
                     chk, E = ref_pass(b, start, n, unit, layout, wk)
                     assert chk == checksum_units(b, start, n, unit, wk), (layout, case, start, n, wk)
-                    assert E == (temporal_base(b, start, n, layout) if wk == 3 else -1), (layout, case, start, n, wk)
+                    assert E == (want if wk == 3 else -1), (layout, case, start, n, wk)
     b = rng.integers(0, 256, 100, dtype=np.uint8)
     assert ref_pass(b, 0, 100, 1, LAYOUT_PLANES, 3) == (checksum_units(b, 0, 100, 1, 3), -1)

@@ -20,8 +20,8 @@ The rule this study codes (a candidate for a format version; every state as in F
 
 The words are read in groups of 16 states (elements 32 g + 16 h .. + 15 of round g): the group's 16 symbol
 steps, in state order, then its 16 bit pops, in state order; a one-state-at-a-time coder that keeps that order
-(``enc_scalar`` here) writes the vector loop's bytes, which the study checks on every chunk. The sizes are
-the same but for the 128 bytes of final states that replace the raw stream's padding.
+(``enc_scalar`` here) writes the vector loop's bytes, which the study checks on every chunk. Both forms carry
+the 32 final states; the sizes differ by the raw stream's last byte and the coders' slack.
 
 32-bit units have up to 31 raw bits: they are pushed as two parts, the bits above the 16th first, then the 16
 or fewer below (the decoder pops the low part, refills, pops the high part, refills).
@@ -37,8 +37,6 @@ AVX-512 (``simd.SIMD512``): the loops here are its vector code, not the codec's.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
 import time
 
@@ -53,8 +51,8 @@ from lmc.kernels.check import ref_pass
 from lmc.kernels.rans import _renc2, put_ctx_tables, put_rans, read_ctx_tables
 from lmc.kernels.simd import LANES, SIMD512, _Vec, enc_table, rans_vstep
 from lmc.kernels.tenc import _make_tsyms8
-from lmc.kernels.wenc import _push_step
-from benchmarks.benchlib import keep_heap, load_tensors
+from lmc.kernels.wenc import _emit, _push_step
+from benchmarks.benchlib import keep_heap, last_two_weights
 
 CHUNK = 131072
 
@@ -67,7 +65,7 @@ def _make_enc(W, words=False):
     V = _Vec(lanes=16)
     ir, cg, splat = V.ir, V.cg, V.splat
     I16, I32, I64, VN = V.I16, V.I32, V.I64, V.VN
-    F16, VW, VM = ir.VectorType(ir.FloatType(), 16), ir.VectorType(I16, 16), ir.VectorType(V.I1, 16)
+    F16 = ir.VectorType(ir.FloatType(), 16)
 
     @intrinsic
     def _enc(typingctx, jb, low, nr, et32b, buf, p, xs):
@@ -76,9 +74,6 @@ def _make_enc(W, words=False):
         def codegen(context, builder, signature, args):
             jp, lp, ep, bp, xp = (V.data(context, builder, signature, args, k, t)
                                   for k, t in ((0, I16), (1, VN), (3, I32), (4, V.I8), (6, VN)))
-            compress = V.fn(builder, "llvm.x86.avx512.mask.compress.v16i16", VW, [VW, VW, VM])
-            mstore = V.fn(builder, "llvm.masked.store.v16i16.p0", ir.VoidType(), [VW, ir.PointerType(VW), I32, VM])
-            ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
             vx = V.states(builder, xp, 2)
             pos = cg.alloca_once_value(builder, args[5])
             with cg.for_range(builder, args[2]) as loop:
@@ -96,16 +91,8 @@ def _make_enc(W, words=False):
                     def push(x, kb, v):
                         # x >= 2^(32 - kb) emits its low 16 bits (in lane order, below the pointer); x = x << kb | v
                         top = builder.lshr(builder.lshr(x, splat(16)), builder.sub(splat(16), kb))
-                        m = builder.icmp_unsigned("!=", top, splat(0))
-                        cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
-                        wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
-                        w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
-                        first = builder.bitcast(builder.trunc(builder.sub(builder.shl(ir.Constant(I32, 1), cnt),
-                                                                          ir.Constant(I32, 1)), I16), VM)
-                        builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)),
-                                              ir.Constant(I32, 1), first])
-                        builder.store(wp, pos)
-                        return builder.or_(builder.shl(builder.select(m, builder.lshr(x, splat(16)), x), kb), v)
+                        x = _emit(V, builder, x, builder.icmp_unsigned("!=", top, splat(0)), pos, bp)
+                        return builder.or_(builder.shl(x, kb), v)
                     if words:
                         big = builder.icmp_unsigned(">", kb, splat(16))
                         kb = builder.select(big, builder.sub(kb, splat(16)), kb)
@@ -321,6 +308,30 @@ def study(x, r, W, repeat):
                           "word stream: decoder, fused") if W == 32 else ()), float("inf"))
     wd = np.empty(CHUNK, np.uint16)
     size_now = size_new = size_words = 0
+
+    def bits_form(words, nw=0):
+        """The chunk's bits in the states (words: fp32's low 16 bits in the word stream): encoded, checked against
+        the scalar encoder (first round), decoded and compared; (encoder s, decoder s, stream bytes with R and
+        the states)."""
+        xl = np.full(32, np.uint32(1 << 16))
+        t0 = time.perf_counter()
+        p = enc_bits(jb2, low2, et, tbuf, xl, W, words)
+        t1 = time.perf_counter()
+        stream = tbuf[p:].copy()
+        if rep == 0:
+            xs64 = np.full(32, np.uint64(1 << 16))
+            ps = enc_scalar(jb2, low2, et, tbuf, xs64, words)
+            if not (ps == p and np.array_equal(tbuf[ps:], stream) and np.array_equal(xs64, xl)):
+                raise SystemExit(f"raw_in_states: chunk {c}: the scalar and vector encoders differ")
+        x2 = xl.copy()
+        o[:] = 0
+        t2 = time.perf_counter()
+        read_ctx_tables(out, 0, tend, cmask, NCTX, 2 * W, f2, cm2, dtab)   # (as temporal_decode reads them)
+        q, qw = dec_bits(stream, dtab, rs, o, x2, E, wd.view(np.uint8), words)
+        t3 = time.perf_counter()
+        if q != stream.size or qw != 2 * nw or not (x2 == 1 << 16).all() or not np.array_equal(o, xs):
+            raise SystemExit(f"raw_in_states: chunk {c}: the bits in the states did not decode back")
+        return t1 - t0, t3 - t2, 4 + stream.size + 4 * 32
     for rep in range(repeat + 1):   # (the first round compiles and warms up)
         cur = dict.fromkeys(t, 0.0)
         for c in range(nch):
@@ -347,16 +358,6 @@ def study(x, r, W, repeat):
             t4 = time.perf_counter()
             syms_apart(xs, rs, E, jb2, low2)
             t5 = time.perf_counter()
-            xl = np.full(32, np.uint32(1 << 16))
-            t6 = time.perf_counter()
-            p = enc_bits(jb2, low2, et, tbuf, xl, W, False)
-            t7 = time.perf_counter()
-            stream = tbuf[p:].copy()
-            if rep == 0:
-                xs64 = np.full(32, np.uint64(1 << 16))
-                ps = enc_scalar(jb2, low2, et, tbuf, xs64, False)
-                if not (ps == p and np.array_equal(tbuf[ps:], stream) and np.array_equal(xs64, xl)):
-                    raise SystemExit(f"raw_in_states: chunk {c}: the scalar and vector encoders differ")
             blob_now = np.concatenate([np.frombuffer(bytes([3, E, cmask & 255, cmask >> 8]), np.uint8), out[:o2]])
             t8 = time.perf_counter()
             st = kt.temporal_decode(blob_now, 1, blob_now.size, CHUNK, layout, rs.view(np.uint8), 0,
@@ -364,42 +365,19 @@ def study(x, r, W, repeat):
             t9 = time.perf_counter()
             if st != 0 or not np.array_equal(o, xs):
                 raise SystemExit(f"raw_in_states: chunk {c}: the current decoder did not give it back ({st})")
-            x2 = xl.copy()
-            o[:] = 0
-            t10 = time.perf_counter()
-            read_ctx_tables(out, 0, tend, cmask, NCTX, 2 * W, f2, cm2, dtab)   # (as temporal_decode reads them)
-            q, _ = dec_bits(stream, dtab, rs, o, x2, E, wd, False)
-            t11 = time.perf_counter()
-            if q != stream.size or not (x2 == 1 << 16).all() or not np.array_equal(o, xs):
-                raise SystemExit(f"raw_in_states: chunk {c}: the bits in the states did not decode back")
-            dt = [t1 - t0, t3 - t2, t4 - t3, t5 - t4, t7 - t6, t9 - t8, t11 - t10]
+            enc, dec, sb = bits_form(False)
+            dt = [t1 - t0, t3 - t2, t4 - t3, t5 - t4, enc, t9 - t8, dec]
             if rep == 0:
                 size_now += o2 - tend
-                size_new += 4 + stream.size + 4 * 32
+                size_new += sb
             if W == 32:   # the low 16 bits of the elements with more apart, in a word stream
-                xl = np.full(32, np.uint32(1 << 16))
                 t12 = time.perf_counter()
                 nw = split_words(jb2, low2, et, wd)
                 t13 = time.perf_counter()
-                p = enc_bits(jb2, low2, et, tbuf, xl, W, True)
-                t14 = time.perf_counter()
-                stream = tbuf[p:].copy()
+                enc, dec, sb = bits_form(True, nw)
+                dt += [t13 - t12, enc, dec]
                 if rep == 0:
-                    xs64 = np.full(32, np.uint64(1 << 16))
-                    ps = enc_scalar(jb2, low2, et, tbuf, xs64, True)
-                    if not (ps == p and np.array_equal(tbuf[ps:], stream) and np.array_equal(xs64, xl)):
-                        raise SystemExit(f"raw_in_states: chunk {c}: the scalar and vector encoders differ (words)")
-                x2 = xl.copy()
-                o[:] = 0
-                t15 = time.perf_counter()
-                read_ctx_tables(out, 0, tend, cmask, NCTX, 2 * W, f2, cm2, dtab)
-                q, qw = dec_bits(stream, dtab, rs, o, x2, E, wd.view(np.uint8), True)
-                t16 = time.perf_counter()
-                if q != stream.size or qw != 2 * nw or not (x2 == 1 << 16).all() or not np.array_equal(o, xs):
-                    raise SystemExit(f"raw_in_states: chunk {c}: the word-stream form did not decode back")
-                dt += [t13 - t12, t14 - t13, t16 - t15]
-                if rep == 0:
-                    size_words += 4 + stream.size + 4 * 32 + 4 + 2 * nw
+                    size_words += sb + 4 + 2 * nw
             for k, v in zip(t, dt):
                 cur[k] += v
         if rep:
@@ -413,13 +391,12 @@ def main():
     p.add_argument("--dtypes", default="bf16,fp32")
     p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args()
+    if a.repeat < 1 or not set(a.dtypes.split(",")) <= {"bf16", "fp32"}:
+        raise SystemExit("raw_in_states: --dtypes takes bf16 and fp32, --repeat 1 or more")
     if not SIMD512:
         raise SystemExit("raw_in_states: needs a CPU with AVX-512 (its loops are AVX-512 code)")
     keep_heap(["-m", "benchmarks.studies.raw_in_states", *sys.argv[1:]])
-    steps = sorted(int(m.group(1)) for d in os.listdir(a.series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
-    if len(steps) < 2:
-        raise SystemExit(f"raw_in_states: {a.series}: needs two checkpoint-N folders")
-    old, new = (load_tensors(os.path.join(a.series, f"checkpoint-{s}"), 65536)["weight"] for s in steps[-2:])
+    steps, (old, new) = last_two_weights(a.series, "raw_in_states")
     print(f"checkpoint-{steps[-1]}'s weights against checkpoint-{steps[-2]}'s, the chunks of {CHUNK:,} elements "
           f"(the last partial one left out); one thread; best of {a.repeat}; every chunk decoded back by both, and "
           f"the scalar encoder's bytes compared with the vector one's")

@@ -11,8 +11,6 @@ ns per element.  The weights' chunks are checked to be temporal ones (mode 3) fi
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import sys
 import time
 
@@ -28,7 +26,7 @@ from lmc.kernels.chunk import gate_cut
 from lmc.kernels.delta.encode import delta_plan, delta_scratch, stream_estimates
 from lmc.kernels.rans import decode_ctx_stream, put_ctx_tables, put_rans, rans_states_for, read_ctx_tables
 from lmc.kernels.simd import LANES, SIMD
-from benchmarks.benchlib import keep_heap, load_tensors
+from benchmarks.benchlib import keep_heap, last_two_weights
 
 CHUNK = 131072
 FORMAT = 8
@@ -178,10 +176,7 @@ def main():
     p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args()
     keep_heap(["-m", "benchmarks.studies.temporal_passes", *sys.argv[1:]])
-    steps = sorted(int(m.group(1)) for d in os.listdir(a.series) if (m := re.fullmatch(r"checkpoint-(\d+)", d)))
-    if len(steps) < 2:
-        raise SystemExit(f"temporal_passes: {a.series}: needs two checkpoint-N folders")
-    old, new = (load_tensors(os.path.join(a.series, f"checkpoint-{s}"), 65536)["weight"] for s in steps[-2:])
+    steps, (old, new) = last_two_weights(a.series, "temporal_passes")
     print(f"checkpoint-{steps[-1]}'s weights against checkpoint-{steps[-2]}'s ({len(new)} tensors of at least "
           f"65,536 elements, joined); one thread; format {FORMAT}; vector kernels {'on' if SIMD else 'off'}; "
           f"best of {a.repeat}\n")

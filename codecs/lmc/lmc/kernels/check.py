@@ -20,7 +20,8 @@ from .chunk import chunk_head
 from .simd import SIMD
 from .tenc import field_max
 
-RP_BLOCK = 16384   # ref_pass's block (bytes; a multiple of 8)
+RP_BLOCK = 16384   # ref_pass's block (bytes; a multiple of 8, the checksum's words, and so of every unit)
+assert RP_BLOCK % 8 == 0
 
 
 @njit(nogil=True, cache=True)

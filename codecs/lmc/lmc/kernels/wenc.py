@@ -71,19 +71,14 @@ def window(et32):
     return (256 - start) & 255, tab
 
 
-def _push_step(V, builder, e, x, pos, bp, quotient):
-    """One state step of 16 lanes, the two loops' shared part (``rans._renc2``'s): lanes with x > (f << 20) - 1
-    push x's low 16 bits below the pointer (its stack slot ``pos``) in lane order, by ``vpcompressw`` and a masked
-    store of exactly those words, and shift x right by 16; then x' = q * 4096 + x mod f + cum, from q0 =
-    quotient(x, f) (q - 1, q or q + 1: the remainder tells them apart).  e: the lanes' entries f | cum << 13.
-    Returns x'."""
-    ir, splat, I16, I32, I64 = V.ir, V.splat, V.I16, V.I32, V.I64
+def _emit(V, builder, x, m, pos, bp):
+    """The 16 lanes of x where m is set push their low 16 bits below the pointer (its stack slot ``pos``) in lane
+    order, by ``vpcompressw`` and a masked store of exactly those words, and shift right by 16.  Returns x."""
+    ir, I16, I32, I64 = V.ir, V.I16, V.I32, V.I64
     VW, VM = ir.VectorType(I16, 16), ir.VectorType(V.I1, 16)
     compress = V.fn(builder, "llvm.x86.avx512.mask.compress.v16i16", VW, [VW, VW, VM])
     mstore = V.fn(builder, "llvm.masked.store.v16i16.p0", ir.VoidType(), [VW, ir.PointerType(VW), I32, VM])
     ctpop = V.fn(builder, "llvm.ctpop.i32", I32, [I32])
-    f = builder.and_(e, splat(0x1FFF))
-    m = builder.icmp_unsigned(">", x, builder.sub(builder.shl(f, splat(20)), splat(1)))
     cnt = builder.call(ctpop, [builder.zext(builder.bitcast(m, I16), I32)])
     wp = builder.sub(builder.load(pos), builder.shl(builder.zext(cnt, I64), ir.Constant(I64, 1)))
     w = builder.call(compress, [builder.trunc(x, VW), ir.Constant(VW, ir.Undefined), m])
@@ -91,7 +86,18 @@ def _push_step(V, builder, e, x, pos, bp, quotient):
                                           I16), VM)
     builder.call(mstore, [w, builder.bitcast(builder.gep(bp, [wp]), ir.PointerType(VW)), ir.Constant(I32, 1), first])
     builder.store(wp, pos)
-    x = builder.select(m, builder.lshr(x, splat(16)), x)
+    return builder.select(m, builder.lshr(x, V.splat(16)), x)
+
+
+def _push_step(V, builder, e, x, pos, bp, quotient):
+    """One state step of 16 lanes, the two loops' shared part (``rans._renc2``'s): lanes with x > (f << 20) - 1
+    push x's low 16 bits below the pointer (its stack slot ``pos``) in lane order, by ``vpcompressw`` and a masked
+    store of exactly those words, and shift x right by 16; then x' = q * 4096 + x mod f + cum, from q0 =
+    quotient(x, f) (q - 1, q or q + 1: the remainder tells them apart).  e: the lanes' entries f | cum << 13.
+    Returns x'."""
+    splat = V.splat
+    f = builder.and_(e, splat(0x1FFF))
+    x = _emit(V, builder, x, builder.icmp_unsigned(">", x, builder.sub(builder.shl(f, splat(20)), splat(1))), pos, bp)
     q0 = quotient(x, f)
     rem = builder.sub(x, builder.mul(q0, f))
     d = builder.sub(splat(4096), f)
