@@ -51,7 +51,7 @@ from lmc.kernels.check import ref_pass
 from lmc.kernels.rans import _renc2, put_ctx_tables, put_rans, read_ctx_tables
 from lmc.kernels.simd import LANES, SIMD512, _Vec, enc_table, rans_vstep
 from lmc.kernels.tenc import _make_tsyms8
-from lmc.kernels.wenc import _emit, _push_step
+from lmc.kernels.wenc import _emit, _entries16, _fdiv_quotient, _push_step
 from benchmarks.benchlib import keep_heap, last_two_weights
 
 CHUNK = 131072
@@ -65,7 +65,6 @@ def _make_enc(W, words=False):
     V = _Vec(lanes=16)
     ir, cg, splat = V.ir, V.cg, V.splat
     I16, I32, I64, VN = V.I16, V.I32, V.I64, V.VN
-    F16 = ir.VectorType(ir.FloatType(), 16)
 
     @intrinsic
     def _enc(typingctx, jb, low, nr, et32b, buf, p, xs):
@@ -79,11 +78,8 @@ def _make_enc(W, words=False):
             with cg.for_range(builder, args[2]) as loop:
                 g = builder.mul(builder.sub(builder.sub(args[2], ir.Constant(I64, 1)), loop.index), ir.Constant(I64, 2))
                 for h in (1, 0):
-                    e = ir.Constant(VN, ir.Undefined)
-                    i0 = builder.mul(builder.add(g, ir.Constant(I64, h)), ir.Constant(I64, 16))
-                    for k in range(16):
-                        j = builder.zext(builder.load(builder.gep(jp, [builder.add(i0, ir.Constant(I64, k))])), I64)
-                        e = builder.insert_element(e, builder.load(builder.gep(ep, [j])), ir.Constant(I32, k))
+                    e = _entries16(V, builder, jp, ep, builder.mul(builder.add(g, ir.Constant(I64, h)),
+                                                                  ir.Constant(I64, 16)))
                     bits = builder.load(builder.gep(lp, [builder.add(g, ir.Constant(I64, h))]), align=4)
                     kb = builder.lshr(e, splat(26))
                     x = builder.load(vx[h])
@@ -104,8 +100,7 @@ def _make_enc(W, words=False):
                         bits = builder.and_(bits, splat(0xFFFF))
                     x = push(x, kb, bits)
                     x = _push_step(V, builder, builder.and_(e, splat((1 << 26) - 1)), x, pos, bp,
-                                   lambda x, f: builder.fptosi(builder.fdiv(builder.uitofp(x, F16),
-                                                                            builder.sitofp(f, F16)), VN))
+                                   _fdiv_quotient(V, builder))
                     builder.store(x, vx[h])
             V.put_states(builder, vx, xp)
             return builder.load(pos)

@@ -9,15 +9,14 @@ import numpy as np
 from numba import njit
 
 from .base import (CHUNK_DELTA, CHUNK_JOINT, CHUNK_MCTX, CHUNK_PRED, CHUNK_STORED, CHUNK_TEMPORAL, CHUNK_XOR,
-                   ERR_CHECKSUM, ERR_PRED, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, NCTX, OK, _C3, _M32, _S32, _U0,
+                   ERR_CHECKSUM, ERR_PRED, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, NCTX, OK, _U0,
                    _fold_w, checksum_fill, checksum_units, ck_mode, csum_sums, merge_units)
 from .streams import check_planes
 from .delta.decode import check_delta
 from .joint import check_joint
 from .mctx import check_mctx
-from .temporal import _fparams, _tbase, check_temporal
+from .temporal import _fparams, check_temporal
 from .chunk import chunk_head
-from .simd import SIMD
 from .tenc import field_max
 
 RP_BLOCK = 16384   # ref_pass's block (bytes; a multiple of 8, the checksum's words, and so of every unit)
@@ -90,31 +89,6 @@ def checksum_range(data, total, chunk, unit, wk, chks, c0, c1):
         chks[c] = checksum_units(data, start, n, unit, wk)
 
 
-@njit(inline="always")
-def _efin(v, sh, em):
-    """The exponent field at bit sh of v, 0 where it is all ones (as _tbase leaves inf / NaN out)."""
-    e = (v >> sh) & em
-    return e if e != em else _U0
-
-
-@njit(nogil=True, cache=True)
-def _ref_words(d, n8, s0, s1, s2, s3, em):
-    """ref_pass's loop over 64-bit words: (csum_sums's two sums, the largest finite exponent field among those at
-    bits s0 .. s3 of each word: the units' fields, a 32-bit unit's twice)."""
-    t1 = _U0
-    t2 = _U0
-    ic = _U0
-    E = _U0
-    for i in range(n8):   # (unsigned 64-bit lanes throughout: the loop vectorizes)
-        v = d[i]
-        t1 += v
-        x = v ^ ic
-        ic += _C3
-        t2 += (x & _M32) * (x >> _S32)
-        E = max(E, max(max(_efin(v, s0, em), _efin(v, s1, em)), max(_efin(v, s2, em), _efin(v, s3, em))))
-    return t1, t2, np.int64(E)
-
-
 @njit(nogil=True, cache=True)
 def ref_pass(ref, start, n, unit, layout, wk):
     """(the checksum of the reference's chunk, checksum_units's; the temporal mode's context base over it,
@@ -125,35 +99,21 @@ def ref_pass(ref, start, n, unit, layout, wk):
     _, mb, em = _fparams(layout)
     nb = n * unit
     b = ref[start * unit:start * unit + nb]
-    if SIMD:
-        # blocks of RP_BLOCK bytes, each summed and then searched for its largest field while in L1, the fields
-        # as vectors of 64 bytes (tenc.field_max): on a Xeon core 0.12 against 0.24 ns a bf16 element, 0.47
-        # against 0.63 fp32, where the loop below takes the fields in the checksum's 64-bit lanes
-        s1 = _U0
-        s2 = _U0
-        M = np.int64(em) << mb
-        E = np.int64(0)
-        for o in range(0, nb, RP_BLOCK):
-            e = min(nb, o + RP_BLOCK)
-            s1, s2 = csum_sums(b[o:e], e - o, o >> 3, s1, s2)
-            if unit == 4:
-                E = max(E, field_max(b[o:e].view(np.uint32), M))
-            else:
-                E = max(E, field_max(b[o:e].view(np.uint16), M))
-        return _fold_w(s1, s2, 3), E >> mb
-    n8 = nb >> 3
-    d = b[:n8 * 8].view(np.uint64)
-    hs = 8 * unit   # (the units' offsets in a word: 0, 32 or 0, 16, 32, 48)
-    t1, t2, E = _ref_words(d, n8, np.uint64(mb), np.uint64(mb + hs), np.uint64(mb + (2 * hs & 63)),
-                           np.uint64(mb + (3 * hs & 63)), np.uint64(em))
-    s1, s2 = csum_sums(b[n8 * 8:], nb - n8 * 8, n8, t1, t2)
-    u0 = (n8 * 8) // unit   # (the units past the whole words)
-    if u0 < n:
+    # blocks of RP_BLOCK bytes, each summed and then searched for its largest field while in L1, the fields as
+    # vectors of 64 bytes where the CPU has them (tenc.field_max): on a Xeon core 0.12 against 0.24 ns a bf16
+    # element, 0.47 against 0.63 fp32, where one loop took the fields in the checksum's 64-bit lanes
+    s1 = _U0
+    s2 = _U0
+    M = np.int64(em) << mb
+    E = np.int64(0)
+    for o in range(0, nb, RP_BLOCK):
+        e = min(nb, o + RP_BLOCK)
+        s1, s2 = csum_sums(b[o:e], e - o, o >> 3, s1, s2)
         if unit == 4:
-            E = max(E, _tbase(b[4 * u0:].view(np.uint32), n - u0, mb, em))
+            E = max(E, field_max(b[o:e].view(np.uint32), M))
         else:
-            E = max(E, _tbase(b[2 * u0:].view(np.uint16), n - u0, mb, em))
-    return _fold_w(s1, s2, 3), E
+            E = max(E, field_max(b[o:e].view(np.uint16), M))
+    return _fold_w(s1, s2, 3), E >> mb
 
 
 from .intrinsics import CHECKED as _CHECKED  # noqa: E402

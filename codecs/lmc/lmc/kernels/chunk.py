@@ -181,8 +181,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             dplan = est_d != PLAN_OVER
             if cut >= 0:
                 gate = True
-                lo = min(min(est_a, est_d), min(est_t, est_x))   # (the same cut where est_d is above it)
-                cut = lo + lo // GATE_MARGIN
+                cut = gate_cut(min(est_a, est_d), est_t, est_x, n)   # (the same cut where est_d is above it)
                 need_a = est_a <= cut
                 do_d = est_d <= cut
                 gate_t = est_t <= cut

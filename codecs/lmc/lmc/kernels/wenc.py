@@ -106,6 +106,24 @@ def _push_step(V, builder, e, x, pos, bp, quotient):
                           builder.select(builder.icmp_signed(">=", rem, f), builder.add(xb, d), xb))
 
 
+def _entries16(V, builder, jp, ep, i0):
+    """The encoder entries ep[jp[i0 + k]] of 16 symbols (jp: i16*, ep: i32*) by scalar loads put into a vector:
+    on a Zen 5 core a 16-lane gather (vpgatherdd, or two of 8 lanes) took about a cycle an element, as much as
+    the rest of the step."""
+    ir = V.ir
+    e = ir.Constant(V.VN, ir.Undefined)
+    for k in range(16):
+        j = builder.zext(builder.load(builder.gep(jp, [builder.add(i0, ir.Constant(V.I64, k))])), V.I64)
+        e = builder.insert_element(e, builder.load(builder.gep(ep, [j])), ir.Constant(V.I32, k))
+    return e
+
+
+def _fdiv_quotient(V, builder):
+    """_push_step's quotient as simd._make_enc32 takes it: one float32 division of 16 lanes."""
+    F16 = V.ir.VectorType(V.ir.FloatType(), 16)
+    return lambda x, f: builder.fptosi(builder.fdiv(builder.uitofp(x, F16), builder.sitofp(f, F16)), V.VN)
+
+
 def _make_wenc():
     """The loop: ``(syms, nr, tab, et32, buf, p, xs, off) -> p``: nr rounds of byte symbols syms from the last
     round down, tab and off from ``window``, et32 the whole table (for vectors that leave the window), xs
@@ -173,7 +191,6 @@ def _make_tenc16():
     V = _Vec(lanes=16)
     ir, cgutils = V.ir, V.cg
     I16, I32, I64, VN = V.I16, V.I32, V.I64, V.VN
-    F16 = ir.VectorType(ir.FloatType(), 16)
 
     @intrinsic
     def _tenc16(typingctx, jb, nr, et32, buf, p, xs):
@@ -190,16 +207,9 @@ def _make_tenc16():
                 g = builder.mul(builder.sub(builder.sub(args[1], ir.Constant(I64, 1)), loop.index),
                                 ir.Constant(I64, 2))
                 for h in (1, 0):
-                    # the 16 entries by scalar loads put into the vector: on a Zen 5 core a 16-lane gather
-                    # (vpgatherdd, or two of 8 lanes) took about a cycle an element, as much as the rest of the step
-                    e = ir.Constant(VN, ir.Undefined)
-                    i0 = builder.mul(builder.add(g, ir.Constant(I64, h)), ir.Constant(I64, 16))
-                    for k in range(16):
-                        j = builder.zext(builder.load(builder.gep(jp, [builder.add(i0, ir.Constant(I64, k))])), I64)
-                        e = builder.insert_element(e, builder.load(builder.gep(ep, [j])), ir.Constant(I32, k))
-                    # (x div f as simd._make_enc32 takes it: one float32 division)
-                    x = _push_step(V, builder, e, builder.load(vx[h]), pos, bp, lambda x, f: builder.fptosi(
-                        builder.fdiv(builder.uitofp(x, F16), builder.sitofp(f, F16)), VN))
+                    e = _entries16(V, builder, jp, ep, builder.mul(builder.add(g, ir.Constant(I64, h)),
+                                                                  ir.Constant(I64, 16)))
+                    x = _push_step(V, builder, e, builder.load(vx[h]), pos, bp, _fdiv_quotient(V, builder))
                     builder.store(x, vx[h])
             V.put_states(builder, vx, xp)
             return builder.load(pos)
