@@ -340,6 +340,16 @@ def test_vector_temporal_kernels_match_the_scalar_loops():
                 m_ = np.array([(sb + d) & full for d in ds], np.uint64)   # mono(x) = mono(+0) + d
                 x[64:64 + len(ds)] = np.where(m_ & sb, m_ ^ sb, m_ ^ full)
                 r[64:64 + len(ds)] = 0
+            if n == 1000:   # runs of 1 - 8 elements of no raw bits (x = r) and of the most (|d| = 2^(W-1), against
+                # r = +0): where the symbol pass joins lanes, values of no bits and of all the bits a vector holds
+                sb, full = 1 << (W - 1), (1 << W) - 1
+                big = np.array([sb ^ full], np.uint64)[0]   # (mono(x) = mono(+0) + sb = 0)
+                i, t = 64, 0
+                while i < n:
+                    ln = int(rng.integers(1, 9))
+                    r[i:i + ln] = 0 if t % 2 else r[i:i + ln]
+                    x[i:i + ln] = big if t % 2 else r[i:i + ln]
+                    i, t = i + ln, t + 1
             x, r = (x & ((1 << W) - 1)).astype(T), (r & ((1 << W) - 1)).astype(T)
             for E in (0, 3, 31, 127, 254):
                 j1, j2 = np.zeros(n, np.uint16), np.zeros(n, np.uint16)

@@ -8,23 +8,27 @@ as the decoder's passes compute them; sixteen, ``<16 x i32>``, where the CPU has
 16-bit units, the raw bits leave the pass already packed, LSB-first, in the order ``_traw`` writes them:
 
 - each lane's bit count kb = k - (k != 0) and value v < 2^kb are at hand (no lookup);
-- neighbouring lanes are joined in the vector: v0 | v1 << kb0 (four joins of at most 30 bits, then two of at
-  most 60 in 64-bit lanes), each half of a 16-lane vector as an 8-lane one;
-- each joined value meets the accumulator once (``temporal._put``'s step, kept with the absolute bit position, so that
-  the chains from one value to the next are an add and an or with a select): two steps per eight units, where
-  ``_traw`` takes one per four after four lookups.
+- the vector's values are joined in it as the stream holds them (``joined``, ``value``): pairs of 32-bit lanes in
+  the 64-bit lanes (v0 | v1 << kb0), pairs of those within each 128 bits, then pairs of 128 bits, and with
+  AVX-512 the two halves by a permute (at most 120 bits for 8 lanes, 240 for 16);
+- the value joins the stream in the vector (``put``): shifted by the bit position's low 6 bits across the lanes
+  (a funnel shift), the pending 64 bits or'ed into lane 0, the whole vector stored at the position's 8-byte
+  word; the chain from one vector to the next is an add (the position) and a permute (the pending word).
 
-Packing here costs a bf16 symbol pass 0.27 ns an element and saves the writer's 0.47 (Zen 5). For 32-bit units
-it cost 0.70 and saved 0.89, but only on the chunks the temporal mode then wins (about two thirds of fp32
-weights' chunks; the rest take the delta mode), so fp32 compress was slower with it: 32-bit units keep each
-element's bits in ``low`` as the scalar pass does (packed by ``_traw`` when the chunk is written).  Joining four
-32-bit lanes into 128-bit values before the accumulator did not pay either (the scalar steps' instructions, not
-their chains, set the speed).
+On a Xeon core (Emerald Rapids) a bf16 pass took 1.16 ns an element against 0.61 without packing, where two 60-bit
+values an 8-lane half, each taken to a scalar register and the accumulator (``temporal._put``'s step), took 1.61:
+the scalar steps' instructions and the values' moves out of the vector set that speed, not their chains. With 8
+lanes (AVX2 forms, the same CPU) 1.55 against 1.67. Packing in the pass (the first form) cost a bf16 pass 0.27 ns an
+element and saved the writer's 0.47 on a Zen 5 core. For 32-bit units it cost 0.70 and saved 0.89, but only on the
+chunks the temporal mode then wins (about two thirds of fp32 weights' chunks; the rest take the delta mode), so fp32
+compress was slower with it: 32-bit units keep each element's bits in ``low`` as the scalar pass does (packed by
+``_traw`` when the chunk is written). Joining four 32-bit lanes into 128-bit values before the accumulator did not
+pay either (the scalar steps' instructions, not their chains, set the speed).
 
-``tsyms8(x, r, n, W, mb, em, E, jb, low) -> (raw bits, units done)``: the first n & ~(VLANES - 1) units.  W = 16:
+``tsyms8(x, r, n, W, mb, em, E, jb, low) -> (raw bits, units done)``: the first n & ~(VLANES - 1) units. W = 16:
 their raw bits from bit 0 of ``low``'s bytes, the 8-byte word holding bit ``raw`` stored with zeros from that bit
-on, so that a caller continues the stream there (``temporal._tsyms_all``); ``low`` needs ceil(raw / 8) + 8
-bytes.  W = 32: low[i] holds element i's raw bits.  Nothing here checks bounds.  Where
+on, so that a caller continues the stream there (``temporal._tsyms_all``); ``low`` needs ceil(raw / 8) + 64 bytes
+(the vector stores past the end). W = 32: low[i] holds element i's raw bits. Nothing here checks bounds. Where
 ``simd.SIMD`` is false it does nothing and returns (0, 0): the scalar loop takes every unit.
 ``tests/test_rans32.py`` checks the symbols and the bytes against the scalar loop and ``_traw``.
 
@@ -45,29 +49,94 @@ def _make_tsyms8(W, N=8, pack=None):
     from numba.extending import intrinsic
     V = _Vec(W, N)
     ir, V8, splat, I32, I64 = V.ir, V.VN, V.splat, V.I32, V.I64
-    VL = ir.VectorType(I64, 4)
+    NQ = N // 2
+    VQ = ir.VectorType(I64, NQ)   # the N lanes as N / 2 of 64 bits
 
-    def lanes(builder, v, idx):
+    def qs(v):
+        return ir.Constant(VQ, [v] * NQ)
+
+    def lanes(builder, v, idx, w=None):
         idx = list(idx)
-        return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, len(idx)), idx))
+        return builder.shuffle_vector(v, v if w is None else w, ir.Constant(ir.VectorType(I32, len(idx)), idx))
 
-    def joined(builder, lv, kb):
-        """The (value, bit count) pairs, i64, of the N lanes (16-bit units: at most 15 bits each) joined in
-        order: N / 4 of at most 60 bits, each group of eight lanes joined apart (sixteen lanes are two halves:
-        joined across the whole vector the bf16 pass took 0.69 ns an element, by halves 0.58)."""
-        out = []
-        for g in range(N // 8):
-            v8 = lv if N == 8 else lanes(builder, lv, range(8 * g, 8 * g + 8))
-            k8 = kb if N == 8 else lanes(builder, kb, range(8 * g, 8 * g + 8))
-            ev, od = lanes(builder, v8, range(0, 8, 2)), lanes(builder, v8, range(1, 8, 2))
-            ke, ko = lanes(builder, k8, range(0, 8, 2)), lanes(builder, k8, range(1, 8, 2))
-            u = builder.zext(builder.or_(ev, builder.shl(od, ke)), VL)
-            lu = builder.zext(builder.add(ke, ko), VL)
-            w = builder.or_(lanes(builder, u, (0, 2)), builder.shl(lanes(builder, u, (1, 3)), lanes(builder, lu, (0, 2))))
-            lw = builder.add(lanes(builder, lu, (0, 2)), lanes(builder, lu, (1, 3)))
-            out += [(builder.extract_element(w, ir.Constant(I32, h)), builder.extract_element(lw, ir.Constant(I32, h)))
-                    for h in range(2)]
-        return out
+    def keep(builder, v, which):
+        """v with its 64-bit lanes other than ``which`` zeroed."""
+        m = ir.Constant(ir.VectorType(V.I1, NQ), [int(i in which) for i in range(NQ)])
+        return builder.select(m, v, qs(0))
+
+    def joined(builder, val, kb):
+        """The N lanes' (value, bit count) pairs (16-bit units: at most 15 bits each) joined in order, as 64-bit
+        lanes (lo, hi, bits): a value of at most 120 bits in lane 1 of each 128 bits (lanes 4h and 4h + 1 of the
+        16-bit ones, h = 0 .. N / 8 - 1).  Pairs of lanes first, each 64-bit lane a pair of 32-bit ones (v0 | v1 <<
+        kb0: no shuffle, where Intel's cores run shuffles on one port), then pairs of those within each 128 bits,
+        then pairs of 128 bits."""
+        v, k = builder.bitcast(val, VQ), builder.bitcast(kb, VQ)
+        m32, c32 = qs(0xFFFFFFFF), qs(32)
+        k0 = builder.and_(k, m32)
+        u = builder.or_(builder.and_(v, m32), builder.shl(builder.lshr(v, c32), k0))
+        lu = builder.add(k0, builder.lshr(k, c32))
+        sw = [i ^ 1 for i in range(NQ)]   # (the other 64 bits of each 128)
+        ls = lanes(builder, lu, sw)
+        w = builder.or_(builder.shl(u, ls), lanes(builder, u, sw))   # odd lanes: the two of their 128 bits joined
+        lw = builder.add(lu, ls)
+        up = [(i + 2) % NQ for i in range(NQ)]   # (the next 128 bits)
+        w2, l2 = lanes(builder, w, up), lanes(builder, lw, up)
+        return builder.or_(w, builder.shl(w2, lw)), fshl(builder, qs(0), w2, lw), builder.add(lw, l2)
+
+    def splat64(builder, v):
+        return lanes(builder, builder.insert_element(ir.Constant(VQ, ir.Undefined), v, ir.Constant(I32, 0)), [0] * NQ)
+
+    def fshl(builder, a, b, s):
+        """(a << s) | (b >> (64 - s)) in each 64-bit lane, s in [0, 64) (a where s = 0): LLVM's funnel shift, one
+        vpshldvq with AVX-512 VBMI2 (every CPU that runs the 16-lane loops: simd.SIMD512) where a shift pair and
+        an or took three instructions (and IR's shift by 64 is poison)."""
+        return builder.call(V.fn(builder, f"llvm.fshl.v{NQ}i64", VQ, [VQ, VQ, VQ]), [a, b, s])
+
+    def permq(builder, v, idx):
+        """v's 64-bit lanes picked by idx's (each taken mod NQ): vpermq (AVX-512) or vpermd on their halves."""
+        if NQ == 8:
+            return builder.call(V.fn(builder, "llvm.x86.avx512.permvar.di.512", VQ, [VQ, VQ]), [v, idx])
+        V8 = ir.VectorType(I32, 8)
+        i2 = builder.shl(idx, qs(1))
+        dw = builder.bitcast(builder.or_(i2, builder.shl(builder.add(i2, qs(1)), qs(32))), V8)
+        return builder.bitcast(builder.call(V.fn(builder, "llvm.x86.avx2.permd", V8, [V8, V8]),
+                                            [builder.bitcast(v, V8), dw]), VQ)
+
+    def value(builder, val, kb):
+        """The vector's raw bits as one value from lane 0 on (at most 120 bits, N = 8; 240, N = 16) and their
+        count (i64): ``joined``'s, the two of 16 lanes joined as the stream would (the second's lanes moved up by
+        the first's bits >> 6 by a permute, then shifted)."""
+        lo, hi, L = joined(builder, val, kb)
+        if N == 8:
+            return keep(builder, lanes(builder, lo, [1, 5, 0, 0], hi), (0, 1)), builder.extract_element(
+                L, ir.Constant(I32, 1))
+        b = keep(builder, lanes(builder, lo, [0, 0, 5, 13, 0, 0, 0, 0], hi), (2, 3))   # B at lanes 2, 3
+        a = keep(builder, lanes(builder, lo, [1, 9, 0, 0, 0, 0, 0, 0], hi), (0, 1))    # A at lanes 0, 1
+        la = lanes(builder, L, [1] * 8)
+        t = builder.sub(ir.Constant(VQ, [i + 2 for i in range(8)]), builder.lshr(la, qs(6)))
+        s = builder.and_(la, qs(63))
+        # B << la: its lanes moved up by la >> 6 (the permute's zeros from b's lanes 0, 1 and 4 - 7), then s bits
+        y = fshl(builder, permq(builder, b, t), permq(builder, b, builder.sub(t, qs(1))), s)
+        return builder.or_(a, y), builder.extract_element(builder.add(la, lanes(builder, L, [5] * 8)),
+                                                          ir.Constant(I32, 0))
+
+    def put(builder, v, kv, accv, pos, bp):
+        """The value v of kv bits (``value``) joins the stream at bit pos: shifted by pos & 63 across the lanes,
+        the pending bits (accv's lane 0: the 64 from pos & ~63, zeros above pos) or'ed in, and stored at pos >> 6
+        as one vector (its lanes past the value's end zeros, written over later); accv then holds the lane where
+        the stream ends.  One step of the stream a vector, its chain a permute: two 60-bit steps an 8-lane half,
+        each value taken out of the vector to a scalar register, took a Xeon core's bf16 pass 0.5 ns an element
+        more (16 lanes)."""
+        p0 = builder.load(pos)
+        sv = splat64(builder, builder.and_(p0, ir.Constant(I64, 63)))
+        vp = lanes(builder, v, [NQ] + list(range(NQ - 1)), qs(0))   # (lane i - 1's bits that pass into lane i)
+        st = builder.or_(fshl(builder, v, vp, sv), builder.load(accv))
+        at = builder.shl(builder.lshr(p0, ir.Constant(I64, 6)), ir.Constant(I64, 3))
+        builder.store(st, builder.bitcast(builder.gep(bp, [at]), ir.PointerType(VQ)), align=1)
+        p1 = builder.add(p0, kv)
+        cc = builder.sub(builder.lshr(p1, ir.Constant(I64, 6)), builder.lshr(p0, ir.Constant(I64, 6)))
+        builder.store(keep(builder, permq(builder, st, splat64(builder, cc)), (0,)), accv)
+        builder.store(p1, pos)
 
     @intrinsic
     def _tsyms8(typingctx, x, r, n8, mb, em, E, jb, low):
@@ -82,8 +151,8 @@ def _make_tsyms8(W, N=8, pack=None):
             tot = V.cg.alloca_once_value(builder, splat(0))
             vmb, vem, vE = (V.vsplat(builder, args[k]) for k in (3, 4, 5))
             mask = splat((1 << W) - 1)
-            c0, c1, c63 = (ir.Constant(I64, v) for v in (0, 1, 63))
-            acc, pos = (V.cg.alloca_once_value(builder, c0) for _ in range(2))
+            pos = V.cg.alloca_once_value(builder, ir.Constant(I64, 0))
+            accv = V.cg.alloca_once_value(builder, qs(0))
             with V.cg.for_range(builder, builder.udiv(args[2], ir.Constant(I64, N))) as loop:
                 j = loop.index
                 xv, rv = V.units(builder, xp, j), V.units(builder, rp, j)
@@ -101,26 +170,13 @@ def _make_tsyms8(W, N=8, pack=None):
                     builder.store(builder.xor(a, builder.shl(nz, kb)), builder.gep(lp, [j]), align=1)
                     builder.store(builder.add(builder.load(tot), kb), tot)
                 else:
-                    for v, kv in joined(builder, builder.xor(a, builder.shl(nz, kb)), kb):
-                        # v joins the bits pending in acc, those from bit (p & ~63); acc stored at byte
-                        # p >> 3 & ~7; where the 64 bits are complete acc keeps v's bits past them.  The chains
-                        # from one value to the next: p + k (one add) and acc (an or and a select).
-                        p0, a0 = builder.load(pos), builder.load(acc)
-                        sh = builder.and_(p0, c63)
-                        lo = builder.or_(a0, builder.shl(v, sh))
-                        hi = builder.lshr(builder.lshr(v, c1), builder.sub(c63, sh))
-                        at = builder.and_(builder.lshr(p0, ir.Constant(I64, 3)), ir.Constant(I64, ~7))
-                        builder.store(lo, builder.bitcast(builder.gep(bp, [at]), ir.PointerType(I64)), align=1)
-                        p1 = builder.add(p0, kv)
-                        g = builder.icmp_unsigned("!=", builder.lshr(p1, ir.Constant(I64, 6)),
-                                                  builder.lshr(p0, ir.Constant(I64, 6)))
-                        builder.store(builder.select(g, hi, lo), acc)
-                        builder.store(p1, pos)
+                    put(builder, *value(builder, builder.xor(a, builder.shl(nz, kb)), kb), accv, pos, bp)
             if not pack:
                 return V.hsum(builder, builder.load(tot), "add")
             p0 = builder.load(pos)
             at = builder.and_(builder.lshr(p0, ir.Constant(I64, 3)), ir.Constant(I64, ~7))
-            builder.store(builder.load(acc), builder.bitcast(builder.gep(bp, [at]), ir.PointerType(I64)), align=1)
+            builder.store(builder.extract_element(builder.load(accv), ir.Constant(I32, 0)),
+                          builder.bitcast(builder.gep(bp, [at]), ir.PointerType(I64)), align=1)
             return p0
         return sig, codegen
     return _tsyms8
