@@ -101,3 +101,39 @@ def test_a_useless_reference_gives_the_alone_chunks(dt):
         alone, with_ref = lmc.compress(x, threads=1), lmc.compress(x, reference=ref, threads=1)
         assert _chunks(with_ref) == _chunks(alone)
         assert lmc.decompress(with_ref, reference=ref).tobytes() == x.tobytes()
+
+
+def test_sure_prediction_leaves_the_exponent_plane_uncounted_and_changes_no_byte():
+    """A bf16 chunk whose predicted-exponent gain is sure (joint.PRED_SURE times its margin, from the sample) is
+    not counted for mode 0's exponent plane: it stands raw as an upper bound, the sample's gain is the one the
+    encoder would take from the plane, and the blob is byte for byte format 8's, which counts every plane
+    (the same chunk coding: only the header's version and check differ).  (A sample that misleads, as on
+    periodic exponents, is caught by the exact residuals: test_joint's test_exponent_span.)"""
+    from lmc.kernels.joint import joint_analyze
+    from lmc.kernels.base import MODE_RAW, PRED_MARGIN, split_chunk
+    rng = np.random.default_rng(3)
+    rows, w = 256, 512
+    field = np.exp(np.cumsum(rng.normal(0, 0.05, (rows, 1)), 0) + np.cumsum(rng.normal(0, 0.05, (1, w)), 1))
+    x = (field * 1e-6 * rng.lognormal(0, 0.3, (rows, w))).astype(ml_dtypes.bfloat16)   # a smooth second moment
+    n = x.size
+    d8 = x.ravel().view(np.uint8)
+    planes = np.zeros((2, n + 128), np.uint8)
+    h, lens, modes, sizes, f, cm = kstreams.analysis_scratch(2)
+    r = joint_analyze(d8, 0, n, planes, h, lens, modes, sizes, f, cm, RANS_MARGIN, 9, 3, w, PRED_MARGIN)
+    g, h0, have_g, e0 = r[10], r[11], r[12], r[13]
+    assert have_g and not e0 and modes[0] == MODE_RAW and h0 > g > 0
+    exact = kstreams.analysis_scratch(2)
+    p2 = np.zeros((2, n + 128), np.uint8)
+    split_chunk(d8, d8, False, 0, n, 2, LAYOUT_BF16, p2, 3)
+    assert r[1] > kstreams.analyze_planes(p2, n, 2, *exact, RANS_MARGIN, 9)   # (an upper bound)
+    assert g == kstreams.pred_gain(p2[0], n, w, 32)
+    b9, b8 = lmc.compress(x, threads=1), lmc.compress(x, threads=1, format_version=8)
+    assert lmc.info(b9)["chunk_modes"] == {"predicted": 1}
+    head = 4 + 4 + 8 * 2 + 8 + 12 + 4   # (magic, version etc., shape, chunk and count, the table, its crc)
+    assert len(b9) == len(b8) and b9[head:] == b8[head:] and b9[5:head - 4] == b8[5:head - 4]
+    assert np.array_equal(lmc.decompress(b9).view(np.uint16), x.view(np.uint16))
+    # a row of noise: the gain is not sure, the plane counted as before
+    y = rng.lognormal(0, 2.0, (rows, w)).astype(ml_dtypes.bfloat16)
+    r = joint_analyze(y.ravel().view(np.uint8), 0, n, planes, h, lens, modes, sizes, f, cm, RANS_MARGIN, 9, 3, w,
+                      PRED_MARGIN)
+    assert r[13] and modes[0] != MODE_RAW

@@ -43,7 +43,7 @@ from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes
                       write_planes, write_pred)
 from .delta.encode import PLAN_OVER, delta_analyze, delta_build, delta_plan, delta_write, delta_z, stream_estimates
 from .delta.decode import delta_decode
-from .joint import JOINT_MIN, joint_alone, joint_analyze, joint_decode, joint_write
+from .joint import JOINT_MIN, PRED_SURE, joint_alone, joint_analyze, joint_decode, joint_write
 from .mctx import MCTX_MIN, mctx_decode, mctx_plan, mctx_write
 from .temporal import (TSAMPLE_MIN, temporal_base, temporal_count, temporal_decode,
                        temporal_estimate, temporal_hist, temporal_sample, temporal_write)
@@ -140,6 +140,10 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     cost_j = -1      # the joint-symbol mode (v9, bf16, alone): its plan
     jk = jb0 = jmode = jsize = 0
     jready = False
+    g = 0.0          # the predicted-exponent mode's sampled gain and exponents' entropy where have_g (joint_analyze
+    h0 = 0.0         # took them)
+    have_g = False
+    e0 = True        # the exponent plane counted (joint_analyze may leave it: see there)
     hj = h[0]
     lj = lens[0]
     if temporal:
@@ -277,7 +281,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     elif fv >= 9 and layout == LAYOUT_BF16 and n >= JOINT_MIN and not has_ref:
         # bf16 alone: mode 0 and the joint-symbol mode (k = 1 unless size comes first: its symbols decode
         # at 0.54 ns against 0.67 for k = 2, for 0.2% more bytes)
-        chk, cost_a, cost_j, jk, jb0, jmode, jsize, hj, lj, jready = joint_analyze(
+        chk, cost_a, cost_j, jk, jb0, jmode, jsize, hj, lj, jready, g, h0, have_g, e0 = joint_analyze(
             data, start, n, planes, h, lens, modes, sizes, f, cm, rm, fv, wk, w, pm)
         cost_x = cost_a
     else:
@@ -312,10 +316,20 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         split_units(data[base:base + nbytes], n, unit, layout, planes)
         split = True
     if (need_a and not jready and fv >= 3 and layout != LAYOUT_PLANES and n > 1   # (jready: planes hold symbols)
-            and pred_gain(planes[0], n, w, 32) * n > 8 * cost_a / pm):
+            and (g if have_g else pred_gain(planes[0], n, w, 32)) * n > 8 * cost_a / pm):
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
-        cost_p = cost_a - (5 + sizes[0]) + analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm, 0, fv) + 4
+        rc = analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm, 0, fv)
+        cost_p = cost_a - (5 + sizes[0]) + rc + 4
+        if not e0 and n * h0 / 8 - rc <= PRED_SURE * cost_p / pm:
+            # (the exponent plane left uncounted, but the sample's entropy of it does not clear the exact
+            # residuals by far enough: counted now, and the modes compared as ever)
+            e0 = True
+            h[:] = 0
+            cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
+            score = cost_a
+            cost = cost_a
+            cost_p = cost_a - (5 + sizes[0]) + rc + 4
         every_const = mr[0] == MODE_CONST
         for s in range(1, ns):
             every_const = every_const and modes[s] == MODE_CONST
@@ -323,6 +337,12 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             best = CHUNK_PRED
             score = cost_p
             cost = cost_p
+    if not e0 and best != CHUNK_PRED:   # (the exponent plane left uncounted, and the mode not taken: counted now)
+        e0 = True
+        h[:] = 0
+        cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
+        score = cost_a
+        cost = cost_a
     # the mantissa-context mode (v5, bf16, alone): only where size comes
     # first (it decodes symbol by symbol; it saves ~0.5% on weights)
     mE = 0
@@ -401,6 +421,9 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         if best == CHUNK_PRED:
             e = write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr,
                            out, o, lim, tbuf, fv)
+            if e < 0 and not e0:   # (the plain alone coding next: its exponent plane counted)
+                h[:] = 0
+                cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
             if e < 0 and cost_a < nbytes:  # (its rANS estimate was short: the plain alone coding)
                 best = CHUNK_ALONE
         if best == CHUNK_ALONE:

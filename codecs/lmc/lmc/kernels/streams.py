@@ -161,11 +161,20 @@ def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv):
     near_fixed: it takes the fixed-length code, its counts in h all on the
     range's first symbol (so that the writer's sub-stream sizes, counts times
     lengths, are right)."""
-    skip = 0
+    return analyze_planes_but(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv, 0)
+
+
+@njit(nogil=True, cache=True)
+def analyze_planes_but(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv, pre):
+    """analyze_planes with the planes in the bit mask pre neither counted nor coded: raw in modes and sizes (an
+    upper bound of their cost; the predicted-exponent mode replaces plane 0: kernels.joint.joint_analyze)."""
+    skip = pre
     fixed = 0
     fk = np.zeros(ns, np.int64)
     flo = np.zeros(ns, np.int64)
     for s in range(ns):
+        if (pre >> s) & 1:
+            continue
         if rm != NO_MARGIN and n >= NEAR_RAW_MIN:
             t, m = _plane_sample(planes[s], n)
             ent = _sample_entropy(t, m)
@@ -357,6 +366,12 @@ def pred_gain(p, n, w, step, sh=0):
     4 to the left, as exp_residuals; a 1-D tensor is one row); 1.0 when the
     sample is too small to tell.  p: the exponent plane, or the units with
     the exponent at bit sh (bf16: 7)."""
+    return pred_gain_h0(p, n, w, step, sh)[0]
+
+
+@njit(nogil=True, cache=True)
+def pred_gain_h0(p, n, w, step, sh):
+    """(pred_gain, the sample's entropy of the exponents: bits an exponent; 0.0 where the sample is too small)."""
     he = np.zeros(256, np.int64)
     hr = np.zeros(256, np.int64)
     m = 0
@@ -370,14 +385,16 @@ def pred_gain(p, n, w, step, sh=0):
             hr[np.uint8(v - _med8(_ex(p, i - 4, sh), _ex(p, i - w, sh), _ex(p, i - w - 4, sh)))] += 1
         m += 1
     if m < 256:
-        return 1.0
+        return 1.0, 0.0
     d = 0.0
+    e = 0.0
     for s in range(256):
         if he[s] > 0:
             d -= he[s] * np.log2(he[s] / m)
+            e -= he[s] * np.log2(he[s] / m)
         if hr[s] > 0:
             d += hr[s] * np.log2(hr[s] / m)
-    return d / m
+    return d / m, e / m
 
 
 @njit(nogil=True, cache=True)
