@@ -140,8 +140,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
     cost_j = -1      # the joint-symbol mode (v9, bf16, alone): its plan
     jk = jb0 = jmode = jsize = 0
     jready = False
-    g = 0.0          # the predicted-exponent mode's sampled gain and exponents' entropy where have_g (joint_analyze
-    h0 = 0.0         # took them)
+    g = h0 = 0.0     # the predicted-exponent mode's sampled gain and exponents' entropy where have_g (joint_analyze)
     have_g = False
     e0 = True        # the exponent plane counted (joint_analyze may leave it: see there)
     hj = h[0]

@@ -168,8 +168,7 @@ def analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv):
 def analyze_planes_but(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv, pre):
     """analyze_planes with the planes in the bit mask pre neither counted nor coded: raw in modes and sizes (an
     upper bound of their cost; the predicted-exponent mode replaces plane 0: kernels.joint.joint_analyze)."""
-    skip = pre
-    fixed = 0
+    skip, fixed = pre, 0
     fk = np.zeros(ns, np.int64)
     flo = np.zeros(ns, np.int64)
     for s in range(ns):
@@ -386,8 +385,7 @@ def pred_gain_h0(p, n, w, step, sh):
         m += 1
     if m < 256:
         return 1.0, 0.0
-    d = 0.0
-    e = 0.0
+    d = e = 0.0
     for s in range(256):
         if he[s] > 0:
             d -= he[s] * np.log2(he[s] / m)
