@@ -43,7 +43,7 @@ from .streams import (_uses_rans, analysis_scratch, analyze_hist, analyze_planes
                       write_planes, write_pred)
 from .delta.encode import PLAN_OVER, delta_analyze, delta_build, delta_plan, delta_write, delta_z, stream_estimates
 from .delta.decode import delta_decode
-from .joint import JOINT_MIN, PRED_SURE, joint_alone, joint_analyze, joint_decode, joint_write
+from .joint import JOINT_MIN, PRED_SURE, count_exponents, joint_alone, joint_analyze, joint_decode, joint_write
 from .mctx import MCTX_MIN, mctx_decode, mctx_plan, mctx_write
 from .temporal import (TSAMPLE_MIN, temporal_base, temporal_count, temporal_decode,
                        temporal_estimate, temporal_hist, temporal_sample, temporal_write)
@@ -319,16 +319,12 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
         exp_residuals(planes[0], n, w, rplane)
         histo4(rplane, n, hr[0])
         rc = analyze_hist(hr, n, 1, lr, mr, sr, fr, cr, rm, 0, fv)
-        cost_p = cost_a - (5 + sizes[0]) + rc + 4
-        if not e0 and n * h0 / 8 - rc <= PRED_SURE * cost_p / pm:
+        if not e0 and n * h0 / 8 - rc <= PRED_SURE * (cost_a - (5 + sizes[0]) + rc + 4) / pm:
             # (the exponent plane left uncounted, but the sample's entropy of it does not clear the exact
             # residuals by far enough: counted now, and the modes compared as ever)
             e0 = True
-            h[:] = 0
-            cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
-            score = cost_a
-            cost = cost_a
-            cost_p = cost_a - (5 + sizes[0]) + rc + 4
+            cost_a = score = cost = count_exponents(planes, n, h, lens, modes, sizes, f, cm, rm, fv)
+        cost_p = cost_a - (5 + sizes[0]) + rc + 4
         every_const = mr[0] == MODE_CONST
         for s in range(1, ns):
             every_const = every_const and modes[s] == MODE_CONST
@@ -338,10 +334,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             cost = cost_p
     if not e0 and best != CHUNK_PRED:   # (the exponent plane left uncounted, and the mode not taken: counted now)
         e0 = True
-        h[:] = 0
-        cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
-        score = cost_a
-        cost = cost_a
+        cost_a = score = cost = count_exponents(planes, n, h, lens, modes, sizes, f, cm, rm, fv)
     # the mantissa-context mode (v5, bf16, alone): only where size comes
     # first (it decodes symbol by symbol; it saves ~0.5% on weights)
     mE = 0
@@ -421,8 +414,7 @@ def encode_chunk(data, ref, has_ref, fv, pref, w, start, n, unit, layout, ns, ou
             e = write_pred(planes, rplane, w, n, ns, modes, sizes, h, lens, f, cm, mr, sr, hr, lr, fr, cr,
                            out, o, lim, tbuf, fv)
             if e < 0 and not e0:   # (the plain alone coding next: its exponent plane counted)
-                h[:] = 0
-                cost_a = analyze_planes(planes, n, ns, h, lens, modes, sizes, f, cm, rm, fv)
+                cost_a = count_exponents(planes, n, h, lens, modes, sizes, f, cm, rm, fv)
             if e < 0 and cost_a < nbytes:  # (its rANS estimate was short: the plain alone coding)
                 best = CHUNK_ALONE
         if best == CHUNK_ALONE:

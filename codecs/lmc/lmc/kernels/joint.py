@@ -528,6 +528,14 @@ def joint_analyze(data, start, n, planes, h, lens, modes, sizes, f, cm, rm, fv, 
 
 
 @njit(nogil=True, cache=True)
+def count_exponents(planes, n, h, lens, modes, sizes, f, cm, rm, fv):
+    """Mode 0's exact cost where joint_analyze left the exponent plane uncounted: h zeroed and both planes
+    counted anew (analyze_planes)."""
+    h[:] = 0
+    return analyze_planes_but(planes, n, 2, h, lens, modes, sizes, f, cm, rm, fv, 0)
+
+
+@njit(nogil=True, cache=True)
 def _choose(x, n, sf, raw1, est, lo, hj, lj):
     """joint_alone's choice, joint_estimate's (est, lo, lj) given."""
     if est >= 0:

@@ -388,8 +388,8 @@ def pred_gain_h0(p, n, w, step, sh):
     d = e = 0.0
     for s in range(256):
         if he[s] > 0:
-            d -= he[s] * np.log2(he[s] / m)
-            e -= he[s] * np.log2(he[s] / m)
+            t = he[s] * np.log2(he[s] / m)
+            d, e = d - t, e - t
         if hr[s] > 0:
             d += hr[s] * np.log2(hr[s] / m)
     return d / m, e / m
