@@ -150,6 +150,27 @@ def temporal_sample(data, ref, start, n, layout, E, ts, xs):
 
 
 @njit(nogil=True, cache=True)
+def sample_tables(ts, W, n, fv):
+    """The bytes temporal_sample's estimate leaves out, from its counts ts: each context's table as
+    write_freq_table writes it (a symbol 2 bytes where its share of the sample quantises to 128 or more), the
+    rANS states and the chunk's head.  (Symbols the sample missed are missed here too.)"""
+    KS = 2 * W + 1
+    b = 7 + 4 * rans_states_for(n, fv)
+    for c0 in range(0, NCTX * KS, KS):
+        tot = lo = 0
+        hi = -1
+        for s in range(KS):
+            if ts[c0 + s] > 0:
+                lo = s if hi < 0 else lo
+                hi = s
+                tot += ts[c0 + s]
+        b += 2 * (hi >= 0) + (hi - lo + 1)
+        for s in range(lo, hi + 1):
+            b += np.int64(ts[c0 + s] << PROB_BITS >= 128 * tot)
+    return b
+
+
+@njit(nogil=True, cache=True)
 def _tsample(x, r, n, layout, E, ts, xs):
     W, mb, em = _fparams(layout)
     # the sampled units copied side by side, their joint symbols and raw bits made by the symbol pass (vectors
