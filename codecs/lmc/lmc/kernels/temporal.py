@@ -10,7 +10,7 @@ from .intrinsics import f64_bits, ld, load_u16, load_u64, store_u16, store_u32, 
 from .intrinsics import st as put
 from .base import (CHUNK_TEMPORAL, ERR_BITS, ERR_CTX, ERR_FREQ, ERR_RANS, ERR_TRUNC, LAYOUT_BF16, LAYOUT_F16,
                    LAYOUT_F32, NCTX, OK, PROB_BITS, _M32, _S8, _U0, _inc, _mono, _slow_load, _unmono, copy_bytes,
-                   log2_count)
+                   log2_count, nonzero_range)
 from .rans import (_rans_len, check_ctx_stream, cum_freqs, decode_ctx_stream, freq_table_bytes, lanes_rest,
                    lanes_states, put_ctx_tables, put_rans, rans_cost_bits, rans_normalize, rans_states_for,
                    read_ctx_tables)
@@ -157,16 +157,12 @@ def sample_tables(ts, W, n, fv):
     KS = 2 * W + 1
     b = 7 + 4 * rans_states_for(n, fv)
     for c0 in range(0, NCTX * KS, KS):
-        tot = lo = 0
-        hi = -1
-        for s in range(KS):
-            if ts[c0 + s] > 0:
-                lo = s if hi < 0 else lo
-                hi = s
-                tot += ts[c0 + s]
-        b += 2 * (hi >= 0) + (hi - lo + 1)
-        for s in range(lo, hi + 1):
-            b += np.int64(ts[c0 + s] << PROB_BITS >= 128 * tot)
+        tot = ts[c0:c0 + KS].sum()
+        if tot > 0:
+            lo, hi = nonzero_range(ts, c0, KS)
+            b += 2 + (hi - lo + 1)
+            for s in range(lo, hi + 1):
+                b += np.int64(ts[c0 + s] << PROB_BITS >= 128 * tot)
     return b
 
 
