@@ -21,12 +21,13 @@ class LMC(Codec):
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"lmc: threads must be a positive integer or null (all cores), got {threads!r}")
         if format_version is not None and (isinstance(format_version, bool)
-                                           or format_version not in (1, 2, 3, 4, 5, 6, 7, 8)):
+                                           or format_version not in range(1, 11)):
             raise ConfigError(f"lmc: format_version must be 1 (lmc 0.1's modes), 2 (lmc 0.2's), 3, 4 (word "
                               f"checksums), 5 (adds the bf16 mantissa-context mode, which only prefer=size "
                               f"takes), 6 (adds the delta mode), 7 (32-state rANS streams, the gated "
-                              f"codings against a reference) or 8 (the default: 7's with a cheaper chunk "
-                              f"checksum), got {format_version!r}")
+                              f"codings against a reference), 8 (7's with a cheaper chunk checksum), 9 (the "
+                              f"bf16 joint-symbol mode) or 10 (the default: 9's and the zero mask), "
+                              f"got {format_version!r}")
         if prefer not in ("speed", "size", "fast"):
             raise ConfigError(f"lmc: prefer must be 'speed' (the default), 'size' or 'fast', got {prefer!r}")
         params = {"threads": threads}

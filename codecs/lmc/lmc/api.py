@@ -14,12 +14,14 @@ from .kernels import intrinsics
 from .kernels.base import ERROR_MESSAGES, ck_mode, LAYOUT_BF16, LAYOUT_F16, LAYOUT_F32, LAYOUT_PLANES
 from .kernels.check import check_range, checksum_range
 from .kernels.drivers import decode_range, encode_range, gather_range
+from . import zmask
+from .outbuf import new_bytes as _new_bytes
 
 MAGIC = b"LMC1"
-VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)   # 4-9: checksums over words (5: the strong mix, the mantissa-context
+VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)   # 4-9: checksums over words (5: the strong mix, the mantissa-context
                                          # mode; 6: the delta mode; 7: 32-state rANS streams; 8: a checksum of
-                                         # a sixth the multiplies; 9: the joint-symbol mode);
-                             # up to 3 the oldest version its chunk modes allow (FORMAT.md)
+                                         # a sixth the multiplies; 9: the joint-symbol mode; 10: the zero mask,
+                                         # zmask.py); up to 3 the oldest version its chunk modes allow (FORMAT.md)
 DEFAULT_CHUNK = 131072  # elements per chunk -> 128 KiB per byte stream
 MAX_CHUNK = 1 << 27
 MAX_NDIM = 32
@@ -254,31 +256,24 @@ def check_prefer(prefer, who):
         raise ValueError(f"{who}: prefer must be one of {', '.join(map(repr, PREFER))}, got {prefer!r}")
 
 
-def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=9,
+def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None, format_version=10,
              prefer="speed", **options):
     """Compress an array (numpy, CPU torch tensor, or bytes-like with dtype=)
     to an lmc blob (bytes).  ``reference``: same dtype/shape array (e.g. the
     previous checkpoint) to code against; per chunk the smallest of alone,
     XOR with the reference and (fp32/fp16/bf16) the temporal mode is chosen.
     ``chunk_size``: elements per chunk (default 131072).  ``format_version``:
-    the newest format whose modes the encoder may use: 1 (Huffman, alone or
-    XOR: what lmc 0.1 wrote and decodes), 2 (adds rANS streams and the
-    temporal mode: lmc 0.2), 3 (adds the predicted-exponent mode), 4 (3's
-    modes, its checksums over 64-bit words instead of units, ~4x cheaper on
-    bf16), 5 (lmc 0.3.4: 4's word checksums with a stronger mix, and the
-    bf16 mantissa-context mode, which only ``prefer="size"`` takes), 6
-    (lmc 0.3.5: 5's and the delta mode, a float chunk against its reference
-    in byte streams), 7 (6's modes, every rANS stream of 8192 symbols or
-    more with 32 interleaved states, and with a reference only the codings
-    whose sampled estimates may win counted exactly), 8 (lmc 0.4: 7's modes
-    and bytes, each chunk's checksum from the product of its words' 32-bit
-    halves instead of two 64-bit multiplies a word, a third of the time) or
-    9 (the default, lmc 0.4: 8's and the bf16 joint-symbol mode, the exponent
-    and the top mantissa bit as one Huffman symbol: 0.3-0.6% smaller bf16
-    weights and first moments, decoded at 0.8x of 8's speed).  From 4 on a
-    blob is written as the version asked for; up to 3, a blob is
-    written as the oldest version its chunks need, so one that uses no
-    newer mode stays readable by older decoders.
+    the newest format whose modes the encoder may use, 1 to 10 (FORMAT.md
+    gives each one's modes): 1 what lmc 0.1 wrote; 2 rANS streams and the
+    temporal mode; 3 the predicted-exponent mode; 4 and 5 checksums over
+    64-bit words; 5 the bf16 mantissa-context mode (``prefer="size"``); 6
+    the delta mode; 7 32-state rANS streams; 8 a cheaper checksum; 9 the
+    bf16 joint-symbol mode; 10 (the default) where a tensor's all-bits-zero
+    elements are many, a bitmap of the others and those alone (written as
+    version 10 only there, else as version 9's bytes).  From 4 to 9 a blob
+    is written as the version asked for; up to 3, as the oldest version its
+    chunks need, so one that uses no newer mode stays readable by older
+    decoders.
     ``prefer``: ``"speed"`` (default) takes a coding that decodes slower
     (rANS over Huffman, the temporal and predicted-exponent modes) only
     where it saves a margin (1/32 to 1/64 of the chunk); ``"size"`` takes
@@ -294,9 +289,14 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     if options:
         raise TypeError(f"lmc.compress: unknown options {sorted(options)}")
     if isinstance(format_version, bool) or format_version not in VERSIONS:
-        raise ValueError(f"lmc: format_version must be 1 to 9, got {format_version!r}")
+        raise ValueError(f"lmc: format_version must be 1 to 10, got {format_version!r}")
     check_prefer(prefer, "lmc")
-    return _compress(data, threads, reference, chunk_size, dtype, format_version, _PREF[prefer])
+    arr = _to_array(data, dtype)
+    blob = _compress(arr, threads, reference, chunk_size, None, min(format_version, 9), _PREF[prefer])
+    if format_version >= 10 and reference is None and zmask.worth_trying(arr):
+        blob = zmask.compress(arr, blob, MAGIC, _dtype_code(arr.dtype), lambda a: _compress(
+            a, threads, None, chunk_size, None, 9, _PREF[prefer]), prefer == "size")
+    return blob
 
 
 def _compress(data, threads, reference, chunk_size, dtype, fv, pref=0):
@@ -373,38 +373,6 @@ def _compress(data, threads, reference, chunk_size, dtype, fv, pref=0):
             _give_scratch(scratch)
 
 
-def _bytes_api():
-    try:
-        import ctypes
-        api = ctypes.pythonapi
-        new = api.PyBytes_FromStringAndSize
-        new.restype = ctypes.py_object
-        new.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t)
-        addr = api.PyBytes_AsString
-        addr.restype = ctypes.c_void_p
-        addr.argtypes = (ctypes.py_object,)
-        return ctypes, new, addr
-    except Exception:  # pragma: no cover - no CPython C API (e.g. PyPy)
-        return None
-
-
-_BYTES_API = _bytes_api()
-
-
-def _new_bytes(n):
-    """A new, not yet shared bytes object of length n and a writable uint8
-    view of its buffer, so that the chunk payloads are gathered straight into
-    the returned blob (saves a full copy of the output).  This is the C-API
-    idiom PyBytes_FromStringAndSize(NULL, n) + fill before first use.
-    Falls back to (None, array) without the C API."""
-    if _BYTES_API is None or n == 0:  # pragma: no cover
-        return None, np.empty(n, np.uint8)
-    ctypes, new, addr = _BYTES_API
-    b = new(None, n)
-    arr = np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(addr(b)))
-    return b, arr
-
-
 def _parse_header(buf):
     """Parse and validate the header.  Returns a dict."""
     nb = len(buf)
@@ -417,8 +385,8 @@ def _parse_header(buf):
         raise FormatError(f"lmc: unsupported format version {version}")
     if code not in _DTYPES:
         raise FormatError(f"lmc: unknown dtype code {code}")
-    if flags & ~FLAG_REF:
-        raise FormatError(f"lmc: unknown header flags 0x{flags:02x}")
+    if flags & ~(FLAG_REF | zmask.FLAG_ZERO) or (version >= 10) != bool(flags & zmask.FLAG_ZERO) or flags == 3:
+        raise FormatError(f"lmc: header flags 0x{flags:02x} invalid in a version {version} blob")
     if ndim > MAX_NDIM:
         raise FormatError(f"lmc: invalid ndim {ndim}")
     pos = 8
@@ -427,6 +395,10 @@ def _parse_header(buf):
         raise FormatError("lmc: blob truncated inside the header")
     shape = struct.unpack_from(f"<{ndim}Q", buf, pos)
     pos += 8 * ndim
+    dt, unit, layout = _DTYPES[code]
+    if flags & zmask.FLAG_ZERO:
+        return zmask.parse(buf, pos, dict(version=version, code=code, dtype=dt, unit=unit, layout=layout,
+                                          shape=tuple(shape), refhash=None), lambda: _total(shape, unit), FormatError)
     chunk, nch = struct.unpack_from("<II", buf, pos)
     pos += 8
     refhash = None
@@ -441,14 +413,7 @@ def _parse_header(buf):
     (crc,) = struct.unpack_from("<I", buf, tab_end)
     if zlib.crc32(buf[:tab_end]) != crc:
         raise FormatError("lmc: header checksum mismatch (corrupt header)")
-    total = 1
-    nonzero = 1
-    for s in shape:
-        total *= s
-        nonzero *= max(s, 1)
-    if nonzero * _DTYPES[code][1] > _MAX_BYTES:
-        # numpy refuses such a shape even with a zero dimension ("array is too big")
-        raise FormatError(f"lmc: shape {tuple(shape)} is too large")
+    total = _total(shape, unit)
     if not 1 <= chunk <= MAX_CHUNK:
         raise FormatError(f"lmc: invalid chunk size {chunk}")
     if nch != (-(-total // chunk) if total else 0):
@@ -465,10 +430,21 @@ def _parse_header(buf):
         offsets[0] = hl
         np.cumsum(sizes[:-1], out=offsets[1:])
         offsets[1:] += hl
-    dt, unit, layout = _DTYPES[code]
     return dict(version=version, code=code, dtype=dt, unit=unit, layout=layout, shape=tuple(shape),
                 total=total, chunk=chunk, nch=nch, refhash=refhash, sizes=sizes,
                 chks=chks, offsets=offsets)
+
+
+def _total(shape, unit):
+    total = 1
+    nonzero = 1
+    for s in shape:
+        total *= s
+        nonzero *= max(s, 1)
+    if nonzero * unit > _MAX_BYTES:
+        # numpy refuses such a shape even with a zero dimension ("array is too big")
+        raise FormatError(f"lmc: shape {tuple(shape)} is too large")
+    return total
 
 
 def _blob_view(blob):
@@ -494,13 +470,17 @@ def info(blob):
     chunk's first byte; nothing is decoded)."""
     b = _blob_view(blob)
     h = _parse_header(b)
+    if "k" in h:   # the zero mask: the values blob's chunks
+        d = info(b[h["values"][0]:h["values"][1]])
+        return dict(d, version=h["version"], shape=h["shape"], zero_mask=dict(nonzero=h["k"],
+                    bitmap_bytes=h["bits"][1] - h["bits"][0]))
     modes = {}
     for off, size in zip(h["offsets"].tolist(), h["sizes"].tolist()):
         m = int(b[off]) if size > 0 else -1
         name = _CHUNK_MODE_NAMES[m] if 0 <= m < len(_CHUNK_MODE_NAMES) else "invalid"
         modes[name] = modes.get(name, 0) + 1
     return dict(version=h["version"], dtype=h["dtype"], shape=h["shape"], chunk_size=h["chunk"],
-                nchunks=h["nch"], has_reference=h["refhash"] is not None, chunk_modes=modes)
+                nchunks=h["nch"], has_reference=h["refhash"] is not None, chunk_modes=modes, zero_mask=None)
 
 
 def _raise_chunk_error(status):
@@ -524,7 +504,7 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
     reference") where its hash differs from the one the blob records; a
     reference that differs only where no chunk uses it gives the exact array
     (every chunk's checksum covers its decoded units)."""
-    buf = _blob_view(blob)
+    raw = buf = _blob_view(blob)
     h = _parse_header(buf)
     if _CHECKED_PY:
         buf = intrinsics.checked(buf)
@@ -563,6 +543,8 @@ def decompress(blob, *, threads=None, reference=None, out=None, max_output_bytes
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("lmc: out must be C-contiguous and writeable")
     nth = _nthreads(threads)
+    if "k" in h:
+        return zmask.decode(raw, h, decompress, _parse_header, nth, out, FormatError)
 
     def refuse(status):
         # the reference's hash is taken only where a chunk fails, to name the cause: every chunk's checksum

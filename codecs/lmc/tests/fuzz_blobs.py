@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import lmc  # noqa: E402
 from lmc import api  # noqa: E402
 from lmc.kernels.rans import rans_states_for  # noqa: E402
+from fuzz_zmask import Masked, is_masked, zmask_specs  # noqa: E402
 
 CHUNK_NAMES = {0: "alone", 1: "xor", 2: "stored", 3: "temporal", 4: "pred", 5: "mctx", 6: "delta", 7: "joint"}
 STREAM_NAMES = {0: "raw", 1: "const", 2: "huffman", 3: "rans"}
@@ -257,9 +258,11 @@ def build_corpus(seed=0, small=False):
     # the default (format 9) for all; format 3's unit checksums for three (not in the small
     # corpus of the slow checked builds: their kernels are the same, the checksum aside)
     v3 = set() if small else {"bf16_temporal", "f32_mixed", "bf16_pred2d"}
-    return ([dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c))
+    # (format 9 where the default's zero mask could take a seed: the mask has seeds of its own, zmask_specs)
+    return ([dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=9))
              for nm, x, r, c in specs]
-            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="size"))
+            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="size",
+                                                           format_version=9))
                for nm, x, r, c in mctx_specs()]
             + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="fast"))
                for nm, x, r, c in delta_specs(small)]
@@ -268,8 +271,15 @@ def build_corpus(seed=0, small=False):
             + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=7,
                                                            prefer=p))
                for nm, x, r, c, p in v7_specs(small)]
-            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer=p))
-               for nm, x, r, c, p in joint_specs(small)])
+            + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer=p, format_version=9))
+               for nm, x, r, c, p in joint_specs(small)]
+            + [dict(name=nm, x=x, ref=r, blob=_masked(lmc.compress(x, reference=r, chunk_size=c)))
+               for nm, x, r, c in zmask_specs(small)])
+
+
+def _masked(blob):
+    assert blob[4] == 10 and blob[6] == 2, "a zero-mask seed was coded without the mask"
+    return blob
 
 
 def v7_specs(small=False):
@@ -492,6 +502,11 @@ def coverage(corpus):
     """Counter of chunk modes and (chunk mode, stream mode) pairs in the corpus."""
     cnt = collections.Counter()
     for case in corpus:
+        if is_masked(case["blob"]):   # format 10: the mask and the modes of its two blobs
+            cnt["zero-mask"] += 1
+            m = Masked(case["blob"], Blob)
+            cnt.update(coverage([dict(blob=m.bits), dict(blob=m.values)]))
+            continue
         b = Blob(case["blob"])
         for F in b.fields:
             owners = {f[3] for f in F}

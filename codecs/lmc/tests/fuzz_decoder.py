@@ -60,6 +60,7 @@ from fuzz_blobs import (  # noqa: E402,F401  (the seed blobs and the blob parser
 from fuzz_modes import (  # noqa: E402,F401  (the mode-4, -5, -6 and -7 forgeries; re-exported)
     MSG_DELTA, MSG_FLAGS, MSG_JOINT, MSG_LEN, MSG_MCTX, MSG_PAD, MSG_PRED, MSG_SMODE, MSG_TRUNC, MSG_VERSION,
     _delta_mutation, _joint_mutation, _mctx_mutation, _pred_mutation)
+from fuzz_zmask import Masked, is_masked, zmask_mutation  # noqa: E402  (format 10's zero-mask blobs)
 
 
 # ---------------------------------------------------------------------------
@@ -353,7 +354,7 @@ def run(corpus, cases, seed=0, stop_after=20, log=None, stack=0.0):
     """Decode `cases` mutated blobs; returns (stats, failures).  stack: the
     share of cases that get a few random bit flips on top of their mutation."""
     rng = np.random.default_rng(seed)
-    parsed = [Blob(c["blob"]) for c in corpus]
+    parsed = [Masked(c["blob"], Blob) if is_masked(c["blob"]) else Blob(c["blob"]) for c in corpus]
     stats = {"cases": 0, "outcome": collections.Counter(), "by_owner": collections.Counter(),
              "by_kind": collections.Counter(), "exact_by_owner": collections.Counter(),
              "errors": collections.Counter()}
@@ -361,7 +362,10 @@ def run(corpus, cases, seed=0, stop_after=20, log=None, stack=0.0):
     for i in range(cases):
         j = i % len(corpus)
         case, b = corpus[j], parsed[j]
-        kind, owner, blob, ref, spec = mutations(b, rng, case["ref"])
+        if isinstance(b, Masked):
+            kind, owner, blob, ref, spec = zmask_mutation(b, rng, case["ref"], mutations)
+        else:
+            kind, owner, blob, ref, spec = mutations(b, rng, case["ref"])
         must_fail = spec is not None and spec[0] == "error"   # a forgery with a required refusal
         if (stack and rng.random() < stack and len(blob) > b.hl and not kind.startswith("hdr")
                 and not must_fail):

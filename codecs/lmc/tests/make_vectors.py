@@ -24,6 +24,8 @@ Format 9 (the joint-symbol chunk mode, bfloat16): `python tests/make_vectors.py 
 its own (vectors_v9: weight-like chunks that take the mode, chunks for each k, exponent spans at and past the
 mode's limit), then NAME_v9.lmc (prefer="speed": k = 1) for every input frozen by then, with its chunk size and
 reference, and NAME_v9s.lmc (prefer="size": k = 1 to 3) for the bfloat16 ones, leaving the rest as it is.
+Format 10 (the zero-mask blob): `python tests/make_vectors.py --v10` writes only its own inputs (vectors_v10:
+tensors whose zeros the mask takes), NAME_v10.lmc each, leaving the rest as it is.
 """
 import json
 import os
@@ -215,6 +217,33 @@ def main_v9():
     _write_version(inputs, manifest, 9)
 
 
+def vectors_v10():
+    """Format 10's inputs (the zero-mask blob): (name, x, None, chunk)."""
+    rng = np.random.default_rng(1010)
+    e = (np.abs(rng.standard_normal((64, 96))) * 1e-3 + 1e-7).astype(np.float32)
+    e[rng.random(64) < 0.55] = 0          # an embedding's moment: rows the data never reached
+    pr = (rng.standard_normal(6001) * 0.02).astype(np.float16)
+    pr[rng.random(pr.size) < 0.5] = 0     # a pruned weight: zeros scattered, N not a multiple of 8
+    pr.view(np.uint16)[1:40:13] = (0x8000, 0x0001, 0x7E01)   # -0.0, a denormal, a NaN: kept values
+    ints = rng.integers(-3000, 3000, (48, 80)).astype(np.int32)
+    ints[::2] = 0
+    return [("f32_zmask", e, None, 4096), ("bf16_zmask", e.astype(ml_dtypes.bfloat16), None, 2048),
+            ("f16_pruned", pr, None, 2500), ("i32_zmask", ints, None, 1000)]
+
+
+def main_v10():
+    """Format 10's own inputs, NAME_v10.lmc each (prefer "speed"; every one a zero-mask blob)."""
+    with open(os.path.join(OUT, "manifest.json")) as f:
+        manifest = json.load(f)
+    inputs = {}
+    for name, x, ref, chunk in vectors_v10():
+        np.save(os.path.join(OUT, name + ".npy"), _savable(x))
+        inputs[name] = {"dtype": str(x.dtype), "chunk_size": chunk, "reference": False}
+    _write_version(inputs, manifest, 10, sizes=False)
+    for name in inputs:
+        assert lmc.info(open(os.path.join(OUT, name + "_v10.lmc"), "rb").read())["version"] == 10, name
+
+
 def main_v7():
     with open(os.path.join(OUT, "manifest.json")) as f:
         manifest = json.load(f)
@@ -233,13 +262,14 @@ def main_v7():
         json.dump(manifest, f, indent=1, sort_keys=True)
 
 
-def _write_version(inputs, manifest, fv):
+def _write_version(inputs, manifest, fv, sizes=True):
     """NAME_v{fv}.lmc (prefer "speed") of every input, and NAME_v{fv}s.lmc (prefer "size") of the bfloat16
-    ones, with their chunk size and reference; then the manifest."""
+    ones where ``sizes``, with their chunk size and reference; then the manifest."""
     for name, e in sorted(inputs.items()):
         x = load(name, e)
         ref = load(name, e, ".ref.npy") if e["reference"] else None
-        runs = [(f"{name}_v{fv}", "speed")] + ([(f"{name}_v{fv}s", "size")] if e["dtype"] == "bfloat16" else [])
+        runs = [(f"{name}_v{fv}", "speed")] + ([(f"{name}_v{fv}s", "size")] if e["dtype"] == "bfloat16" and sizes
+                                               else [])
         for out, prefer in runs:
             blob = lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=fv, prefer=prefer)
             with open(os.path.join(OUT, out + ".lmc"), "wb") as f:
@@ -300,7 +330,9 @@ def load(name, entry, suffix=".npy"):
 
 
 if __name__ == "__main__":
-    if "--v9" in sys.argv[1:]:
+    if "--v10" in sys.argv[1:]:
+        main_v10()
+    elif "--v9" in sys.argv[1:]:
         main_v9()
     elif "--v8" in sys.argv[1:]:
         main_v8()

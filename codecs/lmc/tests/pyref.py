@@ -449,10 +449,12 @@ def decode(blob, ref=None):
     if b[:4] != b"LMC1":
         raise ValueError("magic")
     version, code, flags, ndim = b[4], b[5], b[6], b[7]
-    if not 1 <= version <= 9 or code not in UNIT or flags & ~1 or ndim > 32:
+    if not 1 <= version <= 10 or code not in UNIT or flags not in ((2,) if version == 10 else (0, 1)) or ndim > 32:
         raise ValueError("header")
     shape = struct.unpack_from(f"<{ndim}Q", b, 8)
     pos = 8 + 8 * ndim
+    if flags == 2:
+        return zero_mask(b, pos, code, shape)
     chunk, nch = struct.unpack_from("<II", b, pos)
     pos += 8
     if flags & 1:
@@ -534,3 +536,38 @@ def decode(blob, ref=None):
     if pos != len(b):
         raise ValueError("length")
     return bytes(out), cmodes, smodes
+
+
+def zero_mask(b, pos, code, shape):
+    """A zero-mask blob (FORMAT.md, version 10): k, the bitmap blob's length, the header CRC; the bitmap (uint8,
+    MSB first, 1 = a kept element) and the kept elements, each a blob of version 9 or older with no reference."""
+    k, nbits = struct.unpack_from("<QQ", b, pos)
+    pos += 16
+    if zlib.crc32(b[:pos]) != struct.unpack_from("<I", b, pos)[0]:
+        raise ValueError("crc")
+    pos += 4
+    if pos + nbits > len(b):
+        raise ValueError("zero mask bitmap length")
+    total = 1
+    for s in shape:
+        total *= s
+    unit = UNIT[code]
+    inner = []
+    for part, want_code in ((b[pos:pos + nbits], 6), (b[pos + nbits:], code)):
+        if len(part) < 8 or part[4] > 9 or part[5] != want_code or part[6] != 0:
+            raise ValueError("zero mask part")
+        data, cm, sm = decode(part)
+        inner.append((data, cm, sm))
+    (bits, cm, sm), (vals, cm2, sm2) = inner
+    if len(bits) != (total + 7) // 8 or len(vals) != k * unit:
+        raise ValueError("zero mask sizes")
+    keep = [(bits[i >> 3] >> (7 - (i & 7))) & 1 for i in range(8 * len(bits))]
+    if any(keep[total:]) or sum(keep) != k:
+        raise ValueError("zero mask bits")
+    out = bytearray(total * unit)
+    j = 0
+    for i in range(total):
+        if keep[i]:
+            out[i * unit:(i + 1) * unit] = vals[j * unit:(j + 1) * unit]
+            j += 1
+    return bytes(out), cm | cm2, sm | sm2

@@ -10,7 +10,7 @@ PKG = LMC / "lmc"
 # bottom up: (layer, part, its modules' prefixes); a module imports modules of its own part or of a lower layer
 PARTS = [
     (0, "kernels", ("lmc.kernels",)),
-    (1, "codec", ("lmc", "lmc.api", "lmc.numcodecs_codec")),   # "lmc" is the package itself: the public API
+    (1, "codec", ("lmc", "lmc.api", "lmc.zmask", "lmc.outbuf", "lmc.numcodecs_codec")),   # "lmc": the public API
     (2, "storage", ("lmc.storage",)),
     (2, "chains", ("lmc.chains",)),
     (2, "memory", ("lmc.memory",)),

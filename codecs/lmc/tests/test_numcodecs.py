@@ -139,7 +139,7 @@ def test_format_version_for_older_readers():
     assert lmc.info(LMC(threads=1, format_version=4).encode(x))["version"] == 4
     assert lmc.info(LMC(threads=1).encode(x))["version"] == 9
     assert LMC().decode(LMC(format_version=4).encode(x)).tobytes() == x.tobytes()
-    for bad in (10, 0, True, "4"):
+    for bad in (11, 0, True, "4"):
         with pytest.raises(ValueError, match="format_version"):
             LMC(format_version=bad)
 

@@ -294,7 +294,7 @@ def test_format_version_1(dtype):
         assert lmc.info(v1)["version"] == 1
         assert same_bits(lmc.decompress(v1, reference=ref), x)
         assert len(lmc.compress(x, reference=ref)) <= len(v1)
-    for bad in (0, 10, True, "1", None):
+    for bad in (0, 11, True, "1", None):
         with pytest.raises(ValueError, match="format_version"):
             lmc.compress(x, format_version=bad)
 

@@ -24,7 +24,7 @@ def test_vector(name):
     y = lmc.decompress(blob, reference=ref)
     assert y.dtype == x.dtype and y.shape == x.shape and y.tobytes() == x.tobytes()
     version = lmc.info(blob)["version"]
-    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,), 6: (6,), 7: (7,), 8: (8,), 9: (9,)}[e["format_version"]]
+    assert version in {3: (1, 2, 3), 4: (4,), 5: (5,), 6: (6,), 7: (7,), 8: (8,), 9: (9,), 10: (10,)}[e["format_version"]]
     prefer = e.get("prefer", "speed")
     assert lmc.compress(x, reference=ref, chunk_size=e["chunk_size"], format_version=e["format_version"],
                         prefer=prefer) == blob
@@ -90,9 +90,10 @@ def test_v9_vectors_cover_every_input():
     bfloat16 ones with prefer="size" too.  A blob without a mode-7 chunk has the payloads and checksums of its
     version-8 twin; a mode-7 chunk has k = 1 with prefer="speed", and "size" takes every k of 1..3."""
     v9 = {n: e for n, e in MANIFEST.items() if e["format_version"] == 9}
-    assert {e["input"] for e in v9.values() if e["prefer"] == "speed"} == {e["input"] for e in MANIFEST.values()}
+    older = {n: e for n, e in MANIFEST.items() if e["input"] not in V10_INPUTS}   # (format 10's: their own)
+    assert {e["input"] for e in v9.values() if e["prefer"] == "speed"} == {e["input"] for e in older.values()}
     assert {e["input"] for e in v9.values() if e["prefer"] == "size"} == {
-        e["input"] for e in MANIFEST.values() if e["dtype"] == "bfloat16"}
+        e["input"] for e in older.values() if e["dtype"] == "bfloat16"}
     ks = {"speed": set(), "size": set()}
     for n, e in v9.items():
         b = _blob(n)
@@ -128,3 +129,20 @@ def test_v9_joint_vectors():
     p = _blob("bf16_joint_span_v9").payloads[2]
     syms, end = pyref.stream_record(p, 3, len(p), 4096, 9, set())
     assert (p[1], p[2], min(syms), max(syms), len(p) - end) == (1, 0, 0, 255, 16 * 7 * 32)
+
+
+V10_INPUTS = {e["input"] for e in MANIFEST.values() if e["format_version"] == 10}
+
+
+def test_v10_vectors_are_zero_mask_blobs():
+    """Format 10's inputs (tensors whose zeros the mask takes): each a zero-mask blob whose two inner blobs are
+    version 9, smaller than the input's version-9 blob, and decoded by the oracle too."""
+    assert V10_INPUTS == {"f32_zmask", "bf16_zmask", "f16_pruned", "i32_zmask"}
+    for name in V10_INPUTS:
+        e = MANIFEST[name + "_v10"]
+        blob = open(os.path.join(OUT, name + "_v10.lmc"), "rb").read()
+        inf = lmc.info(blob)
+        x = load(name + "_v10", e)
+        assert inf["version"] == 10 and inf["zero_mask"]["nonzero"] < x.size
+        assert len(blob) < len(lmc.compress(x, chunk_size=e["chunk_size"], format_version=9))
+        assert pyref.decode(blob)[0] == x.tobytes()

@@ -1,0 +1,123 @@
+"""Format 10's zero mask: a tensor whose elements are often all-bits-zero, coded as a bitmap of the others and
+those others alone (FORMAT.md, "Zero-mask blob").
+
+Why: an embedding's rows for tokens the data never holds get no gradient, so both Adam moments keep them at
+exactly 0 (a byte-vocabulary model: 150 of 256 rows). lmc's streams are order-0 per byte plane, where a share
+of zero bytes among uniform mantissa bytes costs about a bit a byte more than the non-zero bytes need; an
+order-1 coder sees the runs. The mask takes them out: each zero costs a bit of the bitmap before that is
+coded (whole rows of zeros: bytes 0x00 and 0xff, about 1/8 bit an element).
+
+The two parts are whole lmc blobs of version 9 or older (no reference, no mask of their own), so every check
+the decoder makes of a blob it makes of each. A blob without a mask is version 9's bytes (api.compress writes
+version 10 only where the mask is used)."""
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+FLAG_ZERO = 2
+MIN_BYTES = 4096      # a plain blob smaller than this is kept (the mask's second header and bitmap cost ~100 bytes)
+MARGIN = 64           # prefer="speed" / "fast": taken only where it saves 1/MARGIN (it decodes in two more passes)
+SAMPLE = 4096         # elements looked at before the zeros are counted (in 16 blocks)
+FIELDS = struct.Struct("<QQ")   # the non-zero count k, the bitmap blob's length
+
+
+def _units(arr):
+    """The array's elements as unsigned integers of their width (all-bits-zero <=> 0), flat."""
+    return arr.reshape(-1).view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[arr.dtype.itemsize])
+
+
+def worth_trying(arr):
+    """Whether a sample of ``arr`` has zeros enough (1/32 of its elements) for the mask to be tried."""
+    u = _units(arr)
+    if u.size * arr.dtype.itemsize < MIN_BYTES:
+        return False
+    if u.size > 2 * SAMPLE:   # 16 blocks of 256 elements spread over the tensor (a stride would alias with rows)
+        step = u.size // 16
+        u = u[:16 * step].reshape(16, step)[:, :SAMPLE // 16]
+    return (u.size - np.count_nonzero(u)) * 32 >= u.size
+
+
+def compress(arr, plain, head, code, encode, sf):
+    """The zero-mask blob of ``arr`` where it is smaller than ``plain`` (by 1/MARGIN unless ``sf``, size
+    first), else ``plain``. head: the header's first 4 bytes (magic); code: the dtype code; encode(array): an
+    lmc blob of version 9 or older, no reference."""
+    u = _units(arr)
+    keep = u != 0
+    k = int(np.count_nonzero(keep))
+    if (u.size - k) * 16 < u.size or len(plain) < MIN_BYTES:
+        return plain
+    bits = encode(np.packbits(keep))
+    kept = arr.reshape(-1)[keep]
+    if arr.ndim >= 2 and k:
+        rows = keep.reshape(-1, arr.shape[-1])
+        if np.array_equal(rows.any(1), rows.all(1)):   # the zeros fill whole rows: the rest keep the row length
+            kept = kept.reshape(-1, arr.shape[-1])
+    body = encode(kept)
+    blob = bytearray(head)
+    blob += struct.pack("<BBBB", 10, code, FLAG_ZERO, arr.ndim)
+    blob += struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    blob += FIELDS.pack(k, len(bits))
+    blob += struct.pack("<I", zlib.crc32(blob))
+    size = len(blob) + len(bits) + len(body)
+    if size >= len(plain) or (not sf and size + len(plain) // MARGIN > len(plain)):
+        return plain
+    return bytes(blob) + bits + body
+
+
+def parse(buf, pos, h, total, error):
+    """Header ``h`` (its fields up to the shape) with those of a zero-mask blob after it (buf: uint8 array; pos:
+    the offset after the shape): ``total`` (elements, from ``total()``, which refuses a shape numpy cannot
+    hold), ``k`` and the two blobs' spans ``bits`` and ``values``; ``error(message)`` is raised for a forged
+    field."""
+    nb = len(buf)
+    if nb < pos + FIELDS.size + 4:
+        raise error("lmc: blob truncated inside the header")
+    k, nbits = FIELDS.unpack_from(buf, pos)
+    pos += FIELDS.size
+    (crc,) = struct.unpack_from("<I", buf, pos)
+    if zlib.crc32(buf[:pos]) != crc:
+        raise error("lmc: header checksum mismatch (corrupt header)")
+    pos += 4
+    n = total()
+    if k > n:
+        raise error(f"lmc: zero mask: {k} non-zero elements in a tensor of {n}")
+    if nbits > nb - pos:
+        raise error("lmc: zero mask: the bitmap runs past the blob")
+    return dict(h, total=n, k=k, bits=(pos, pos + nbits), values=(pos + nbits, nb))
+
+
+def decode(buf, h, decompress, parse_header, threads, out, error):
+    """The array of zero-mask blob ``buf`` (h: its parsed header; decompress / parse_header: lmc's, for the two
+    inner blobs, each checked as a blob of its own and neither allowed a reference or a mask)."""
+    total, shape, dt = h["total"], h["shape"], h["dtype"]
+    (b0, b1), (v0, v1) = h["bits"], h["values"]
+    parts = []
+    for (s, e), want, what in (((b0, b1), (np.dtype(np.uint8), -(-total // 8)), "bitmap"),
+                               ((v0, v1), (dt, h["k"]), "values")):
+        try:
+            ih = parse_header(buf[s:e])
+        except error as x:
+            raise error(f"lmc: zero mask: {what}: {x}") from None
+        if ih["version"] >= 10 or ih["refhash"] is not None or (ih["dtype"], ih["total"]) != want:
+            raise error(f"lmc: zero mask: the {what} blob is not a {want[0]} blob of {want[1]} elements "
+                        "(version 9 or older, no reference)")
+        parts.append((s, e))
+    (s, e), (vs, ve) = parts
+    try:
+        bits = decompress(buf[s:e], threads=threads).reshape(-1)
+        vals = decompress(buf[vs:ve], threads=threads).reshape(-1)
+    except error as x:
+        raise error(f"lmc: zero mask: {x}") from None
+    keep = np.unpackbits(bits, count=total).view(np.bool_)
+    if total % 8 and bits[-1] & (0xFF >> (total % 8)):
+        raise error("lmc: zero mask: bits set past the last element")
+    if int(np.count_nonzero(keep)) != h["k"]:
+        raise error("lmc: zero mask: the bitmap's count differs from the header's")
+    result = out if out is not None else np.empty(shape, dt)
+    flat = _units(result)
+    flat[:] = 0
+    flat[keep] = _units(vals)
+    return result if result.shape == shape else result.reshape(shape)
