@@ -293,9 +293,9 @@ def compress(data, *, threads=None, reference=None, chunk_size=None, dtype=None,
     check_prefer(prefer, "lmc")
     arr = _to_array(data, dtype)
     blob = _compress(arr, threads, reference, chunk_size, None, min(format_version, 9), _PREF[prefer])
-    if format_version >= 10 and reference is None and zmask.worth_trying(arr):
+    if format_version >= 10 and zmask.worth_trying(arr):
         blob = zmask.compress(arr, blob, MAGIC, _dtype_code(arr.dtype), lambda a: _compress(
-            a, threads, None, chunk_size, None, 9, _PREF[prefer]), prefer == "size")
+            a, threads, None, chunk_size, None, 9, _PREF[prefer]), prefer == "size", reference is not None)
     return blob
 
 
@@ -470,10 +470,12 @@ def info(blob):
     chunk's first byte; nothing is decoded)."""
     b = _blob_view(blob)
     h = _parse_header(b)
-    if "k" in h:   # the zero mask: the values blob's chunks
-        d = info(b[h["values"][0]:h["values"][1]])
-        return dict(d, version=h["version"], shape=h["shape"], zero_mask=dict(nonzero=h["k"],
-                    bitmap_bytes=h["bits"][1] - h["bits"][0]))
+    if "k" in h:   # the zero mask: the values blob's chunks (a version-9 blob: never a mask again)
+        v = b[h["values"][0]:h["values"][1]]
+        if len(v) < 8 or v[4] >= 10:
+            raise FormatError("lmc: zero mask: the values blob is not a blob of version 9 or older")
+        return dict(info(v), version=h["version"], shape=h["shape"], zero_mask=dict(
+            nonzero=h["k"], bitmap_bytes=h["bits"][1] - h["bits"][0]))
     modes = {}
     for off, size in zip(h["offsets"].tolist(), h["sizes"].tolist()):
         m = int(b[off]) if size > 0 else -1

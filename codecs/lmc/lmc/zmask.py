@@ -40,14 +40,16 @@ def worth_trying(arr):
     return (u.size - np.count_nonzero(u)) * 32 >= u.size
 
 
-def compress(arr, plain, head, code, encode, sf):
+def compress(arr, plain, head, code, encode, sf, ref=False):
     """The zero-mask blob of ``arr`` where it is smaller than ``plain`` (by 1/MARGIN unless ``sf``, size
     first), else ``plain``. head: the header's first 4 bytes (magic); code: the dtype code; encode(array): an
-    lmc blob of version 9 or older, no reference."""
+    lmc blob of version 9 or older, no reference. ``ref``: ``plain`` was coded against a reference: the mask
+    (which codes alone) is taken wherever smaller, whatever its size, so that a blob against a reference is
+    never larger than the same tensor coded alone (by more than the reference's 8-byte hash)."""
     u = _units(arr)
     keep = u != 0
     k = int(np.count_nonzero(keep))
-    if (u.size - k) * 16 < u.size or len(plain) < MIN_BYTES:
+    if (u.size - k) * 16 < u.size or (len(plain) < MIN_BYTES and not ref):
         return plain
     bits = encode(np.packbits(keep))
     kept = arr.reshape(-1)[keep]
@@ -62,7 +64,7 @@ def compress(arr, plain, head, code, encode, sf):
     blob += FIELDS.pack(k, len(bits))
     blob += struct.pack("<I", zlib.crc32(blob))
     size = len(blob) + len(bits) + len(body)
-    if size >= len(plain) or (not sf and size + len(plain) // MARGIN > len(plain)):
+    if size >= len(plain) or (not sf and not ref and size + len(plain) // MARGIN > len(plain)):
         return plain
     return bytes(blob) + bits + body
 

@@ -255,10 +255,10 @@ def build_corpus(seed=0, small=False):
         specs = [(nm, cut(x, max(x.size // 5, 256)), cut(r, max(x.size // 5, 256)), max(c // 5, 64))
                  if nm != "int32_xor" else (nm, x, r, c) for nm, x, r, c in specs]   # (its rANS needs n)
     specs += pred_specs(small)
-    # the default (format 9) for all; format 3's unit checksums for three (not in the small
-    # corpus of the slow checked builds: their kernels are the same, the checksum aside)
+    # format 9 for all (the default's zero mask would take f32_mixed's third of zeros: the mask has seeds of its
+    # own, zmask_specs, at the default); format 3's unit checksums for three (not in the small corpus of the slow
+    # checked builds: their kernels are the same, the checksum aside)
     v3 = set() if small else {"bf16_temporal", "f32_mixed", "bf16_pred2d"}
-    # (format 9 where the default's zero mask could take a seed: the mask has seeds of its own, zmask_specs)
     return ([dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, format_version=9))
              for nm, x, r, c in specs]
             + [dict(name=nm, x=x, ref=r, blob=lmc.compress(x, reference=r, chunk_size=c, prefer="size",

@@ -271,7 +271,8 @@ def test_fuzz_checked_build(build, tmp_path):
     small = build == "nojit_checked"
     corpus_file = str(tmp_path / "corpus.npz")
     FZ.save_corpus(FZ.build_corpus(3, small=small), corpus_file)
-    cases = 600 if small else 6000   # (600: the joint-symbol seeds took a share of 500, leaving 2 pred_w fields)
+    # (600: the joint-symbol seeds took a share of 500, leaving 2 pred_w fields; 900: the zero-mask seeds of 600)
+    cases = 900 if small else 6000
     out = str(tmp_path / "summary.json")
     p = _child(env, ["--corpus", corpus_file, "--cases", str(cases), "--seed", "3", "--json", out], 900)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])

@@ -51,7 +51,7 @@ def test_speed_and_other_dtypes_never_take_it():
         y = x.astype(np.float32).astype(dt)
         assert 5 not in _modes(lmc.compress(y, prefer="size", chunk_size=16384))
     with pytest.raises(ValueError, match="format_version"):
-        lmc.compress(x, format_version=10)
+        lmc.compress(x, format_version=11)
 
 
 def test_alone_option_in_a_blob_with_a_reference():

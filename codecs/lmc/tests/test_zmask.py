@@ -76,9 +76,26 @@ def test_where_the_mask_is_not_taken():
     zeros = np.zeros((512, 512), np.float32)                               # all zero: the plain blob is tiny
     assert lmc.info(lmc.compress(zeros))["version"] == 9
     x = _moment(np.float32)
-    assert lmc.info(lmc.compress(x, reference=x))["version"] == 9           # never with a reference
+    same = lmc.compress(x, reference=x)            # against itself: the reference codes it in a few bytes
+    assert lmc.info(same)["version"] == 9 and lmc.info(same)["has_reference"]
     for fv in range(1, 10):
         assert lmc.info(lmc.compress(x, format_version=fv))["version"] <= 9
+
+
+def test_a_reference_never_costs_more_than_the_mask():
+    """With a reference the mask (which codes alone) is taken wherever it is smaller than the blob against the
+    reference: that blob then needs no reference, and is never larger than the tensor coded alone."""
+    x = _moment(np.float32)
+    far = (np.random.default_rng(9).standard_normal(x.shape) * 1e-3).astype(np.float32)   # no help at all
+    blob = lmc.compress(x, reference=far)
+    alone = lmc.compress(x)
+    assert lmc.info(blob)["version"] == 10 and not lmc.info(blob)["has_reference"] and len(blob) <= len(alone)
+    assert lmc.decompress(blob, reference=far).tobytes() == x.tobytes() == lmc.decompress(blob).tobytes()
+    near = x.copy()
+    near[near != 0] *= np.float32(1.0001)          # the previous step: the zeros and the rows stay
+    withref = lmc.compress(x, reference=near)
+    assert len(withref) <= len(alone) + 8
+    assert lmc.decompress(withref, reference=near).tobytes() == x.tobytes()
 
 
 def test_prefer_size_takes_any_saving(monkeypatch):
@@ -125,6 +142,12 @@ def test_forged_fields_are_refused():
             assert (out == 5).all(), what           # nothing written before the blob was found bad
         with pytest.raises((ValueError, IndexError)):   # (the oracle refuses too; it reads cut streams unchecked)
             pyref.decode(forged)
+    deep = blob
+    for _ in range(3000):     # masks nested in masks: refused at the first, never a recursion
+        deep = Masked(blob, FZ.Blob).wrap(values=deep)
+    for f in (lmc.info, lmc.decompress):
+        with pytest.raises(lmc.FormatError, match="zero mask"):
+            f(deep)
     for cut in list(range(0, m.hl + 8)) + [len(blob) // 2, len(blob) - 1]:
         with pytest.raises(lmc.FormatError):
             lmc.decompress(blob[:cut])
