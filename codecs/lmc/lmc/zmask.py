@@ -9,7 +9,8 @@ coded (whole rows of zeros: bytes 0x00 and 0xff, about 1/8 bit an element).
 
 The two parts are whole lmc blobs of version 9 or older (no reference, no mask of their own), so every check
 the decoder makes of a blob it makes of each. A blob without a mask is version 9's bytes (api.compress writes
-version 10 only where the mask is used)."""
+version 10 only where the mask is used). Asked for a reference, api.compress takes the mask wherever it is
+smaller than the blob against the reference (``compress(..., ref=True)``)."""
 from __future__ import annotations
 
 import struct
