@@ -470,12 +470,10 @@ def info(blob):
     chunk's first byte; nothing is decoded)."""
     b = _blob_view(blob)
     h = _parse_header(b)
-    if "k" in h:   # the zero mask: the values blob's chunks (a version-9 blob: never a mask again)
-        v = b[h["values"][0]:h["values"][1]]
-        if len(v) < 8 or v[4] >= 10:
-            raise FormatError("lmc: zero mask: the values blob is not a blob of version 9 or older")
-        return dict(info(v), version=h["version"], shape=h["shape"], zero_mask=dict(
-            nonzero=h["k"], bitmap_bytes=h["bits"][1] - h["bits"][0]))
+    if "k" in h:   # the zero mask: both blobs checked as the decoder checks them, the values blob's chunks
+        (s, e), (vs, ve) = zmask.parts(b, h, _parse_header, FormatError)
+        return dict(info(b[vs:ve]), version=h["version"], shape=h["shape"], zero_mask=dict(
+            nonzero=h["k"], bitmap_bytes=e - s))
     modes = {}
     for off, size in zip(h["offsets"].tolist(), h["sizes"].tolist()):
         m = int(b[off]) if size > 0 else -1

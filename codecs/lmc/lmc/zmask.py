@@ -23,6 +23,8 @@ MIN_BYTES = 4096      # a plain blob smaller than this is kept (the mask's secon
 MARGIN = 64           # prefer="speed" / "fast": taken only where it saves 1/MARGIN (it decodes in two more passes)
 SAMPLE = 4096         # elements looked at before the zeros are counted (in 16 blocks)
 FIELDS = struct.Struct("<QQ")   # the non-zero count k, the bitmap blob's length
+BLOCK = 1 << 20       # elements a step of the decoder's scatter (a multiple of 8)
+_POP = np.array([bin(i).count("1") for i in range(256)], np.uint8)
 
 
 def _units(arr):
@@ -92,14 +94,13 @@ def parse(buf, pos, h, total, error):
     return dict(h, total=n, k=k, bits=(pos, pos + nbits), values=(pos + nbits, nb))
 
 
-def decode(buf, h, decompress, parse_header, threads, out, error):
-    """The array of zero-mask blob ``buf`` (h: its parsed header; decompress / parse_header: lmc's, for the two
-    inner blobs, each checked as a blob of its own and neither allowed a reference or a mask)."""
-    total, shape, dt = h["total"], h["shape"], h["dtype"]
-    (b0, b1), (v0, v1) = h["bits"], h["values"]
-    parts = []
-    for (s, e), want, what in (((b0, b1), (np.dtype(np.uint8), -(-total // 8)), "bitmap"),
-                               ((v0, v1), (dt, h["k"]), "values")):
+def parts(buf, h, parse_header, error):
+    """The two inner blobs' spans, each checked as FORMAT.md says (a blob of version 9 or older, no reference,
+    of dtype uint8 with ceil(N / 8) elements, then of the tensor's dtype with k); ``parse_header``: lmc's."""
+    total, dt = h["total"], h["dtype"]
+    out = []
+    for (s, e), want, what in ((h["bits"], (np.dtype(np.uint8), -(-total // 8)), "bitmap"),
+                               (h["values"], (dt, h["k"]), "values")):
         try:
             ih = parse_header(buf[s:e])
         except error as x:
@@ -107,20 +108,38 @@ def decode(buf, h, decompress, parse_header, threads, out, error):
         if ih["version"] >= 10 or ih["refhash"] is not None or (ih["dtype"], ih["total"]) != want:
             raise error(f"lmc: zero mask: the {what} blob is not a {want[0]} blob of {want[1]} elements "
                         "(version 9 or older, no reference)")
-        parts.append((s, e))
-    (s, e), (vs, ve) = parts
+        out.append((s, e))
+    return out
+
+
+def decode(buf, h, decompress, parse_header, threads, out, error):
+    """The array of zero-mask blob ``buf`` (h: its parsed header; decompress / parse_header: lmc's, for the two
+    inner blobs). The bitmap is decoded and its bits checked first; the kept elements are then decoded into the
+    head of the output itself and moved to their places from the last block back (a kept element never sits
+    before its index among the kept), so that nothing as large as the output is allocated beside it."""
+    total, shape, dt, k = h["total"], h["shape"], h["dtype"], h["k"]
+    (s, e), (vs, ve) = parts(buf, h, parse_header, error)
     try:
         bits = decompress(buf[s:e], threads=threads).reshape(-1)
-        vals = decompress(buf[vs:ve], threads=threads).reshape(-1)
     except error as x:
         raise error(f"lmc: zero mask: {x}") from None
-    keep = np.unpackbits(bits, count=total).view(np.bool_)
     if total % 8 and bits[-1] & (0xFF >> (total % 8)):
         raise error("lmc: zero mask: bits set past the last element")
-    if int(np.count_nonzero(keep)) != h["k"]:
+    if int(_POP[bits].sum(dtype=np.int64)) != k:
         raise error("lmc: zero mask: the bitmap's count differs from the header's")
     result = out if out is not None else np.empty(shape, dt)
+    try:
+        decompress(buf[vs:ve], threads=threads, out=result.reshape(-1)[:k])
+    except error as x:
+        raise error(f"lmc: zero mask: {x}") from None
     flat = _units(result)
-    flat[:] = 0
-    flat[keep] = _units(vals)
+    j1 = k
+    for e0 in range((total - 1) // BLOCK * BLOCK, -1, -BLOCK):
+        e1 = min(total, e0 + BLOCK)
+        keep = np.unpackbits(bits[e0 // 8:-(-e1 // 8)], count=e1 - e0).view(np.bool_)
+        j0 = j1 - int(np.count_nonzero(keep))
+        kept = flat[j0:j1].copy()       # (j0 <= e0: the elements not yet moved lie before this block)
+        flat[e0:e1] = 0
+        flat[e0:e1][keep] = kept
+        j1 = j0
     return result if result.shape == shape else result.reshape(shape)

@@ -98,6 +98,53 @@ def test_a_reference_never_costs_more_than_the_mask():
     assert lmc.decompress(withref, reference=near).tobytes() == x.tobytes()
 
 
+@pytest.mark.parametrize("block", [8, 64, 1 << 20])
+def test_the_scatter_in_blocks(monkeypatch, block):
+    """The decoder moves the kept elements from the head of the output to their places a block at a time, from
+    the last block back: every block size gives the same array (blocks of 8 and 64: thousands of blocks, some
+    with nothing kept, some with everything)."""
+    monkeypatch.setattr(zmask, "BLOCK", block)
+    rng = np.random.default_rng(4)
+    for x in (_moment(np.float32), _moment(ml_dtypes.bfloat16, 300, 70)):
+        assert lmc.decompress(lmc.compress(x)).tobytes() == x.tobytes()
+    p = (rng.standard_normal(50_001) * 0.02).astype(np.float16)
+    p[rng.random(p.size) < 0.7] = 0
+    blob = lmc.compress(p)
+    assert lmc.info(blob)["version"] == 10
+    out = np.full(p.size, 3, np.float16)
+    assert lmc.decompress(blob, out=out, threads=2) is out and out.tobytes() == p.tobytes()
+
+
+def test_the_size_floor_and_prefer_fast(monkeypatch):
+    """A plain blob under MIN_BYTES is kept though the mask is smaller (its second header and bitmap are most of
+    it): a nearly all-zero tensor of 8 KiB; prefer="fast" takes the mask as "speed" does."""
+    x = np.zeros(2048, np.float32)
+    x[::97] = 1.5
+    assert len(lmc.compress(x, format_version=9)) < zmask.MIN_BYTES
+    assert lmc.info(lmc.compress(x))["version"] == 9
+    monkeypatch.setattr(zmask, "MIN_BYTES", 0)
+    assert lmc.info(lmc.compress(x))["version"] == 10
+    monkeypatch.undo()
+    y = _moment(np.float32)
+    assert lmc.compress(y, prefer="fast") == lmc.compress(y)
+    assert lmc.info(lmc.compress(y, prefer="fast"))["version"] == 10
+
+
+def test_info_checks_both_blobs():
+    """info() refuses what decompress refuses in the two blobs' headers (their dtype, count, reference)."""
+    x = _moment(np.float32)
+    m = Masked(lmc.compress(x), FZ.Blob)
+    vals = x[x != 0]
+    for forged in (m.wrap(values=lmc.compress(vals.view(np.int32), format_version=9)),
+                   m.wrap(values=lmc.compress(vals, reference=vals * 0, format_version=9)),
+                   m.wrap(values=lmc.compress(vals[:-1], format_version=9)),
+                   m.wrap(bits=b"garbage!garbage!")):
+        for f in (lmc.info, lmc.decompress):
+            with pytest.raises(lmc.FormatError, match="zero mask"):
+                f(forged)
+    assert lmc.info(m.wrap())["dtype"] == x.dtype
+
+
 def test_prefer_size_takes_any_saving(monkeypatch):
     x = _moment(np.float32)
     plain = lmc.compress(x, format_version=9)
