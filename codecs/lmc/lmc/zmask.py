@@ -61,15 +61,22 @@ def compress(arr, plain, head, code, encode, sf, ref=False):
         if np.array_equal(rows.any(1), rows.all(1)):   # the zeros fill whole rows: the rest keep the row length
             kept = kept.reshape(-1, arr.shape[-1])
     body = encode(kept)
-    blob = bytearray(head)
-    blob += struct.pack("<BBBB", 10, code, FLAG_ZERO, arr.ndim)
-    blob += struct.pack(f"<{arr.ndim}Q", *arr.shape)
-    blob += FIELDS.pack(k, len(bits))
-    blob += struct.pack("<I", zlib.crc32(blob))
+    blob = header(head, code, arr.shape, k, len(bits))
     size = len(blob) + len(bits) + len(body)
     if size >= len(plain) or (not sf and not ref and size + len(plain) // MARGIN > len(plain)):
         return plain
     return bytes(blob) + bits + body
+
+
+def header(magic, code, shape, k, nbits, version=10, flags=FLAG_ZERO):
+    """A zero-mask blob's header (FORMAT.md): magic, version, dtype code, flags, shape, k, the bitmap blob's
+    length and the CRC-32 of them (the fuzzer forges version and flags through it too)."""
+    h = bytearray(magic)
+    h += struct.pack("<BBBB", version, code, flags, len(shape))
+    h += struct.pack(f"<{len(shape)}Q", *shape)
+    h += FIELDS.pack(k, nbits)
+    h += struct.pack("<I", zlib.crc32(h))
+    return bytes(h)
 
 
 def parse(buf, pos, h, total, error):

@@ -3,8 +3,6 @@ forgeries. A zero-mask blob is a header of its own around two whole blobs (the b
 it is damaged in three ways: its own fields forged with the header CRC recomputed (the refusals it must get are
 required); either inner blob damaged by the fuzzer's own mutations of a plain blob and wrapped again (an inner
 refusal it requires stays required); and the whole blob cut or flipped."""
-import struct
-import zlib
 
 import ml_dtypes
 import numpy as np
@@ -47,12 +45,8 @@ class Masked:
         bits = self.bits if bits is None else bits
         values = self.values if values is None else values
         shape = self.shape if shape is None else shape
-        head = bytearray(api.MAGIC)
-        head += struct.pack("<BBBB", version, self.h["code"], flags, len(shape))
-        head += struct.pack(f"<{len(shape)}Q", *shape)
-        head += struct.pack("<QQ", self.k if k is None else k, len(bits) if nbits is None else nbits)
-        head += struct.pack("<I", zlib.crc32(head))
-        return bytes(head) + bits + values
+        return zmask.header(api.MAGIC, self.h["code"], shape, self.k if k is None else k,
+                            len(bits) if nbits is None else nbits, version, flags) + bits + values
 
 
 MSG_ZM = "zero mask"

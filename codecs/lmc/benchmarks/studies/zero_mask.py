@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import time
 import re
 import sys
 
@@ -26,16 +25,7 @@ import ml_dtypes
 import numpy as np
 
 import lmc
-from benchmarks.benchlib import load_tensors
-
-
-def best(f, repeat):
-    t = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        t = min(t, time.perf_counter() - t0)
-    return t
+from benchmarks.benchlib import best, load_tensors
 
 
 def z4ai_size(a):
@@ -80,9 +70,9 @@ def main(argv=None):
                         t["z4ai"] += z
                     if lmc.info(b)["zero_mask"] is not None:
                         assert lmc.decompress(b).tobytes() == a.tobytes()
-                        times = [best(lambda: lmc.compress(a, format_version=fv, threads=1), args.repeat)
+                        times = [best(lambda: lmc.compress(a, format_version=fv, threads=1), args.repeat)[0]
                                  for fv in (9, 10)]
-                        times += [best(lambda: lmc.decompress(x, threads=1), args.repeat) for x in (b9, b)]
+                        times += [best(lambda: lmc.decompress(x, threads=1), args.repeat)[0] for x in (b9, b)]
                         wins.append((step, dt, kind, i, a.shape, len(b9), len(b), z, times))
     print(f"series {args.series}, steps {steps}; ratio = original / compressed bytes; one thread")
     print(f"{'dtype':6} {'kind':11} {'format 9':>9} {'default':>9} {'z4ai':>9} {'default/9':>10}")
